@@ -1,0 +1,98 @@
+"""Fixtures that run the real `streamforge broker` binary for the integration tests.
+
+- `broker`: a fresh broker for one test (free loopback port, temp data dir).
+- `shared_broker`: one broker per test module, for tests that only need distinct topics.
+- `broker_factory`: start brokers with extra flags/env (`broker_factory(extra_args=[...])`).
+Every `BrokerProcess` offers `.restart(hard=False)`, `.stop()` (SIGTERM then SIGKILL), `.kill()`
+(SIGKILL) and `.bootstrap`. When a test fails, the logs of the brokers it used are attached to the
+failure report.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+from harness import BrokerProcess, find_binary
+
+
+class BrokerFactory:
+    def __init__(self, tmp_path_factory, base_name: str):
+        self._tmp_path_factory = tmp_path_factory
+        self._base_name = base_name
+        self.brokers: list[BrokerProcess] = []
+
+    def __call__(self, extra_args=None, env=None, http=False, start=True) -> BrokerProcess:
+        work = self._tmp_path_factory.mktemp(self._base_name)
+        b = BrokerProcess(work, extra_args=extra_args, env=env, http=http)
+        self.brokers.append(b)
+        if start:
+            b.start()
+        return b
+
+    def close(self) -> None:
+        for b in self.brokers:
+            b.stop()
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60]
+
+
+@pytest.fixture(scope="session")
+def broker_bin():
+    path = find_binary()
+    if not path.exists():
+        pytest.fail(f"streamforge binary not found at {path}: run `cargo build -p streamforge` or set STREAMFORGE_BIN")
+    return path
+
+
+@pytest.fixture
+def broker_factory(broker_bin, tmp_path_factory, request):
+    factory = BrokerFactory(tmp_path_factory, _safe_name(request.node.name))
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    return broker_factory()
+
+
+@pytest.fixture(scope="module")
+def shared_broker(broker_bin, tmp_path_factory, request):
+    factory = BrokerFactory(tmp_path_factory, _safe_name(request.module.__name__))
+    b = factory()
+    yield b
+    factory.close()
+
+
+@pytest.fixture
+def topic_name(request) -> str:
+    """A unique, valid topic name derived from the test name."""
+    base = re.sub(r"[^A-Za-z0-9_.-]", "-", request.node.name)[:150]
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    brokers: list[BrokerProcess] = []
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, BrokerProcess):
+            brokers.append(value)
+        elif isinstance(value, BrokerFactory):
+            brokers.extend(value.brokers)
+    seen = set()
+    for b in brokers:
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        report.sections.append(
+            (f"streamforge log ({b.log_path}, last lines)", b.log_tail())
+        )
