@@ -11,7 +11,11 @@ mod produce_cmd;
 mod topics_cmd;
 
 #[derive(Parser)]
-#[command(name = "streamforge", version, about = "A Kafka-compatible event-streaming broker")]
+#[command(
+    name = "streamforge",
+    version,
+    about = "A Kafka-compatible event-streaming broker"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -5,9 +5,20 @@
 //! implemented (issue 2); signatures may grow, but keep them source compatible.
 #![deny(unsafe_code)] // only `mmap` (the file-mapping module) may allow it, each block with `// SAFETY:`
 
-use std::path::{Path, PathBuf};
+mod checkpoint;
+mod epoch;
+mod index;
+mod log;
+mod mmap;
+mod recovery;
+mod segment;
+#[cfg(test)]
+mod tests;
 
 use bytes::Bytes;
+
+pub use crate::log::Log;
+pub use crate::segment::{BadBatch, file_stem};
 
 /// `message.timestamp.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -91,12 +102,12 @@ impl LogError {
     /// The Kafka protocol error code for this error.
     pub fn kafka_code(&self) -> i16 {
         match self {
-            LogError::CorruptMessage(_) => 2,            // CORRUPT_MESSAGE
-            LogError::InvalidRecord(_) => 87,            // INVALID_RECORD
-            LogError::MessageTooLarge { .. } => 10,      // MESSAGE_TOO_LARGE
-            LogError::OffsetOutOfRange { .. } => 1,      // OFFSET_OUT_OF_RANGE
-            LogError::InvalidTimestamp(_) => 32,         // INVALID_TIMESTAMP
-            LogError::UnsupportedMagic(_) => 2,          // CORRUPT_MESSAGE (magic < 2 unsupported)
+            LogError::CorruptMessage(_) => 2,               // CORRUPT_MESSAGE
+            LogError::InvalidRecord(_) => 87,               // INVALID_RECORD
+            LogError::MessageTooLarge { .. } => 10,         // MESSAGE_TOO_LARGE
+            LogError::OffsetOutOfRange { .. } => 1,         // OFFSET_OUT_OF_RANGE
+            LogError::InvalidTimestamp(_) => 32,            // INVALID_TIMESTAMP
+            LogError::UnsupportedMagic(_) => 2, // CORRUPT_MESSAGE (magic < 2 unsupported)
             LogError::Io(_) | LogError::Corrupted(_) => 56, // KAFKA_STORAGE_ERROR
         }
     }
@@ -126,130 +137,4 @@ pub struct ReadInfo {
     pub slices: Vec<Bytes>,
     /// Total bytes in `slices`.
     pub bytes: usize,
-}
-
-/// One partition's log.
-pub struct Log {
-    _dir: PathBuf,
-}
-
-impl Log {
-    /// Open (or create) the log in `dir` (`<data-dir>/<topic>-<partition>`), recovering after an
-    /// unclean shutdown. `now_ms` is the wall clock (passed in so tests control time).
-    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, LogError> {
-        let _ = (dir, config, now_ms);
-        todo!()
-    }
-
-    /// Validate `batches` (one or more RecordBatch v2, as received in a Produce request), assign
-    /// offsets by patching each batch's `baseOffset` and `partitionLeaderEpoch` in place (and
-    /// LogAppendTime if configured, recomputing the CRC), append, update indexes.
-    pub fn append_as_leader(
-        &mut self,
-        batches: &mut [u8],
-        leader_epoch: i32,
-        now_ms: i64,
-    ) -> Result<AppendInfo, LogError> {
-        let _ = (batches, leader_epoch, now_ms);
-        todo!()
-    }
-
-    /// Append batches whose offsets were assigned by a leader (replication, later issues).
-    pub fn append_as_follower(&mut self, batches: &[u8]) -> Result<AppendInfo, LogError> {
-        let _ = batches;
-        todo!()
-    }
-
-    /// Read whole batches starting with the one that contains `offset`, at most `max_bytes`
-    /// (but always at least one whole batch if `min_one_message`), and never past
-    /// `max_offset` (exclusive; the high watermark for consumers).
-    pub fn read(
-        &self,
-        offset: i64,
-        max_bytes: usize,
-        max_offset: i64,
-        min_one_message: bool,
-    ) -> Result<ReadInfo, LogError> {
-        let _ = (offset, max_bytes, max_offset, min_one_message);
-        todo!()
-    }
-
-    /// First offset whose batch max timestamp is >= `timestamp_ms`, with that timestamp
-    /// (ListOffsets by time). `None` if none.
-    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
-        let _ = timestamp_ms;
-        todo!()
-    }
-
-    /// Offset and timestamp of the record with the largest timestamp (ListOffsets -3).
-    pub fn max_timestamp_and_offset(&self) -> Option<(i64, i64)> {
-        todo!()
-    }
-
-    pub fn log_start_offset(&self) -> i64 {
-        todo!()
-    }
-    pub fn log_end_offset(&self) -> i64 {
-        todo!()
-    }
-    pub fn high_watermark(&self) -> i64 {
-        todo!()
-    }
-    /// Set by the replica manager (single broker: = log end offset after each append).
-    pub fn set_high_watermark(&mut self, offset: i64) {
-        let _ = offset;
-        todo!()
-    }
-    /// Bytes on disk (all segments).
-    pub fn size_bytes(&self) -> u64 {
-        todo!()
-    }
-    pub fn config(&self) -> &LogConfig {
-        todo!()
-    }
-    /// Apply changed topic configs (AlterConfigs) to this log.
-    pub fn update_config(&mut self, config: LogConfig) {
-        let _ = config;
-        todo!()
-    }
-
-    /// DeleteRecords: move the log start offset to `offset` (<= high watermark), deleting
-    /// whole segments below it. Returns the new log start offset.
-    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64, LogError> {
-        let _ = offset;
-        todo!()
-    }
-    /// Remove everything at and after `offset` (follower truncation).
-    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
-        let _ = offset;
-        todo!()
-    }
-    /// Delete everything and start again at `offset`.
-    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
-        let _ = offset;
-        todo!()
-    }
-    /// Periodic housekeeping: roll by `segment.ms`, retention by time/size, `flush.ms`.
-    pub fn tick(&mut self, now_ms: i64) -> Result<(), LogError> {
-        let _ = now_ms;
-        todo!()
-    }
-    /// fsync everything appended so far and advance the recovery point.
-    pub fn flush(&mut self) -> Result<(), LogError> {
-        todo!()
-    }
-    /// Flush and write the clean-shutdown marker.
-    pub fn close(self) -> Result<(), LogError> {
-        todo!()
-    }
-    /// Leader epoch of the last batch at or below the end, and the end offset of `epoch`
-    /// (OffsetForLeaderEpoch): `(epoch, end_offset)`.
-    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
-        let _ = epoch;
-        todo!()
-    }
-    /// Latest leader epoch recorded in the log, if any.
-    pub fn latest_epoch(&self) -> Option<i32> {
-        todo!()
-    }
 }

@@ -1,0 +1,122 @@
+//! The only place that maps files into memory (and so the only module allowed `unsafe`).
+//!
+//! Two kinds of mappings:
+//! - [`ReadMap`]: a read-only shared mapping of a segment's `.log` file, handed out to readers as
+//!   zero-copy [`Bytes`] (each `Bytes` keeps the mapping alive through an `Arc`).
+//! - [`IndexMap`]: a writable shared mapping of a preallocated index file.
+//!
+//! Hazard: touching a page of a mapping past the end of its file raises SIGBUS, and bytes that
+//! change under a `&[u8]` break Rust's aliasing rules. The log upholds, and documents in
+//! docs/STORAGE.md, these rules:
+//! 1. A `.log` file that has ever been mapped is never shrunk or overwritten in place: truncation
+//!    writes the kept prefix to a new file and renames it over the old one (the old inode, and so
+//!    every outstanding `Bytes`, stays valid until the last reference drops). Deleting (unlinking)
+//!    a mapped file is fine for the same reason.
+//! 2. Readers are only given slices of bytes below the segment's written size, and bytes once
+//!    written below that size are never rewritten (appends only add bytes past it).
+//! 3. Index files are only resized after their mapping is dropped, and index mappings are never
+//!    handed out.
+//!
+//! The files live in the broker's own data directory; another process modifying them is outside
+//! what any storage engine can defend against (Kafka has the same exposure).
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use memmap2::{Mmap, MmapMut, MmapOptions};
+
+/// A read-only mapping of the first `len` bytes of a segment file (the file may be shorter than
+/// `len` while it is still being appended to; only bytes below its written size are read).
+#[derive(Debug, Clone)]
+pub struct ReadMap {
+    map: Arc<Mmap>,
+}
+
+impl ReadMap {
+    /// Map `len` bytes of `file` read-only.
+    pub fn new(file: &File, len: usize) -> io::Result<ReadMap> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot map zero bytes",
+            ));
+        }
+        // SAFETY: the mapping is shared and read-only. Per the module rules, the log never shrinks
+        // or rewrites a mapped `.log` file in place (truncation = copy + rename, deletion = unlink
+        // which keeps the inode alive while mapped), and readers only slice bytes below the
+        // written size, so no page past EOF is touched and no byte changes under a live slice.
+        let map = unsafe { MmapOptions::new().len(len).map(file)? };
+        Ok(ReadMap { map: Arc::new(map) })
+    }
+
+    /// Mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Zero-copy `Bytes` of `start..end` (must lie within the file's written size; asserted to
+    /// lie within the mapping).
+    pub fn slice(&self, start: usize, end: usize) -> Bytes {
+        assert!(
+            start <= end && end <= self.map.len(),
+            "slice {start}..{end} outside mapping of {} bytes",
+            self.map.len()
+        );
+        Bytes::from_owner(MapSlice {
+            map: Arc::clone(&self.map),
+            start,
+            end,
+        })
+    }
+
+    /// Borrow `start..end` (same rules as [`ReadMap::slice`]).
+    pub fn bytes(&self, start: usize, end: usize) -> &[u8] {
+        &self.map[start..end]
+    }
+}
+
+/// A window of a shared mapping, owned by a `Bytes`.
+struct MapSlice {
+    map: Arc<Mmap>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for MapSlice {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[self.start..self.end]
+    }
+}
+
+/// A writable shared mapping of a whole index file.
+#[derive(Debug)]
+pub struct IndexMap {
+    map: MmapMut,
+}
+
+impl IndexMap {
+    /// Map the whole of `file` (its length must be > 0) read-write.
+    pub fn new(file: &File) -> io::Result<IndexMap> {
+        // SAFETY: index files are private to this log; the owning index is the only writer, it
+        // resizes the file only after dropping this mapping (module rule 3), and it never hands
+        // out references that outlive `&self`/`&mut self` borrows of the mapping.
+        let map = unsafe { MmapOptions::new().map_mut(file)? };
+        Ok(IndexMap { map })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+
+    /// msync the mapping.
+    pub fn flush(&self) -> io::Result<()> {
+        self.map.flush()
+    }
+}

@@ -1,0 +1,217 @@
+//! Opening a log: load segments, and after an unclean shutdown scan (CRC-check) everything past
+//! the recovery point, rebuilding indexes and cutting off a torn tail.
+//!
+//! Rules (see docs/STORAGE.md):
+//! - Clean shutdown marker present: no CRC scan; indexes are loaded and quickly checked, the
+//!   active segment's tail is walked from its last index entry.
+//! - Otherwise every segment holding offsets >= the recovery point is scanned: indexes rebuilt,
+//!   CRC of every batch at or past the recovery point verified. The first bad batch there is a
+//!   torn/corrupt tail: the log is truncated at it (logged with offset and byte position) and
+//!   later segments are deleted.
+//! - A bad batch below the recovery point (data that was fsynced) is never cut off silently:
+//!   `open` fails with [`LogError::Corrupted`] naming the segment, offset and position.
+//! - A missing or inconsistent index is rebuilt from its segment (logged).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use crate::checkpoint::{self, CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
+use crate::epoch::LeaderEpochCache;
+use crate::log::{Log, sizing};
+use crate::segment::{BadBatch, Segment};
+use crate::{LogConfig, LogError};
+
+/// Suffixes of files we write temporarily; left over only by a crash.
+const TEMP_SUFFIXES: [&str; 3] = [".tmp", ".truncating", ".deleted"];
+
+fn corrupted(dir: &Path, base: i64, bad: &BadBatch) -> LogError {
+    LogError::Corrupted(format!(
+        "{}: segment {base} has a bad batch at byte {} (expected offset {}) in flushed data: {}",
+        dir.display(),
+        bad.position,
+        bad.offset,
+        bad.error
+    ))
+}
+
+pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, LogError> {
+    fs::create_dir_all(dir)?;
+    let mut bases = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if TEMP_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+            tracing::info!(dir = %dir.display(), file = name, "removing leftover temporary file");
+            fs::remove_file(entry.path())?;
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix(".log")
+            && let Ok(base) = stem.parse::<i64>()
+        {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    // Orphan index files (their segment is gone) are removed.
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let stem = name
+            .strip_suffix(".index")
+            .or_else(|| name.strip_suffix(".timeindex"));
+        if let Some(stem) = stem
+            && let Ok(base) = stem.parse::<i64>()
+            && bases.binary_search(&base).is_err()
+        {
+            fs::remove_file(entry.path())?;
+        }
+    }
+
+    let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
+    let log_start_ckpt = checkpoint::read_offset(dir, LOG_START_FILE)?;
+    let recovery_point = if clean {
+        i64::MAX
+    } else {
+        checkpoint::read_offset(dir, RECOVERY_POINT_FILE)?.unwrap_or(0)
+    };
+    let sizing = sizing(&config);
+    let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
+    if bases.is_empty() {
+        let base = log_start_ckpt.unwrap_or(0).max(0);
+        segments.insert(base, Segment::create(dir, base, sizing, now_ms)?);
+    }
+    let mut truncated_at: Option<usize> = None;
+    for (i, &base) in bases.iter().enumerate() {
+        let last = i + 1 == bases.len();
+        let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+        let unflushed = next_base > recovery_point;
+        let mut seg = if unflushed {
+            let mut seg = Segment::open(dir, base, sizing, true, last, now_ms)?;
+            let outcome = seg.scan(recovery_point);
+            tracing::debug!(dir = %dir.display(), segment = base, batches = outcome.valid_batches, "scanned segment");
+            if let Some(bad) = outcome.bad {
+                if bad.offset < recovery_point && !clean {
+                    return Err(corrupted(dir, base, &bad));
+                }
+                tracing::warn!(
+                    dir = %dir.display(),
+                    segment = base,
+                    offset = bad.offset,
+                    position = bad.position,
+                    error = %bad.error,
+                    "truncating torn or corrupt log tail found in recovery"
+                );
+                seg.truncate_at_position(bad.position)?;
+                truncated_at = Some(i);
+            }
+            seg
+        } else {
+            let mut seg = Segment::open(dir, base, sizing, false, last, now_ms)?;
+            let problem = seg.check_indexes().err().or_else(|| {
+                seg.load_tail().map(|b| {
+                    format!(
+                        "tail walk failed at byte {} (offset {}): {}",
+                        b.position, b.offset, b.error
+                    )
+                })
+            });
+            if let Some(problem) = problem {
+                tracing::warn!(dir = %dir.display(), segment = base, %problem, "rebuilding segment index");
+                seg = Segment::open(dir, base, sizing, true, last, now_ms)?;
+                // Flushed data: validate fully; anything bad here is reported, not cut off.
+                let outcome = seg.scan(i64::MIN);
+                if let Some(bad) = outcome.bad {
+                    if clean && last {
+                        tracing::warn!(
+                            dir = %dir.display(), segment = base, offset = bad.offset,
+                            position = bad.position, error = %bad.error,
+                            "truncating corrupt tail of the active segment"
+                        );
+                        seg.truncate_at_position(bad.position)?;
+                    } else {
+                        return Err(corrupted(dir, base, &bad));
+                    }
+                }
+            }
+            seg
+        };
+        if !last && truncated_at.is_some() {
+            seg.unseal()?;
+        }
+        segments.insert(base, seg);
+        if truncated_at.is_some() {
+            // Everything after a cut is gone.
+            for &later in &bases[i + 1..] {
+                tracing::warn!(dir = %dir.display(), segment = later, "deleting segment after truncated tail");
+                crate::segment::delete_files(dir, later)?;
+            }
+            break;
+        }
+    }
+
+    // Offsets must be contiguous across segments.
+    let mut prev_next: Option<i64> = None;
+    for seg in segments.values() {
+        if let Some(p) = prev_next
+            && seg.base_offset() < p
+        {
+            return Err(LogError::Corrupted(format!(
+                "{}: segment {} starts below the end {p} of the previous segment",
+                dir.display(),
+                seg.base_offset()
+            )));
+        }
+        prev_next = Some(seg.next_offset());
+    }
+
+    let first_base = *segments.keys().next().expect("at least one segment");
+    let next_offset = segments
+        .values()
+        .next_back()
+        .map(Segment::next_offset)
+        .expect("at least one segment");
+    let log_start_offset = log_start_ckpt.unwrap_or(first_base).max(first_base);
+    let epochs = LeaderEpochCache::load(dir)?;
+    let mut log = Log {
+        dir: dir.to_path_buf(),
+        config,
+        segments,
+        log_start_offset,
+        next_offset,
+        high_watermark: next_offset,
+        recovery_point: if clean {
+            next_offset
+        } else {
+            recovery_point.min(next_offset)
+        },
+        recovery_point_checkpointed: -1,
+        epochs,
+        unflushed_messages: 0,
+        last_flush_ms: now_ms,
+    };
+    if log_start_offset > next_offset {
+        // The tail holding the log start was lost: nothing below it may be served.
+        log.truncate_fully_and_start_at(log_start_offset)?;
+    }
+    log.epochs.truncate_from_end(log.next_offset)?;
+    log.epochs.truncate_from_start(log.log_start_offset)?;
+    // What was scanned came from the page cache: make it durable before trusting it as flushed.
+    log.flush()?;
+    log.write_recovery_checkpoint()?;
+    if clean {
+        fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE))?;
+    }
+    checkpoint::sync_dir(dir)?;
+    tracing::debug!(
+        dir = %dir.display(),
+        clean,
+        log_start_offset = log.log_start_offset,
+        log_end_offset = log.next_offset,
+        segments = log.segments.len(),
+        "opened log"
+    );
+    Ok(log)
+}

@@ -1,0 +1,720 @@
+//! One log segment: a `.log` file of RecordBatch v2 bytes plus its offset and time indexes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use streamforge_protocol::batch::{self, BatchError, HEADER_BYTES, RecordBatch, RecordIter};
+
+use crate::index::{IndexKind, SparseIndex};
+use crate::mmap::ReadMap;
+
+/// Largest position an offset-index entry can hold (Kafka's indexes store u32 positions; a
+/// segment never grows past `i32::MAX` bytes, as in Kafka where `segment.bytes` is an int).
+pub const SEGMENT_MAX_BYTES: u64 = i32::MAX as u64;
+
+/// `00000000000000000123` for base offset 123.
+pub fn file_stem(base_offset: i64) -> String {
+    format!("{base_offset:020}")
+}
+
+pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{}.log", file_stem(base_offset)))
+}
+pub fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{}.index", file_stem(base_offset)))
+}
+pub fn time_index_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{}.timeindex", file_stem(base_offset)))
+}
+
+/// Sizing settings a segment needs.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentSizing {
+    pub segment_bytes: u64,
+    pub index_max_bytes: u64,
+    pub index_interval_bytes: u64,
+}
+
+/// A batch that failed validation during a recovery scan.
+#[derive(Debug, Clone)]
+pub struct BadBatch {
+    /// Byte position of the batch in the `.log` file.
+    pub position: u64,
+    /// The offset the log expected there (the next offset after the last good batch).
+    pub offset: i64,
+    pub error: String,
+}
+
+/// Result of scanning a segment in recovery.
+#[derive(Debug)]
+pub struct ScanOutcome {
+    /// Batches that passed validation.
+    pub valid_batches: u64,
+    /// The first bad batch, if any (everything from it on is not valid).
+    pub bad: Option<BadBatch>,
+}
+
+/// Where a batch lies in a segment.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchPosition {
+    pub position: u64,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub size_bytes: u64,
+}
+
+#[derive(Debug)]
+pub struct Segment {
+    base_offset: i64,
+    dir: PathBuf,
+    file: File,
+    size_bytes: u64,
+    /// Read mapping covering at least `size_bytes`.
+    map: ReadMap,
+    /// A slice of `map` was handed out: the file must not be shrunk or rewritten in place.
+    map_shared: AtomicBool,
+    offset_index: SparseIndex,
+    time_index: SparseIndex,
+    bytes_since_index_entry: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// First batch's max timestamp (the clock of `segment.ms`), if any batch has one.
+    rolling_base_timestamp: Option<i64>,
+    created_ms: i64,
+    sizing: SegmentSizing,
+}
+
+fn map_len(size_bytes: u64, sizing: &SegmentSizing) -> usize {
+    size_bytes
+        .max(sizing.segment_bytes)
+        .clamp(1, SEGMENT_MAX_BYTES) as usize
+}
+
+impl Segment {
+    /// Create a new, empty segment (replacing any leftover files of the same base offset).
+    pub fn create(
+        dir: &Path,
+        base_offset: i64,
+        sizing: SegmentSizing,
+        now_ms: i64,
+    ) -> io::Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(log_path(dir, base_offset))?;
+        let offset_index = SparseIndex::open(
+            IndexKind::Offset,
+            &index_path(dir, base_offset),
+            sizing.index_max_bytes,
+            true,
+        )?;
+        let time_index = SparseIndex::open(
+            IndexKind::Time,
+            &time_index_path(dir, base_offset),
+            sizing.index_max_bytes,
+            true,
+        )?;
+        let map = ReadMap::new(&file, map_len(0, &sizing))?;
+        Ok(Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file,
+            size_bytes: 0,
+            map,
+            map_shared: AtomicBool::new(false),
+            offset_index,
+            time_index,
+            bytes_since_index_entry: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            rolling_base_timestamp: None,
+            created_ms: now_ms,
+            sizing,
+        })
+    }
+
+    /// Open an existing segment. With `rebuild`, its indexes are reset and must be rebuilt by
+    /// [`Segment::scan`]; otherwise they are loaded as they are and the in-memory state is derived
+    /// from them plus a header walk after the last offset-index entry.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        sizing: SegmentSizing,
+        rebuild: bool,
+        active: bool,
+        now_ms: i64,
+    ) -> io::Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(log_path(dir, base_offset))?;
+        let size_bytes = file.metadata()?.len();
+        let ipath = index_path(dir, base_offset);
+        let tpath = time_index_path(dir, base_offset);
+        let rebuild = rebuild || !ipath.exists() || !tpath.exists();
+        let offset_index =
+            SparseIndex::open(IndexKind::Offset, &ipath, sizing.index_max_bytes, rebuild)?;
+        let time_index =
+            SparseIndex::open(IndexKind::Time, &tpath, sizing.index_max_bytes, rebuild)?;
+        let map = ReadMap::new(&file, map_len(size_bytes, &sizing))?;
+        let mut segment = Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file,
+            size_bytes,
+            map,
+            map_shared: AtomicBool::new(false),
+            offset_index,
+            time_index,
+            bytes_since_index_entry: 0,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            rolling_base_timestamp: None,
+            created_ms: now_ms,
+            sizing,
+        };
+        if active {
+            segment.offset_index.expand(sizing.index_max_bytes)?;
+            segment.time_index.expand(sizing.index_max_bytes)?;
+        }
+        Ok(segment)
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    /// Offset after the last batch (= base offset when empty).
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size_bytes == 0
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn log_path(&self) -> PathBuf {
+        log_path(&self.dir, self.base_offset)
+    }
+
+    /// Cheap index checks after loading without a rebuild.
+    pub fn check_indexes(&self) -> Result<(), String> {
+        self.offset_index
+            .quick_check(i64::from(u32::MAX), self.size_bytes)?;
+        self.time_index.quick_check(i64::from(u32::MAX), u64::MAX)
+    }
+
+    /// Milliseconds this segment has been "open" for `segment.ms` purposes.
+    pub fn age_ms(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_sub(self.rolling_base_timestamp.unwrap_or(self.created_ms))
+    }
+
+    /// Whether appending `bytes` more bytes needs a new segment.
+    pub fn should_roll(
+        &self,
+        bytes: u64,
+        segment_bytes: u64,
+        segment_ms: i64,
+        now_ms: i64,
+    ) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        self.size_bytes + bytes > segment_bytes.min(SEGMENT_MAX_BYTES)
+            || self.age_ms(now_ms) > segment_ms
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            // relative offsets in indexes are u32
+            || self.next_offset - self.base_offset > i64::from(u32::MAX) - 1_000_000
+    }
+
+    fn header_at(&self, position: u64) -> Result<BatchPosition, BatchError> {
+        let start = position as usize;
+        let end = self.size_bytes as usize;
+        let head_end = (start + HEADER_BYTES).min(end);
+        let head = self.map.bytes(start, head_end);
+        let size = batch::batch_size(head)?;
+        if start + size > end {
+            return Err(BatchError::Truncated {
+                needed: size,
+                available: end - start,
+            });
+        }
+        if head.len() < HEADER_BYTES {
+            return Err(BatchError::Truncated {
+                needed: HEADER_BYTES,
+                available: head.len(),
+            });
+        }
+        let view = RecordBatch::parse(self.map.bytes(start, start + size))?;
+        Ok(BatchPosition {
+            position,
+            base_offset: view.base_offset(),
+            last_offset: view.last_offset(),
+            max_timestamp: view.max_timestamp(),
+            size_bytes: size as u64,
+        })
+    }
+
+    /// Bytes of the batch at `pos` (the position must come from this segment's walk).
+    fn batch_bytes(&self, pos: &BatchPosition) -> &[u8] {
+        self.map.bytes(
+            pos.position as usize,
+            (pos.position + pos.size_bytes) as usize,
+        )
+    }
+
+    /// Append already validated batches with offsets assigned (`bytes` holds whole batches whose
+    /// offsets continue from `next_offset`). No heap allocation.
+    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let start = self.size_bytes;
+        self.file.write_all_at(bytes, start)?;
+        let new_size = start + bytes.len() as u64;
+        if new_size as usize > self.map.len() {
+            // Only when one append is larger than `segment.bytes`: map again, larger. The old
+            // mapping stays alive for slices already handed out.
+            self.map = ReadMap::new(&self.file, map_len(new_size, &self.sizing))?;
+            self.map_shared.store(false, Ordering::Relaxed);
+        }
+        let mut position = start;
+        for item in batch::BatchIter::new(bytes) {
+            // Callers validated these batches; a failure here is a bug, not bad input.
+            let (_, view) =
+                item.map_err(|e| io::Error::other(format!("append of invalid batch: {e}")))?;
+            self.index_batch(
+                position,
+                view.last_offset(),
+                view.max_timestamp(),
+                view.size_bytes() as u64,
+            );
+            position += view.size_bytes() as u64;
+        }
+        self.size_bytes = new_size;
+        Ok(())
+    }
+
+    /// Update in-memory state and indexes for a batch at `position`.
+    fn index_batch(&mut self, position: u64, last_offset: i64, max_timestamp: i64, size: u64) {
+        if self.rolling_base_timestamp.is_none() && max_timestamp >= 0 {
+            self.rolling_base_timestamp = Some(max_timestamp);
+        }
+        if max_timestamp > self.max_timestamp {
+            self.max_timestamp = max_timestamp;
+            self.offset_of_max_timestamp = last_offset;
+        }
+        if self.bytes_since_index_entry > self.sizing.index_interval_bytes {
+            let relative = last_offset - self.base_offset;
+            if self.offset_index.append(relative, position as u32) {
+                self.maybe_append_time_entry();
+            }
+            self.bytes_since_index_entry = 0;
+        }
+        self.bytes_since_index_entry += size;
+        self.next_offset = last_offset + 1;
+    }
+
+    fn maybe_append_time_entry(&mut self) {
+        if self.max_timestamp < 0 {
+            return;
+        }
+        let relative = (self.offset_of_max_timestamp - self.base_offset) as u32;
+        match self.time_index.last() {
+            Some(last) if last.key >= self.max_timestamp => {}
+            _ => {
+                self.time_index.append(self.max_timestamp, relative);
+            }
+        }
+    }
+
+    /// Walk the batches from the last offset-index entry to the end (no CRC), deriving
+    /// `next_offset`, max timestamp and the rolling timestamp. Returns the first structurally bad
+    /// batch, if any.
+    pub fn load_tail(&mut self) -> Option<BadBatch> {
+        let (mut position, mut expected) = match self.offset_index.last() {
+            Some(e) => (u64::from(e.value), self.base_offset + e.key),
+            None => (0, self.base_offset),
+        };
+        if let Some(t) = self.time_index.last() {
+            self.max_timestamp = t.key;
+            self.offset_of_max_timestamp = self.base_offset + i64::from(t.value);
+        }
+        if self.size_bytes > 0 {
+            match self.header_at(0) {
+                Ok(first) if first.max_timestamp >= 0 => {
+                    self.rolling_base_timestamp = Some(first.max_timestamp)
+                }
+                _ => {}
+            }
+        }
+        let mut first = true;
+        let mut since_entry = 0;
+        while position < self.size_bytes {
+            let pos = match self.header_at(position) {
+                Ok(p) => p,
+                Err(e) => {
+                    return Some(BadBatch {
+                        position,
+                        offset: expected,
+                        error: e.to_string(),
+                    });
+                }
+            };
+            if first {
+                // The indexed batch's last offset is the entry's offset.
+                if pos.last_offset != expected {
+                    return Some(BadBatch {
+                        position,
+                        offset: expected,
+                        error: format!(
+                            "offset index entry says {expected}, batch ends at {}",
+                            pos.last_offset
+                        ),
+                    });
+                }
+                first = false;
+            } else if pos.base_offset < expected {
+                return Some(BadBatch {
+                    position,
+                    offset: expected,
+                    error: format!("batch offset {} goes backwards", pos.base_offset),
+                });
+            }
+            if pos.max_timestamp > self.max_timestamp {
+                self.max_timestamp = pos.max_timestamp;
+                self.offset_of_max_timestamp = pos.last_offset;
+            }
+            expected = pos.last_offset + 1;
+            self.next_offset = expected;
+            position += pos.size_bytes;
+            since_entry += pos.size_bytes;
+        }
+        self.bytes_since_index_entry = since_entry;
+        None
+    }
+
+    /// Recovery scan: walk every batch from the start, rebuilding both indexes; verify the CRC of
+    /// each batch whose last offset is >= `verify_from_offset`. Stops at the first bad batch
+    /// (which the caller truncates or reports).
+    pub fn scan(&mut self, verify_from_offset: i64) -> ScanOutcome {
+        self.offset_index.clear();
+        self.time_index.clear();
+        self.bytes_since_index_entry = 0;
+        self.next_offset = self.base_offset;
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = -1;
+        self.rolling_base_timestamp = None;
+        let mut position = 0u64;
+        let mut valid_batches = 0u64;
+        while position < self.size_bytes {
+            let bad = |error: String| BadBatch {
+                position,
+                offset: self.next_offset,
+                error,
+            };
+            let pos = match self.header_at(position) {
+                Ok(p) => p,
+                Err(e) => {
+                    return ScanOutcome {
+                        valid_batches,
+                        bad: Some(bad(e.to_string())),
+                    };
+                }
+            };
+            if pos.base_offset < self.next_offset || pos.last_offset < pos.base_offset {
+                return ScanOutcome {
+                    valid_batches,
+                    bad: Some(bad(format!(
+                        "batch offsets {}..={} do not follow {}",
+                        pos.base_offset, pos.last_offset, self.next_offset
+                    ))),
+                };
+            }
+            if pos.last_offset >= verify_from_offset {
+                let checked = RecordBatch::parse(self.batch_bytes(&pos))
+                    .and_then(|v| v.verify_crc().and_then(|_| v.validate_header()));
+                if let Err(e) = checked {
+                    return ScanOutcome {
+                        valid_batches,
+                        bad: Some(bad(e.to_string())),
+                    };
+                }
+            }
+            self.index_batch(position, pos.last_offset, pos.max_timestamp, pos.size_bytes);
+            position += pos.size_bytes;
+            valid_batches += 1;
+        }
+        ScanOutcome {
+            valid_batches,
+            bad: None,
+        }
+    }
+
+    /// Verify every batch's CRC without changing anything. Returns the first bad batch.
+    pub fn verify(&self) -> Option<BadBatch> {
+        let mut position = 0;
+        let mut expected = self.base_offset;
+        while position < self.size_bytes {
+            let checked = self.header_at(position).and_then(|pos| {
+                let v = RecordBatch::parse(self.batch_bytes(&pos))?;
+                v.verify_crc()?;
+                v.validate_header()?;
+                Ok(pos)
+            });
+            match checked {
+                Ok(pos) => {
+                    expected = pos.last_offset + 1;
+                    position += pos.size_bytes;
+                }
+                Err(e) => {
+                    return Some(BadBatch {
+                        position,
+                        offset: expected,
+                        error: e.to_string(),
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// The first batch whose last offset is >= `offset`, or `None` if past the end.
+    pub fn translate_offset(&self, offset: i64) -> Option<BatchPosition> {
+        let mut position = match self.offset_index.floor(offset - self.base_offset) {
+            Some(e) => u64::from(e.value),
+            None => 0,
+        };
+        while position < self.size_bytes {
+            let pos = self.header_at(position).ok()?;
+            if pos.last_offset >= offset {
+                return Some(pos);
+            }
+            position += pos.size_bytes;
+        }
+        None
+    }
+
+    /// Read whole batches starting at the one containing `offset`: at most `max_bytes` (but one
+    /// batch at least when `min_one_message`), only batches starting below `max_offset`.
+    /// Returns the slice and the offset after its last batch.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Option<(Bytes, i64)> {
+        let first = self.translate_offset(offset)?;
+        let start = first.position;
+        let mut end = start;
+        let mut next = offset;
+        let mut position = start;
+        while position < self.size_bytes {
+            let Ok(pos) = self.header_at(position) else {
+                break;
+            };
+            if pos.base_offset >= max_offset {
+                break;
+            }
+            let taken = (end - start) as usize;
+            if taken + pos.size_bytes as usize > max_bytes && !(min_one_message && taken == 0) {
+                break;
+            }
+            end = position + pos.size_bytes;
+            next = pos.last_offset + 1;
+            position = end;
+        }
+        if end == start {
+            return None;
+        }
+        self.map_shared.store(true, Ordering::Relaxed);
+        Some((self.map.slice(start as usize, end as usize), next))
+    }
+
+    /// First record at or after `min_offset` whose timestamp is >= `timestamp_ms`:
+    /// `(offset, timestamp)`.
+    pub fn find_by_timestamp(&self, timestamp_ms: i64, min_offset: i64) -> Option<(i64, i64)> {
+        let start_offset = match self.time_index.floor(timestamp_ms) {
+            Some(e) => (self.base_offset + i64::from(e.value)).max(min_offset),
+            None => min_offset.max(self.base_offset),
+        };
+        let mut pos = self.translate_offset(start_offset)?;
+        loop {
+            if pos.max_timestamp >= timestamp_ms
+                && let Some(found) = self.record_at_or_after(&pos, timestamp_ms, start_offset)
+            {
+                return Some(found);
+            }
+            let next = pos.position + pos.size_bytes;
+            if next >= self.size_bytes {
+                return None;
+            }
+            pos = self.header_at(next).ok()?;
+        }
+    }
+
+    /// Within the batch at `pos`: the first record with offset >= `min_offset` and timestamp >=
+    /// `timestamp_ms`. Compressed batches and LogAppendTime batches answer at batch level.
+    fn record_at_or_after(
+        &self,
+        pos: &BatchPosition,
+        timestamp_ms: i64,
+        min_offset: i64,
+    ) -> Option<(i64, i64)> {
+        let view = RecordBatch::parse(self.batch_bytes(pos)).ok()?;
+        if view.is_log_append_time() || view.compression() != 0 {
+            return Some((view.base_offset().max(min_offset), view.max_timestamp()));
+        }
+        let records = RecordIter::new(&view).ok()?;
+        for record in records {
+            let record = record.ok()?;
+            let offset = view.base_offset() + i64::from(record.offset_delta);
+            let ts = view.base_timestamp().saturating_add(record.timestamp_delta);
+            if offset >= min_offset && ts >= timestamp_ms {
+                return Some((offset, ts));
+            }
+        }
+        None
+    }
+
+    /// The exact record offset carrying this segment's max timestamp (ListOffsets -3).
+    pub fn max_timestamp_record(&self) -> Option<(i64, i64)> {
+        if self.max_timestamp < 0 {
+            return None;
+        }
+        let pos = self.translate_offset(self.offset_of_max_timestamp)?;
+        self.record_at_or_after(&pos, self.max_timestamp, pos.base_offset)
+            .or(Some((self.offset_of_max_timestamp, self.max_timestamp)))
+    }
+
+    /// Keep only batches whose offsets are all below `offset`; batches containing or after it are
+    /// removed. Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> io::Result<u64> {
+        let Some(cut) = self.translate_offset(offset) else {
+            return Ok(0);
+        };
+        let keep = cut.position;
+        let removed = self.size_bytes - keep;
+        self.truncate_to_position(keep)?;
+        self.size_bytes = keep;
+        // The truncated segment becomes the active one: give its indexes room and rebuild them
+        // (and the max timestamp) from a header walk of the kept prefix.
+        self.unseal()?;
+        if let Some(bad) = self.scan(i64::MAX).bad {
+            return Err(io::Error::other(format!(
+                "segment {} inconsistent after truncation at {}: {}",
+                self.base_offset, bad.position, bad.error
+            )));
+        }
+        Ok(removed)
+    }
+
+    /// Shrink the `.log` file to `keep` bytes without invalidating slices already handed out.
+    fn truncate_to_position(&mut self, keep: u64) -> io::Result<()> {
+        if keep >= self.size_bytes {
+            return Ok(());
+        }
+        let path = self.log_path();
+        if self.map_shared.load(Ordering::Relaxed) {
+            // Readers may hold slices of this file: write the kept prefix to a new file and rename
+            // it over the old one (the old inode stays mapped until the last slice drops).
+            let tmp = path.with_extension("log.truncating");
+            let out = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?;
+            const COPY_CHUNK_BYTES: usize = 1 << 20;
+            let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
+            let mut at = 0u64;
+            while at < keep {
+                let want = ((keep - at) as usize).min(COPY_CHUNK_BYTES);
+                self.file.read_exact_at(&mut chunk[..want], at)?;
+                out.write_all_at(&chunk[..want], at)?;
+                at += want as u64;
+            }
+            out.sync_data()?;
+            fs::rename(&tmp, &path)?;
+            self.file = out;
+        } else {
+            self.file.set_len(keep)?;
+        }
+        self.map = ReadMap::new(&self.file, map_len(keep, &self.sizing))?;
+        self.map_shared.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Cut the file at a bad batch found in recovery (before any reader exists).
+    pub fn truncate_at_position(&mut self, position: u64) -> io::Result<()> {
+        self.truncate_to_position(position)?;
+        self.size_bytes = position.min(self.size_bytes);
+        Ok(())
+    }
+
+    /// Seal: add the final time index entry and trim both indexes (on roll).
+    pub fn seal(&mut self) -> io::Result<()> {
+        self.maybe_append_time_entry();
+        self.offset_index.trim()?;
+        self.time_index.trim()?;
+        Ok(())
+    }
+
+    /// Make a sealed segment active again (after truncation removed later segments).
+    pub fn unseal(&mut self) -> io::Result<()> {
+        self.offset_index.expand(self.sizing.index_max_bytes)?;
+        self.time_index.expand(self.sizing.index_max_bytes)?;
+        Ok(())
+    }
+
+    /// Close cleanly: like seal (the file is trimmed; a reopened active segment expands again).
+    pub fn close(&mut self) -> io::Result<()> {
+        self.seal()?;
+        self.flush()
+    }
+
+    /// fsync the log file and msync the indexes.
+    pub fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()?;
+        self.offset_index.flush()?;
+        self.time_index.flush()
+    }
+
+    /// Delete the segment's files (mapped slices stay valid).
+    pub fn delete(self) -> io::Result<()> {
+        let base = self.base_offset;
+        let dir = self.dir.clone();
+        drop(self);
+        delete_files(&dir, base)
+    }
+}
+
+/// Delete the files of segment `base` in `dir` (missing files are fine).
+pub fn delete_files(dir: &Path, base: i64) -> io::Result<()> {
+    {
+        for path in [
+            log_path(dir, base),
+            index_path(dir, base),
+            time_index_path(dir, base),
+        ] {
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,214 @@
+//! Unit tests of the whole `Log` (model-based property tests live in `tests/`).
+
+use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
+use streamforge_protocol::batch::{BatchIter, RecordBatch};
+
+use crate::{Log, LogConfig, LogError, TimestampType};
+
+fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        index_interval_bytes: 256,
+        segment_index_bytes: 4096,
+        ..LogConfig::default()
+    }
+}
+
+fn batch(n: usize, ts: i64) -> Vec<u8> {
+    build_simple(
+        BatchSpec {
+            base_timestamp: ts,
+            ..BatchSpec::default()
+        },
+        n,
+        20,
+    )
+}
+
+/// All batches in a read, as (base offset, last offset).
+fn offsets_of(info: &crate::ReadInfo) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    for slice in &info.slices {
+        for item in BatchIter::new(slice) {
+            let (_, b) = item.unwrap();
+            b.verify_crc().unwrap();
+            out.push((b.base_offset(), b.last_offset()));
+        }
+    }
+    out
+}
+
+#[test]
+fn append_read_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..100 {
+        let mut b = batch(3, 1000 + i * 10);
+        let info = log.append_as_leader(&mut b, 1, 5).unwrap();
+        assert_eq!(info.first_offset, i * 3);
+        assert_eq!(info.last_offset, i * 3 + 2);
+        assert_eq!(info.record_count, 3);
+    }
+    assert_eq!(log.log_end_offset(), 300);
+    assert!(log.segment_count() > 1, "small segments roll");
+    let all = log.read(0, usize::MAX, i64::MAX, true).unwrap();
+    let offs = offsets_of(&all);
+    assert_eq!(offs.len(), 100);
+    for (i, (b, l)) in offs.iter().enumerate() {
+        assert_eq!((*b, *l), (i as i64 * 3, i as i64 * 3 + 2));
+    }
+    // Read from the middle of a batch returns that whole batch first.
+    let mid = log.read(151, 1, i64::MAX, true).unwrap();
+    assert_eq!(offsets_of(&mid), vec![(150, 152)]);
+    // max_offset bounds the read.
+    let hw = log.read(0, usize::MAX, 9, true).unwrap();
+    assert_eq!(offsets_of(&hw).last().unwrap().1, 8);
+    // Offsets out of range.
+    assert!(matches!(
+        log.read(301, 10, i64::MAX, true),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert!(log.read(300, 10, i64::MAX, true).unwrap().slices.is_empty());
+    // Timestamps: record i of batch k has ts 1000 + 10k + i.
+    assert_eq!(log.offset_for_timestamp(1001).unwrap(), Some((1, 1001)));
+    assert_eq!(log.offset_for_timestamp(1003).unwrap(), Some((3, 1010)));
+    assert_eq!(log.offset_for_timestamp(5000).unwrap(), None);
+    assert_eq!(log.max_timestamp_and_offset(), Some((299, 1992)));
+    assert_eq!(log.latest_epoch(), Some(1));
+    log.close().unwrap();
+
+    let log = Log::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 300);
+    assert_eq!(
+        offsets_of(&log.read(0, usize::MAX, i64::MAX, true).unwrap()).len(),
+        100
+    );
+    assert_eq!(log.offset_for_timestamp(1003).unwrap(), Some((3, 1010)));
+    assert_eq!(log.max_timestamp_and_offset(), Some((299, 1992)));
+    assert_eq!(log.end_offset_for_epoch(1), Some((1, 300)));
+}
+
+#[test]
+fn unclean_reopen_recovers_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..50 {
+        log.append_as_leader(&mut batch(2, i), 0, 0).unwrap();
+    }
+    drop(log); // no close: no clean-shutdown marker
+    let log = Log::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 100);
+    assert_eq!(
+        offsets_of(&log.read(0, usize::MAX, i64::MAX, true).unwrap()).len(),
+        50
+    );
+}
+
+#[test]
+fn rejects_bad_batches_with_kafka_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    let mut b = batch(2, 0);
+    let last = b.len() - 1;
+    b[last] ^= 0xff;
+    assert_eq!(
+        log.append_as_leader(&mut b, 0, 0).unwrap_err().kafka_code(),
+        2
+    );
+    let mut big = build_simple(BatchSpec::default(), 10, 200_000);
+    assert_eq!(
+        log.append_as_leader(&mut big, 0, 0)
+            .unwrap_err()
+            .kafka_code(),
+        10
+    );
+    let mut short = batch(2, 0);
+    short.truncate(30);
+    assert_eq!(
+        log.append_as_leader(&mut short, 0, 0)
+            .unwrap_err()
+            .kafka_code(),
+        2
+    );
+    let mut magic = batch(1, 0);
+    magic[16] = 1;
+    assert_eq!(
+        log.append_as_leader(&mut magic, 0, 0)
+            .unwrap_err()
+            .kafka_code(),
+        2
+    );
+    let compact = LogConfig {
+        compact: true,
+        ..small_config()
+    };
+    log.update_config(compact);
+    assert_eq!(
+        log.append_as_leader(&mut batch(1, 0), 0, 0)
+            .unwrap_err()
+            .kafka_code(),
+        87
+    );
+    assert_eq!(log.log_end_offset(), 0);
+}
+
+#[test]
+fn log_append_time_is_stamped() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        timestamp_type: TimestampType::LogAppendTime,
+        ..small_config()
+    };
+    let mut log = Log::open(dir.path(), config, 0).unwrap();
+    let info = log.append_as_leader(&mut batch(3, 5), 0, 777).unwrap();
+    assert_eq!(info.log_append_time_ms, 777);
+    assert_eq!(info.max_timestamp, 777);
+    let read = log.read(0, 1000, i64::MAX, true).unwrap();
+    let b = RecordBatch::parse(&read.slices[0]).unwrap();
+    assert!(b.is_log_append_time());
+    b.verify_crc().unwrap();
+    assert_eq!(log.offset_for_timestamp(700).unwrap(), Some((0, 777)));
+}
+
+#[test]
+fn truncate_delete_records_and_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..60 {
+        log.append_as_leader(&mut batch(2, i * 100), (i / 20) as i32, 0)
+            .unwrap();
+    }
+    let held = log.read(0, usize::MAX, i64::MAX, true).unwrap();
+    log.truncate_to(71).unwrap();
+    assert_eq!(log.log_end_offset(), 70);
+    assert_eq!(log.latest_epoch(), Some(1));
+    // Slices read before the truncation are still intact.
+    assert_eq!(offsets_of(&held).len(), 60);
+    log.append_as_leader(&mut batch(2, 0), 4, 0).unwrap();
+    assert_eq!(log.log_end_offset(), 72);
+    log.set_high_watermark(72);
+    assert_eq!(log.delete_records_before(33).unwrap(), 33);
+    assert!(matches!(
+        log.read(10, 100, i64::MAX, true),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert!(log.delete_records_before(100).is_err());
+    // Retention by time: every record is older than 1s at t = 10_000.
+    log.update_config(LogConfig {
+        retention_ms: 1000,
+        ..small_config()
+    });
+    log.tick(10_000).unwrap();
+    assert_eq!(log.log_start_offset(), 72);
+    assert_eq!(log.log_end_offset(), 72);
+    log.append_as_leader(&mut batch(2, 20_000), 4, 0).unwrap();
+    assert_eq!(
+        offsets_of(&log.read(72, 1000, i64::MAX, true).unwrap()),
+        vec![(72, 73)]
+    );
+    log.truncate_fully_and_start_at(500).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 500));
+    log.close().unwrap();
+    let log = Log::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 500));
+}
