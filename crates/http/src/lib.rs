@@ -1,1 +1,124 @@
 #![forbid(unsafe_code)]
+//! The StreamForge dashboard: an axum server inside the broker process with a JSON API,
+//! server-sent live numbers, an embedded web UI and Prometheus `/metrics`.
+//!
+//! The broker implements [`ClusterView`] (read-only access plus create/delete topic) and calls
+//! [`serve`]. Benchmarks are plugged in through [`BenchRunner`]. Call [`install_metrics`] early
+//! in the process so every metric recorded by the broker reaches `/metrics` and the live view.
+
+mod api_cluster;
+mod api_topics;
+pub mod bench;
+pub mod facade;
+mod lag;
+pub mod live;
+mod metrics_tap;
+mod payload;
+mod prom_text;
+mod routes;
+mod ui;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use api_topics::validate_topic_name;
+pub use bench::{
+    BenchParams, BenchProgress, BenchProgressSink, BenchReport, BenchRow, BenchRunner, LatencyPoint,
+};
+pub use facade::*;
+pub use metrics_tap::{MetricsHub, install_metrics};
+
+/// Optional parts of the dashboard.
+#[derive(Default, Clone)]
+pub struct HttpOptions {
+    /// Runs benchmarks started from the UI; without it the benchmark page says it is unavailable.
+    pub bench_runner: Option<Arc<dyn BenchRunner>>,
+    /// Where the benchmark history is kept across restarts (JSON); in memory only when None.
+    pub bench_history_path: Option<PathBuf>,
+}
+
+/// A running dashboard server.
+pub struct HttpServer {
+    local_addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<()>,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, lets open requests finish (SSE streams are cut), and waits.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.sampler.abort();
+        // SSE streams never end by themselves; give requests a moment, then stop.
+        if tokio::time::timeout(std::time::Duration::from_secs(2), &mut self.server)
+            .await
+            .is_err()
+        {
+            self.server.abort();
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.sampler.abort();
+        self.server.abort();
+    }
+}
+
+/// Binds `addr` and serves the dashboard in the background.
+pub async fn serve(
+    addr: SocketAddr,
+    view: Arc<dyn ClusterView>,
+    options: HttpOptions,
+) -> std::io::Result<HttpServer> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local_addr = listener.local_addr()?;
+    let metrics = install_metrics();
+    let live = live::LiveSampler::new(Arc::clone(&metrics.tap));
+    let sampler = live.spawn();
+    let state = routes::AppState {
+        view,
+        metrics,
+        live,
+        bench: Arc::new(bench::BenchHub::new(
+            options.bench_runner,
+            options.bench_history_path,
+        )),
+    };
+    let app = routes::router(state);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let result = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = rx.await;
+            })
+            .await;
+        if let Err(error) = result {
+            tracing::error!(%error, "dashboard server stopped");
+        }
+    });
+    tracing::info!(addr = %local_addr, "dashboard listening");
+    Ok(HttpServer {
+        local_addr,
+        shutdown: Some(tx),
+        server,
+        sampler,
+    })
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

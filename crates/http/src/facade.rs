@@ -1,0 +1,234 @@
+//! The read-only view of the cluster that the dashboard is built on.
+//!
+//! The http crate never reaches into broker internals: the broker implements [`ClusterView`]
+//! and hands it to [`crate::start`]. Everything here is plain data (serde-serializable) so the
+//! JSON API can pass it through, and so a test can implement the trait with a few vectors.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use serde::Serialize;
+
+/// A boxed future returned by the view (the trait must be object safe).
+pub type ViewFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ViewError>> + Send + 'a>>;
+
+/// Why the view could not answer. Each variant maps to one HTTP status.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ViewError {
+    /// The topic, partition or group does not exist (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is malformed or violates a limit (400).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The request conflicts with the current state, e.g. the topic already exists (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// This broker does not provide the feature yet (501).
+    #[error("{0}")]
+    Unsupported(String),
+    /// Anything else (500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Read-only access to the cluster plus the two explicit actions (create and delete topic).
+///
+/// Implemented by the broker; every method is cheap enough to call once per HTTP request.
+pub trait ClusterView: Send + Sync + 'static {
+    /// Brokers, controller, version and start time.
+    fn cluster(&self) -> ViewFuture<'_, ClusterInfo>;
+    /// All topics with their partitions (internal topics included, flagged).
+    fn topics(&self) -> ViewFuture<'_, Vec<TopicInfo>>;
+    /// One topic with its configs.
+    fn topic(&self, name: String) -> ViewFuture<'_, TopicDetail>;
+    /// Messages of one partition starting at an offset or a timestamp.
+    fn read_messages(&self, query: MessageQuery) -> ViewFuture<'_, MessagePage>;
+    /// Consumer groups; a broker without group support answers an empty list.
+    fn groups(&self) -> ViewFuture<'_, Vec<GroupInfo>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    /// One consumer group with members, assignments and committed offsets.
+    fn group(&self, group_id: String) -> ViewFuture<'_, GroupInfo> {
+        Box::pin(async move { Err(ViewError::NotFound(format!("group '{group_id}' not found"))) })
+    }
+    /// Creates a topic (the dashboard asks the operator to confirm first).
+    fn create_topic(&self, request: CreateTopic) -> ViewFuture<'_, ()>;
+    /// Deletes a topic (the dashboard asks the operator to confirm first).
+    fn delete_topic(&self, name: String) -> ViewFuture<'_, ()>;
+    /// The Kafka bootstrap address benchmarks started from the dashboard connect to.
+    fn bootstrap_address(&self) -> String;
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterInfo {
+    pub cluster_id: String,
+    /// The node id of the broker serving this dashboard.
+    pub node_id: i32,
+    pub controller_id: i32,
+    pub brokers: Vec<BrokerInfo>,
+    /// StreamForge version string.
+    pub version: String,
+    /// Wall-clock time the broker started (ms since the epoch).
+    pub started_at_ms: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BrokerInfo {
+    pub node_id: i32,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicInfo {
+    pub name: String,
+    /// Topic UUID (base64 like Kafka's tools print it), if the broker assigns ids.
+    pub topic_id: Option<String>,
+    pub internal: bool,
+    pub replication_factor: u32,
+    pub partitions: Vec<PartitionInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionInfo {
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+    /// Bytes of the local log on disk.
+    pub size_bytes: u64,
+    /// Bytes held in the object store (None when tiered storage is off for the topic).
+    pub remote_size_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicDetail {
+    #[serde(flatten)]
+    pub topic: TopicInfo,
+    pub configs: Vec<ConfigEntry>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigEntry {
+    pub name: String,
+    pub value: Option<String>,
+    /// Where the value comes from, Kafka's words: "DEFAULT_CONFIG", "DYNAMIC_TOPIC_CONFIG", ...
+    pub source: String,
+    pub is_default: bool,
+    pub sensitive: bool,
+}
+
+/// Where a message read starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum ReadStart {
+    /// The first message at or after this offset (clamped to the log start offset).
+    Offset(i64),
+    /// The first message whose timestamp is at or after this time (ms since the epoch).
+    Timestamp(i64),
+}
+
+#[derive(Debug, Clone)]
+pub struct MessageQuery {
+    pub topic: String,
+    pub partition: i32,
+    pub start: ReadStart,
+    /// At most this many messages (the http layer bounds it by `MESSAGES_LIMIT_MAX`).
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct MessagePage {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// The offset to continue from (one past the last message returned).
+    pub next_offset: i64,
+    pub messages: Vec<Message>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    pub batch: BatchInfo,
+}
+
+/// The record batch a message was stored in.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub partition_leader_epoch: i32,
+    /// "none", "gzip", "snappy", "lz4" or "zstd".
+    pub compression: String,
+    /// "create_time" or "log_append_time".
+    pub timestamp_type: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub transactional: bool,
+    pub control: bool,
+    pub size_bytes: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupInfo {
+    pub group_id: String,
+    /// "Empty", "PreparingRebalance", "CompletingRebalance", "Stable" or "Dead".
+    pub state: String,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub generation: i32,
+    pub coordinator: i32,
+    pub members: Vec<GroupMember>,
+    pub offsets: Vec<GroupOffset>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub assignment: Vec<TopicPartitions>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicPartitions {
+    pub topic: String,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub committed_offset: i64,
+    pub metadata: String,
+    /// The partition's high watermark, when the partition exists; lag is computed from it.
+    pub high_watermark: Option<i64>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct CreateTopic {
+    pub name: String,
+    pub partitions: i32,
+    #[serde(default = "default_replication_factor")]
+    pub replication_factor: i16,
+    #[serde(default)]
+    pub configs: std::collections::BTreeMap<String, String>,
+}
+
+fn default_replication_factor() -> i16 {
+    1
+}

@@ -1,0 +1,729 @@
+//! The JSON API, SSE, static UI and `/metrics` over real HTTP against an in-memory cluster view.
+//! (The same endpoints against the real broker are tested in the cli crate.)
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use streamforge_http::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Default)]
+struct MemView {
+    topics: Mutex<BTreeMap<String, Vec<Message>>>,
+}
+
+fn batch(offset: i64) -> BatchInfo {
+    BatchInfo {
+        base_offset: offset,
+        last_offset: offset,
+        partition_leader_epoch: 0,
+        compression: "none".into(),
+        timestamp_type: "create_time".into(),
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        transactional: false,
+        control: false,
+        size_bytes: 80,
+    }
+}
+
+impl MemView {
+    fn info(&self, name: &str, messages: &[Message]) -> TopicInfo {
+        TopicInfo {
+            name: name.to_string(),
+            topic_id: None,
+            internal: false,
+            replication_factor: 1,
+            partitions: vec![PartitionInfo {
+                partition: 0,
+                leader: 1,
+                leader_epoch: 0,
+                replicas: vec![1],
+                isr: vec![1],
+                log_start_offset: 0,
+                log_end_offset: messages.len() as i64,
+                high_watermark: messages.len() as i64,
+                size_bytes: 80 * messages.len() as u64,
+                remote_size_bytes: None,
+            }],
+        }
+    }
+}
+
+impl ClusterView for MemView {
+    fn cluster(&self) -> ViewFuture<'_, ClusterInfo> {
+        Box::pin(async {
+            Ok(ClusterInfo {
+                cluster_id: "mem-cluster".into(),
+                node_id: 1,
+                controller_id: 1,
+                brokers: vec![BrokerInfo {
+                    node_id: 1,
+                    host: "127.0.0.1".into(),
+                    port: 9092,
+                    rack: None,
+                }],
+                version: "test".into(),
+                started_at_ms: 1,
+            })
+        })
+    }
+
+    fn topics(&self) -> ViewFuture<'_, Vec<TopicInfo>> {
+        Box::pin(async {
+            Ok(self
+                .topics
+                .lock()
+                .iter()
+                .map(|(n, m)| self.info(n, m))
+                .collect())
+        })
+    }
+
+    fn topic(&self, name: String) -> ViewFuture<'_, TopicDetail> {
+        Box::pin(async move {
+            let topics = self.topics.lock();
+            let messages = topics
+                .get(&name)
+                .ok_or_else(|| ViewError::NotFound(format!("topic '{name}' not found")))?;
+            Ok(TopicDetail {
+                topic: self.info(&name, messages),
+                configs: vec![ConfigEntry {
+                    name: "retention.ms".into(),
+                    value: Some("604800000".into()),
+                    source: "DEFAULT_CONFIG".into(),
+                    is_default: true,
+                    sensitive: false,
+                }],
+            })
+        })
+    }
+
+    fn read_messages(&self, query: MessageQuery) -> ViewFuture<'_, MessagePage> {
+        Box::pin(async move {
+            let topics = self.topics.lock();
+            let messages = topics
+                .get(&query.topic)
+                .ok_or_else(|| ViewError::NotFound(format!("topic '{}' not found", query.topic)))?;
+            let start = match query.start {
+                ReadStart::Offset(o) => o,
+                ReadStart::Timestamp(ts) => messages
+                    .iter()
+                    .find(|m| m.timestamp_ms >= ts)
+                    .map_or(messages.len() as i64, |m| m.offset),
+            };
+            let page: Vec<Message> = messages
+                .iter()
+                .skip(start.max(0) as usize)
+                .take(query.limit)
+                .cloned()
+                .collect();
+            Ok(MessagePage {
+                log_start_offset: 0,
+                high_watermark: messages.len() as i64,
+                next_offset: page.last().map_or(start, |m| m.offset + 1),
+                messages: page,
+            })
+        })
+    }
+
+    fn groups(&self) -> ViewFuture<'_, Vec<GroupInfo>> {
+        Box::pin(async { Ok(vec![group()]) })
+    }
+
+    fn group(&self, group_id: String) -> ViewFuture<'_, GroupInfo> {
+        Box::pin(async move {
+            if group_id == "g1" {
+                Ok(group())
+            } else {
+                Err(ViewError::NotFound(format!("group '{group_id}' not found")))
+            }
+        })
+    }
+
+    fn create_topic(&self, request: CreateTopic) -> ViewFuture<'_, ()> {
+        Box::pin(async move {
+            let mut topics = self.topics.lock();
+            if topics.contains_key(&request.name) {
+                return Err(ViewError::Conflict(format!(
+                    "topic '{}' already exists",
+                    request.name
+                )));
+            }
+            let messages = (0..3)
+                .map(|i| Message {
+                    offset: i,
+                    timestamp_ms: 1000 + i,
+                    key: Some(Bytes::from(format!("k{i}"))),
+                    value: Some(if i == 2 {
+                        Bytes::from_static(&[0, 159, 255])
+                    } else {
+                        Bytes::from(format!("value {i}"))
+                    }),
+                    headers: vec![("h".into(), Some(Bytes::from_static(b"v")))],
+                    batch: batch(i),
+                })
+                .collect();
+            topics.insert(request.name, messages);
+            Ok(())
+        })
+    }
+
+    fn delete_topic(&self, name: String) -> ViewFuture<'_, ()> {
+        Box::pin(async move {
+            self.topics
+                .lock()
+                .remove(&name)
+                .map(|_| ())
+                .ok_or_else(|| ViewError::NotFound(format!("topic '{name}' not found")))
+        })
+    }
+
+    fn bootstrap_address(&self) -> String {
+        "127.0.0.1:9092".into()
+    }
+}
+
+fn group() -> GroupInfo {
+    GroupInfo {
+        group_id: "g1".into(),
+        state: "Stable".into(),
+        protocol_type: "consumer".into(),
+        protocol: "range".into(),
+        generation: 3,
+        coordinator: 1,
+        members: vec![GroupMember {
+            member_id: "m-1".into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            assignment: vec![TopicPartitions {
+                topic: "t".into(),
+                partitions: vec![0],
+            }],
+        }],
+        offsets: vec![GroupOffset {
+            topic: "t".into(),
+            partition: 0,
+            committed_offset: 1,
+            metadata: String::new(),
+            high_watermark: Some(3),
+        }],
+    }
+}
+
+struct FakeBench;
+
+impl BenchRunner for FakeBench {
+    fn run(
+        &self,
+        _bootstrap: String,
+        params: BenchParams,
+        progress: BenchProgressSink,
+    ) -> bench::BenchFuture {
+        Box::pin(async move {
+            for i in 1..=4u64 {
+                progress(BenchProgress {
+                    phase: "produce".into(),
+                    messages_done: params.messages * i / 4,
+                    messages_total: params.messages,
+                    bytes_done: 0,
+                    elapsed_ms: i * 10,
+                });
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(BenchReport {
+                rows: vec![BenchRow {
+                    metric: "produce throughput".into(),
+                    value: 123.0,
+                    unit: "msg/s".into(),
+                }],
+                latency_percentiles: vec![LatencyPoint {
+                    percentile: 50.0,
+                    latency_ms: 1.5,
+                }],
+                details: json!({"ok": true}),
+            })
+        })
+    }
+}
+
+/// A minimal HTTP/1.1 exchange (Connection: close) returning status and body.
+async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.unwrap_or("");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text[9..12].parse().unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
+}
+
+async fn json_of(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, Value) {
+    let (status, text) = http(addr, method, path, body).await;
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text}")),
+    )
+}
+
+async fn start() -> HttpServer {
+    let options = HttpOptions {
+        bench_runner: Some(Arc::new(FakeBench)),
+        bench_history_path: None,
+    };
+    serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(MemView::default()),
+        options,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn topics_create_browse_delete() {
+    let server = start().await;
+    let a = server.local_addr();
+
+    let (s, v) = json_of(
+        a,
+        "POST",
+        "/api/topics",
+        Some(r#"{"name":"orders","partitions":1}"#),
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = json_of(
+        a,
+        "POST",
+        "/api/topics",
+        Some(r#"{"name":"orders","partitions":1}"#),
+    )
+    .await;
+    assert_eq!(s, 409, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("already exists"));
+
+    let (s, v) = json_of(a, "GET", "/api/topics", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v[0]["name"], "orders");
+    assert_eq!(v[0]["messages"], 3);
+    assert_eq!(v[0]["partition_count"], 1);
+
+    let (s, v) = json_of(a, "GET", "/api/topics/orders", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["configs"][0]["name"], "retention.ms");
+    assert_eq!(v["partitions"][0]["high_watermark"], 3);
+
+    let (s, v) = json_of(a, "GET", "/api/topics/orders/partitions/0", None).await;
+    assert_eq!((s, v["messages"].as_i64()), (200, Some(3)));
+    let (s, _) = json_of(a, "GET", "/api/topics/orders/partitions/7", None).await;
+    assert_eq!(s, 404);
+
+    let (s, v) = json_of(
+        a,
+        "GET",
+        "/api/topics/orders/partitions/0/messages?offset=0&limit=10",
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3);
+    assert_eq!(messages[0]["key"]["data"], "k0");
+    assert_eq!(
+        messages[0]["value"],
+        json!({"encoding": "text", "data": "value 0", "size_bytes": 7, "truncated": false})
+    );
+    assert_eq!(messages[0]["headers"][0]["key"], "h");
+    assert_eq!(messages[2]["value"]["encoding"], "hex");
+    assert_eq!(messages[2]["value"]["data"], "009fff");
+    assert_eq!(v["next_offset"], 3);
+
+    let (_, v) = json_of(
+        a,
+        "GET",
+        "/api/topics/orders/partitions/0/messages?timestamp=1001&format=hex",
+        None,
+    )
+    .await;
+    assert_eq!(v["messages"][0]["offset"], 1);
+    assert_eq!(v["messages"][0]["key"]["data"], "6b31");
+    let (_, v) = json_of(
+        a,
+        "GET",
+        "/api/topics/orders/partitions/0/messages?from=latest&limit=1",
+        None,
+    )
+    .await;
+    assert_eq!(v["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(v["messages"][0]["offset"], 2);
+
+    let (s, v) = json_of(a, "DELETE", "/api/topics/orders", None).await;
+    assert_eq!(s, 400);
+    assert!(v["error"].as_str().unwrap().contains("confirm"));
+    let (s, _) = json_of(a, "DELETE", "/api/topics/orders?confirm=orders", None).await;
+    assert_eq!(s, 200);
+    let (s, _) = json_of(a, "GET", "/api/topics/orders", None).await;
+    assert_eq!(s, 404);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_parameters_get_400_with_a_message() {
+    let server = start().await;
+    let a = server.local_addr();
+    json_of(
+        a,
+        "POST",
+        "/api/topics",
+        Some(r#"{"name":"t","partitions":1}"#),
+    )
+    .await;
+    let cases = [
+        (
+            "GET",
+            "/api/topics/t/partitions/x/messages",
+            None,
+            "partition",
+        ),
+        ("GET", "/api/topics/t/partitions/-1", None, "partition"),
+        (
+            "GET",
+            "/api/topics/t/partitions/0/messages?limit=0",
+            None,
+            "limit",
+        ),
+        (
+            "GET",
+            "/api/topics/t/partitions/0/messages?limit=99999",
+            None,
+            "limit",
+        ),
+        (
+            "GET",
+            "/api/topics/t/partitions/0/messages?offset=abc",
+            None,
+            "offset",
+        ),
+        (
+            "GET",
+            "/api/topics/t/partitions/0/messages?offset=1&timestamp=2",
+            None,
+            "only one",
+        ),
+        (
+            "GET",
+            "/api/topics/t/partitions/0/messages?format=xml",
+            None,
+            "format",
+        ),
+        (
+            "GET",
+            "/api/topics/t/partitions/0/messages?from=middle",
+            None,
+            "from",
+        ),
+        (
+            "GET",
+            "/api/topics/t/partitions/0/messages?bogus=1",
+            None,
+            "unknown parameter",
+        ),
+        (
+            "POST",
+            "/api/topics",
+            Some("{not json"),
+            "invalid request body",
+        ),
+        (
+            "POST",
+            "/api/topics",
+            Some(r#"{"name":"bad name","partitions":1}"#),
+            "contains",
+        ),
+        (
+            "POST",
+            "/api/topics",
+            Some(r#"{"name":"ok","partitions":0}"#),
+            "partitions",
+        ),
+        ("POST", "/api/bench", Some(r#"{"messages":0}"#), "messages"),
+        ("POST", "/api/bench", Some(r#"{"acks":"some"}"#), "acks"),
+        (
+            "POST",
+            "/api/bench",
+            Some(r#"{"turbo":true}"#),
+            "invalid request body",
+        ),
+        ("GET", "/api/bench/abc", None, "benchmark id"),
+    ];
+    for (method, path, body, needle) in cases {
+        let (s, v) = json_of(a, method, path, body).await;
+        assert_eq!(s, 400, "{method} {path}: {v}");
+        let message = v["error"].as_str().unwrap();
+        assert!(
+            message.contains(needle),
+            "{method} {path}: '{message}' should mention '{needle}'"
+        );
+    }
+    let (s, v) = json_of(a, "GET", "/api/nope", None).await;
+    assert_eq!(s, 404, "{v}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn cluster_groups_live_and_ui() {
+    let server = start().await;
+    let a = server.local_addr();
+    let (s, v) = json_of(a, "GET", "/api/cluster", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["cluster_id"], "mem-cluster");
+    assert_eq!(v["brokers"][0]["node_id"], 1);
+    assert!(v["uptime_ms"].as_i64().unwrap() > 0);
+    assert_eq!(v["group_count"], 1);
+
+    let (_, v) = json_of(a, "GET", "/api/groups", None).await;
+    assert_eq!(v[0]["group_id"], "g1");
+    assert_eq!(v[0]["total_lag"], 2);
+    let (s, v) = json_of(a, "GET", "/api/groups/g1", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["offsets"][0]["lag"], 2);
+    assert_eq!(v["members"][0]["assignment"][0]["topic"], "t");
+    let (s, _) = json_of(a, "GET", "/api/groups/none", None).await;
+    assert_eq!(s, 404);
+
+    let (s, v) = json_of(a, "GET", "/api/live", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["interval_ms"], 1000);
+
+    // SSE: the first event arrives within about a second.
+    let mut stream = tokio::net::TcpStream::connect(a).await.unwrap();
+    stream
+        .write_all(b"GET /api/live/stream HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !seen.contains("event: live") && tokio::time::Instant::now() < deadline {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.contains("text/event-stream"), "{seen}");
+    assert!(
+        seen.contains("event: live") && seen.contains("messages_in_per_sec"),
+        "{seen}"
+    );
+
+    for page in [
+        "/",
+        "/topics/x",
+        "/topics/x/partitions/0",
+        "/groups",
+        "/groups/g1",
+        "/bench",
+    ] {
+        let (s, body) = http(a, "GET", page, None).await;
+        assert_eq!(s, 200, "{page}");
+        assert!(body.contains("<title>StreamForge"), "{page}");
+    }
+    for asset in [
+        "/static/app.js",
+        "/static/style.css",
+        "/static/vendor/uPlot.iife.min.js",
+        "/static/vendor/uPlot.LICENSE",
+    ] {
+        let (s, body) = http(a, "GET", asset, None).await;
+        assert_eq!(s, 200, "{asset}");
+        assert!(!body.is_empty());
+    }
+    let (s, _) = http(a, "GET", "/nothing-here", None).await;
+    assert_eq!(s, 404);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn benchmark_runs_and_is_kept_in_history() {
+    let dir = std::env::temp_dir().join(format!("sf-bench-hist-{}", std::process::id()));
+    let path = dir.join("history.json");
+    let options = HttpOptions {
+        bench_runner: Some(Arc::new(FakeBench)),
+        bench_history_path: Some(path.clone()),
+    };
+    let server = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(MemView::default()),
+        options,
+    )
+    .await
+    .unwrap();
+    let a = server.local_addr();
+    let (s, v) = json_of(
+        a,
+        "POST",
+        "/api/bench",
+        Some(r#"{"messages":1000,"partitions":2,"batch_size":100,"message_size":10,"acks":"all"}"#),
+    )
+    .await;
+    assert_eq!(s, 202, "{v}");
+    let id = v["id"].as_u64().unwrap();
+    let mut run = Value::Null;
+    for _ in 0..100 {
+        run = json_of(a, "GET", &format!("/api/bench/{id}"), None).await.1;
+        if run["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["params"]["acks"], -1);
+    assert_eq!(run["report"]["rows"][0]["value"], 123.0);
+    assert_eq!(run["progress"]["messages_done"], 1000);
+    assert!(!run["progress_series"].as_array().unwrap().is_empty());
+    let (_, list) = json_of(a, "GET", "/api/bench", None).await;
+    assert_eq!(list["available"], true);
+    assert_eq!(list["runs"][0]["id"], id);
+    server.shutdown().await;
+
+    // The history survives a restart.
+    let options = HttpOptions {
+        bench_runner: None,
+        bench_history_path: Some(path),
+    };
+    let server = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(MemView::default()),
+        options,
+    )
+    .await
+    .unwrap();
+    let (_, list) = json_of(server.local_addr(), "GET", "/api/bench", None).await;
+    assert_eq!(list["available"], false);
+    assert_eq!(list["runs"][0]["id"], id);
+    let (s, v) = json_of(server.local_addr(), "POST", "/api/bench", Some("{}")).await;
+    assert_eq!(s, 501, "{v}");
+    server.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text_and_move_with_traffic() {
+    let server = start().await;
+    let a = server.local_addr();
+    json_of(
+        a,
+        "POST",
+        "/api/topics",
+        Some(r#"{"name":"m","partitions":1}"#),
+    )
+    .await;
+    metrics::counter!("streamforge_messages_in_total", "topic" => "m").increment(10);
+    metrics::histogram!("streamforge_request_duration_seconds", "api" => "Produce").record(0.001);
+    let (s, text) = http(a, "GET", "/metrics", None).await;
+    assert_eq!(s, 200);
+    let families = parse_families(&text);
+    for family in [
+        "streamforge_messages_in_total",
+        "streamforge_request_duration_seconds",
+        "streamforge_connections",
+        "streamforge_partitions",
+        "streamforge_log_size_bytes",
+        "streamforge_under_replicated_partitions",
+        "streamforge_group_lag",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(families.contains_key(family), "missing {family} in\n{text}");
+    }
+    assert_eq!(
+        sample(&text, "streamforge_messages_in_total{topic=\"m\"}"),
+        Some(10.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "streamforge_group_lag{group=\"g1\",topic=\"t\",partition=\"0\"}"
+        ),
+        Some(2.0)
+    );
+    metrics::counter!("streamforge_messages_in_total", "topic" => "m").increment(5);
+    let (_, text) = http(a, "GET", "/metrics", None).await;
+    assert_eq!(
+        sample(&text, "streamforge_messages_in_total{topic=\"m\"}"),
+        Some(15.0)
+    );
+    server.shutdown().await;
+}
+
+/// Family name -> type, checking every line is a comment or `name{labels} value`.
+fn parse_families(text: &str) -> BTreeMap<String, String> {
+    let mut families = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            families.insert(name.to_string(), kind.to_string());
+        } else if !line.starts_with('#') {
+            let (_, value) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("bad line {line}"));
+            assert!(
+                value.parse::<f64>().is_ok() || value.ends_with("Inf") || value == "NaN",
+                "bad value in {line}"
+            );
+        }
+    }
+    families
+}
+
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+}

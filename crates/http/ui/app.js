@@ -1,0 +1,236 @@
+// StreamForge dashboard: shared helpers, the router, the live stream and charts.
+// Plain browser JavaScript, no build step; pages register themselves in SF.routes.
+"use strict";
+
+const SF = {
+  routes: [],      // [{pattern: RegExp, nav: string, render: (params, el) => cleanup?}]
+  liveHandlers: new Set(),
+  liveHistory: [], // recent snapshots (oldest first), bounded by LIVE_KEEP
+  cleanup: null,
+  cluster: null,
+};
+const LIVE_KEEP = 300;
+
+// ---------- formatting ----------
+SF.esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+SF.num = (n, digits = 0) => (n == null || Number.isNaN(n) ? "–" : Number(n).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: 0 }));
+SF.compact = (n) => {
+  if (n == null) return "–";
+  const a = Math.abs(n);
+  if (a >= 1e9) return (n / 1e9).toFixed(2) + "G";
+  if (a >= 1e6) return (n / 1e6).toFixed(2) + "M";
+  if (a >= 1e4) return (n / 1e3).toFixed(1) + "k";
+  return SF.num(n, a < 10 ? 1 : 0);
+};
+SF.bytes = (b) => {
+  if (b == null) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = Number(b);
+  while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return (i === 0 ? v.toFixed(0) : v.toFixed(v < 10 ? 2 : 1)) + " " + units[i];
+};
+SF.ms = (v) => (v == null ? "–" : v < 1 ? v.toFixed(3) + " ms" : v < 100 ? v.toFixed(2) + " ms" : SF.num(v) + " ms");
+SF.duration = (ms) => {
+  const s = Math.floor(ms / 1000);
+  const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${m}m`;
+  if (m) return `${m}m ${s % 60}s`;
+  return `${s}s`;
+};
+SF.time = (ms) => (ms == null || ms < 0 ? "–" : new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC"));
+SF.badge = (text, kind) => `<span class="badge badge-${kind || "neutral"}">${SF.esc(text)}</span>`;
+SF.stateBadge = (state) => SF.badge(state, { Stable: "ok", Empty: "neutral", Dead: "bad", PreparingRebalance: "warn", CompletingRebalance: "warn" }[state] || "neutral");
+
+// ---------- HTTP ----------
+SF.api = async (path, options = {}) => {
+  const response = await fetch(path, { headers: { "Content-Type": "application/json" }, ...options });
+  const text = await response.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (_) { body = { error: text }; }
+  if (!response.ok) {
+    const err = new Error((body && body.error) || `${response.status} ${response.statusText}`);
+    err.status = response.status;
+    throw err;
+  }
+  return body;
+};
+
+SF.banner = (message, kind = "error") => {
+  const el = document.getElementById("banner");
+  if (!message) { el.className = "banner hidden"; return; }
+  el.className = `banner banner-${kind}`;
+  el.textContent = message;
+};
+
+// ---------- router ----------
+SF.route = (pattern, nav, render) => SF.routes.push({ pattern, nav, render });
+SF.go = (path) => { history.pushState({}, "", path); SF.render(); };
+
+SF.render = () => {
+  if (typeof SF.cleanup === "function") SF.cleanup();
+  SF.cleanup = null;
+  SF.banner(null);
+  const path = decodeURIComponent(location.pathname).replace(/\/+$/, "") || "/";
+  const page = document.getElementById("page");
+  page.innerHTML = "";
+  for (const r of SF.routes) {
+    const m = path.match(r.pattern);
+    if (!m) continue;
+    document.querySelectorAll("[data-nav]").forEach((a) => a.classList.toggle("active", a.dataset.nav === r.nav));
+    SF.cleanup = r.render(m.slice(1), page, new URLSearchParams(location.search)) || null;
+    return;
+  }
+  page.innerHTML = `<div class="empty">Nothing here. <a href="/" data-link>Back to the overview</a>.</div>`;
+};
+
+// Refresh a page's data every `ms` while it is shown; returns the cleanup.
+SF.every = (ms, fn) => {
+  let stopped = false;
+  let timer = null;
+  const tick = async () => {
+    if (stopped) return;
+    try { await fn(); } catch (e) { SF.banner(e.message); }
+    if (!stopped) timer = setTimeout(tick, ms);
+  };
+  tick();
+  return () => { stopped = true; clearTimeout(timer); };
+};
+
+// ---------- live stream ----------
+SF.onLive = (fn) => { SF.liveHandlers.add(fn); return () => SF.liveHandlers.delete(fn); };
+
+SF.startLive = async () => {
+  try {
+    const initial = await SF.api("/api/live");
+    SF.liveHistory = initial.history.slice(-LIVE_KEEP);
+  } catch (_) { /* the stream below fills the history */ }
+  const dot = document.getElementById("live-dot");
+  const label = document.getElementById("live-label");
+  const source = new EventSource("/api/live/stream");
+  source.addEventListener("live", (ev) => {
+    const snap = JSON.parse(ev.data);
+    SF.liveHistory.push(snap);
+    if (SF.liveHistory.length > LIVE_KEEP) SF.liveHistory.shift();
+    dot.className = "dot dot-live";
+    label.textContent = "live";
+    SF.liveHandlers.forEach((fn) => fn(snap));
+  });
+  source.onerror = () => { dot.className = "dot dot-down"; label.textContent = "reconnecting…"; };
+};
+
+// ---------- charts ----------
+const PALETTE = ["#2563eb", "#16a34a", "#f59e0b", "#dc2626", "#7c3aed", "#0891b2", "#db2777", "#65a30d"];
+SF.palette = PALETTE;
+
+// A time-series chart: series = [{label, color?, value: (snapshot) => number, fmt?}]
+SF.liveChart = (el, title, series, fmt) => {
+  el.innerHTML = `<div class="chart-title">${SF.esc(title)}</div><div class="chart-body"></div>`;
+  const body = el.querySelector(".chart-body");
+  const build = () => {
+    const xs = SF.liveHistory.map((s) => s.ts_ms / 1000);
+    return [xs, ...series.map((s) => SF.liveHistory.map((snap) => s.value(snap)))];
+  };
+  const opts = {
+    width: Math.max(body.clientWidth, 300),
+    height: 220,
+    cursor: { drag: { x: false, y: false } },
+    legend: { show: true },
+    scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] } },
+    axes: [
+      { stroke: "#64748b", grid: { stroke: "#eef2f7" } },
+      { stroke: "#64748b", grid: { stroke: "#eef2f7" }, size: 70, values: (u, vals) => vals.map((v) => (fmt || SF.compact)(v)) },
+    ],
+    series: [{}, ...series.map((s, i) => ({
+      label: s.label,
+      stroke: s.color || PALETTE[i % PALETTE.length],
+      width: 2,
+      fill: (s.color || PALETTE[i % PALETTE.length]) + "14",
+      value: (u, v) => (v == null ? "–" : (fmt || SF.compact)(v)),
+    }))],
+  };
+  const plot = new uPlot(opts, build(), body);
+  const onResize = () => plot.setSize({ width: Math.max(body.clientWidth, 300), height: 220 });
+  window.addEventListener("resize", onResize);
+  const off = SF.onLive(() => plot.setData(build()));
+  return () => { off(); window.removeEventListener("resize", onResize); plot.destroy(); };
+};
+
+// A static chart from arrays: xs numbers, series [{label, values}]
+SF.staticChart = (el, title, xs, series, opts = {}) => {
+  el.innerHTML = `<div class="chart-title">${SF.esc(title)}</div><div class="chart-body"></div>`;
+  const body = el.querySelector(".chart-body");
+  const plot = new uPlot({
+    width: Math.max(body.clientWidth, 300),
+    height: opts.height || 220,
+    cursor: { drag: { x: false, y: false } },
+    scales: { x: { time: !!opts.time }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] } },
+    axes: [
+      { stroke: "#64748b", grid: { stroke: "#eef2f7" }, label: opts.xLabel, values: opts.xValues },
+      { stroke: "#64748b", grid: { stroke: "#eef2f7" }, size: 70, label: opts.yLabel, values: (u, vals) => vals.map((v) => (opts.fmt || SF.compact)(v)) },
+    ],
+    series: [{ label: opts.xLabel || "x" }, ...series.map((s, i) => ({
+      label: s.label, stroke: PALETTE[i % PALETTE.length], width: 2, fill: PALETTE[i % PALETTE.length] + "14",
+      points: { show: xs.length < 30 },
+      value: (u, v) => (v == null ? "–" : (opts.fmt || SF.compact)(v)),
+    }))],
+  }, [xs, ...series.map((s) => s.values)], body);
+  return () => plot.destroy();
+};
+
+// ---------- modal ----------
+// Shows a dialog; `onSubmit(form)` may throw to keep it open with the error shown.
+SF.modal = (html, onSubmit) => {
+  const modal = document.getElementById("modal");
+  const box = document.getElementById("modal-box");
+  box.innerHTML = `<form class="modal-form">${html}<div class="modal-error hidden"></div></form>`;
+  modal.classList.remove("hidden");
+  const form = box.querySelector("form");
+  const close = () => { modal.classList.add("hidden"); box.innerHTML = ""; };
+  form.querySelectorAll("[data-cancel]").forEach((b) => b.addEventListener("click", (e) => { e.preventDefault(); close(); }));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const errEl = form.querySelector(".modal-error");
+    const submit = form.querySelector("button[type=submit]");
+    submit.disabled = true;
+    try {
+      await onSubmit(form);
+      close();
+    } catch (err) {
+      errEl.textContent = err.message;
+      errEl.classList.remove("hidden");
+      submit.disabled = false;
+    }
+  });
+  const first = form.querySelector("input");
+  if (first) first.focus();
+  return close;
+};
+
+// ---------- boot ----------
+SF.refreshClusterFoot = async () => {
+  try {
+    const c = await SF.api("/api/cluster");
+    SF.cluster = c;
+    document.getElementById("cluster-foot").innerHTML =
+      `${SF.esc(c.cluster_id)}<br>node ${c.node_id} · v${SF.esc(c.version)}<br>up ${SF.duration(c.uptime_ms)}`;
+  } catch (_) { /* shown on the next refresh */ }
+};
+
+SF.boot = () => {
+  document.addEventListener("click", (e) => {
+    const a = e.target.closest("a[data-link]");
+    if (!a || e.ctrlKey || e.metaKey || e.shiftKey || a.target === "_blank") return;
+    e.preventDefault();
+    SF.go(a.getAttribute("href"));
+  });
+  window.addEventListener("popstate", SF.render);
+  document.getElementById("modal").addEventListener("click", (e) => {
+    if (e.target.id === "modal") { e.target.classList.add("hidden"); document.getElementById("modal-box").innerHTML = ""; }
+  });
+  SF.startLive();
+  SF.refreshClusterFoot();
+  setInterval(SF.refreshClusterFoot, 10000);
+  SF.render();
+};

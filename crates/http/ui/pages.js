@@ -1,0 +1,332 @@
+// Pages: overview, topics, topic, partition + message browser, consumer groups.
+"use strict";
+
+// ---------- overview ----------
+SF.route(/^\/$/, "overview", (params, el) => {
+  el.innerHTML = `
+    <header class="page-head"><div><h1>Overview</h1><div class="sub" id="ov-sub">&nbsp;</div></div></header>
+    <section class="stats" id="ov-stats"></section>
+    <section class="grid2">
+      <div class="card chart" id="ov-msgs"></div>
+      <div class="card chart" id="ov-bytes"></div>
+    </section>
+    <section class="grid2">
+      <div class="card chart" id="ov-reqs"></div>
+      <div class="card"><div class="card-title">Requests by API <span class="muted">(last second)</span></div><div id="ov-apis"></div></div>
+    </section>
+    <section class="card"><div class="card-title">Topics <span class="spacer"></span>
+      <button class="btn btn-primary" id="ov-create">Create topic</button></div><div id="ov-topics"></div></section>`;
+  const cleanups = [
+    SF.liveChart(el.querySelector("#ov-msgs"), "Messages per second", [
+      { label: "in", value: (s) => s.messages_in_per_sec },
+      { label: "out", value: (s) => s.messages_out_per_sec },
+    ]),
+    SF.liveChart(el.querySelector("#ov-bytes"), "Bytes per second", [
+      { label: "in", value: (s) => s.bytes_in_per_sec },
+      { label: "out", value: (s) => s.bytes_out_per_sec },
+    ], (v) => SF.bytes(v) + "/s"),
+    SF.liveChart(el.querySelector("#ov-reqs"), "Requests per second and connections", [
+      { label: "requests/s", value: (s) => s.requests_per_sec },
+      { label: "connections", value: (s) => s.connections },
+    ]),
+  ];
+  const drawStats = (s) => {
+    s = s || {};
+    const stat = (label, value, id) => `<div class="stat" data-stat="${id}"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
+    el.querySelector("#ov-stats").innerHTML =
+      stat("Messages in / s", SF.compact(s.messages_in_per_sec || 0), "msgs-in") +
+      stat("Messages out / s", SF.compact(s.messages_out_per_sec || 0), "msgs-out") +
+      stat("Bytes in / s", SF.bytes(s.bytes_in_per_sec || 0), "bytes-in") +
+      stat("Bytes out / s", SF.bytes(s.bytes_out_per_sec || 0), "bytes-out") +
+      stat("Requests / s", SF.compact(s.requests_per_sec || 0), "reqs") +
+      stat("Connections", SF.num(s.connections || 0), "conns");
+    const apis = (s.apis || []).filter((a) => a.requests_total > 0);
+    el.querySelector("#ov-apis").innerHTML = apis.length === 0 ? `<div class="empty">No requests yet.</div>` : `
+      <table><thead><tr><th>API</th><th class="r">req/s</th><th class="r">total</th><th class="r">p50</th><th class="r">p99</th><th class="r">p99.9</th><th class="r">max</th></tr></thead>
+      <tbody>${apis.map((a) => `<tr><td>${SF.esc(a.api)}</td><td class="r">${SF.compact(a.requests_per_sec)}</td><td class="r">${SF.compact(a.requests_total)}</td>
+        <td class="r">${SF.ms(a.p50_ms)}</td><td class="r">${SF.ms(a.p99_ms)}</td><td class="r">${SF.ms(a.p999_ms)}</td><td class="r">${SF.ms(a.max_ms)}</td></tr>`).join("")}</tbody></table>`;
+  };
+  drawStats(SF.liveHistory[SF.liveHistory.length - 1]);
+  cleanups.push(SF.onLive(drawStats));
+  el.querySelector("#ov-create").addEventListener("click", () => SF.createTopicDialog(() => loadTopics()));
+  const loadTopics = async () => {
+    const [cluster, topics] = await Promise.all([SF.api("/api/cluster"), SF.api("/api/topics")]);
+    el.querySelector("#ov-sub").textContent =
+      `Cluster ${cluster.cluster_id} · ${cluster.brokers.length} broker(s) · controller ${cluster.controller_id} · ` +
+      `${cluster.topic_count} topics · ${cluster.partition_count} partitions · ${cluster.group_count} groups · up ${SF.duration(cluster.uptime_ms)}`;
+    SF.topicsTable(el.querySelector("#ov-topics"), topics, loadTopics);
+  };
+  cleanups.push(SF.every(3000, loadTopics));
+  return () => cleanups.forEach((c) => c());
+});
+
+// Topic rates from the latest live snapshot, by topic name.
+SF.topicRates = () => {
+  const s = SF.liveHistory[SF.liveHistory.length - 1];
+  const map = {};
+  (s ? s.topics : []).forEach((t) => { map[t.topic] = t; });
+  return map;
+};
+
+SF.topicsTable = (el, topics, reload) => {
+  if (topics.length === 0) { el.innerHTML = `<div class="empty">No topics yet. Create one, or let a producer auto-create it.</div>`; return; }
+  const rates = SF.topicRates();
+  el.innerHTML = `<table class="topics"><thead><tr><th>Topic</th><th class="r">Partitions</th><th class="r">Messages</th><th class="r">Size</th>
+    <th class="r">In (msg/s)</th><th class="r">Out (msg/s)</th><th></th></tr></thead><tbody>
+    ${topics.map((t) => {
+      const r = rates[t.name] || {};
+      return `<tr data-topic="${SF.esc(t.name)}"><td><a href="/topics/${encodeURIComponent(t.name)}" data-link>${SF.esc(t.name)}</a>${t.internal ? " " + SF.badge("internal") : ""}</td>
+      <td class="r">${t.partition_count}</td><td class="r">${SF.num(t.messages)}</td><td class="r">${SF.bytes(t.size_bytes)}${t.remote_size_bytes ? ` <span class="muted">+ ${SF.bytes(t.remote_size_bytes)} remote</span>` : ""}</td>
+      <td class="r">${SF.compact(r.messages_in_per_sec || 0)}</td><td class="r">${SF.compact(r.messages_out_per_sec || 0)}</td>
+      <td class="r nowrap"><a class="btn btn-small" href="/topics/${encodeURIComponent(t.name)}/partitions/0" data-link>Browse</a>
+      ${t.internal ? "" : `<button class="btn btn-small btn-danger" data-delete="${SF.esc(t.name)}">Delete</button>`}</td></tr>`;
+    }).join("")}</tbody></table>`;
+  el.querySelectorAll("[data-delete]").forEach((b) => b.addEventListener("click", () => SF.deleteTopicDialog(b.dataset.delete, reload)));
+};
+
+SF.createTopicDialog = (done) => {
+  SF.modal(`
+    <h2>Create topic</h2>
+    <label>Name<input name="name" required maxlength="249" pattern="[a-zA-Z0-9._\\-]+" placeholder="orders" autocomplete="off"></label>
+    <div class="row"><label>Partitions<input name="partitions" type="number" min="1" max="10000" value="3" required></label>
+    <label>Replication factor<input name="rf" type="number" min="1" value="1" required></label></div>
+    <label>Retention (hours, empty = broker default)<input name="retention" type="number" min="1" placeholder="168"></label>
+    <label class="check"><input type="checkbox" name="confirm" required> I want to create this topic</label>
+    <div class="modal-actions"><button class="btn" data-cancel>Cancel</button><button class="btn btn-primary" type="submit">Create</button></div>`,
+  async (form) => {
+    const configs = {};
+    if (form.retention.value) configs["retention.ms"] = String(Number(form.retention.value) * 3600 * 1000);
+    await SF.api("/api/topics", { method: "POST", body: JSON.stringify({
+      name: form.name.value.trim(), partitions: Number(form.partitions.value), replication_factor: Number(form.rf.value), configs,
+    }) });
+    SF.banner(`Topic ${form.name.value.trim()} created.`, "ok");
+    done && done();
+  });
+};
+
+SF.deleteTopicDialog = (name, done) => {
+  SF.modal(`
+    <h2>Delete topic <code>${SF.esc(name)}</code>?</h2>
+    <p class="warn-text">All its messages are deleted. This cannot be undone.</p>
+    <label>Type the topic name to confirm<input name="confirm" required autocomplete="off"></label>
+    <div class="modal-actions"><button class="btn" data-cancel>Cancel</button><button class="btn btn-danger" type="submit">Delete topic</button></div>`,
+  async (form) => {
+    if (form.confirm.value !== name) throw new Error("The name does not match.");
+    await SF.api(`/api/topics/${encodeURIComponent(name)}?confirm=${encodeURIComponent(form.confirm.value)}`, { method: "DELETE" });
+    SF.banner(`Topic ${name} deleted.`, "ok");
+    done && done();
+  });
+};
+
+// ---------- topics list ----------
+SF.route(/^\/topics$/, "topics", (params, el) => {
+  el.innerHTML = `<header class="page-head"><div><h1>Topics</h1><div class="sub">Every topic on the cluster, internal ones last.</div></div>
+    <button class="btn btn-primary" id="tp-create">Create topic</button></header><section class="card" id="tp-list"></section>`;
+  const load = async () => SF.topicsTable(el.querySelector("#tp-list"), await SF.api("/api/topics"), load);
+  el.querySelector("#tp-create").addEventListener("click", () => SF.createTopicDialog(load));
+  return SF.every(3000, load);
+});
+
+// ---------- topic ----------
+SF.route(/^\/topics\/([^/]+)$/, "topics", ([name], el) => {
+  el.innerHTML = `<header class="page-head"><div><div class="crumbs"><a href="/topics" data-link>Topics</a> /</div><h1>${SF.esc(name)}</h1><div class="sub" id="t-sub">&nbsp;</div></div>
+    <button class="btn btn-danger" id="t-delete">Delete topic</button></header>
+    <section class="stats" id="t-stats"></section>
+    <section class="card chart" id="t-chart"></section>
+    <section class="card"><div class="card-title">Partitions</div><div id="t-parts"></div></section>
+    <section class="card"><div class="card-title">Configuration <span class="muted">(bold = set on this topic)</span></div><div id="t-configs"></div></section>`;
+  const rate = (s, field) => { const t = (s.topics || []).find((x) => x.topic === name); return t ? t[field] : 0; };
+  const cleanups = [SF.liveChart(el.querySelector("#t-chart"), "Messages per second", [
+    { label: "in", value: (s) => rate(s, "messages_in_per_sec") },
+    { label: "out", value: (s) => rate(s, "messages_out_per_sec") },
+  ])];
+  el.querySelector("#t-delete").addEventListener("click", () => SF.deleteTopicDialog(name, () => SF.go("/topics")));
+  let configsShown = false;
+  cleanups.push(SF.every(3000, async () => {
+    let t;
+    try { t = await SF.api(`/api/topics/${encodeURIComponent(name)}`); } catch (e) {
+      if (e.status === 404) { el.querySelector("#t-parts").innerHTML = `<div class="empty">Topic ${SF.esc(name)} does not exist.</div>`; return; }
+      throw e;
+    }
+    el.querySelector("#t-sub").innerHTML = `${t.topic_id ? "id " + SF.esc(t.topic_id) + " · " : ""}replication factor ${t.replication_factor}${t.internal ? " · " + SF.badge("internal") : ""}`;
+    el.querySelector("#t-delete").classList.toggle("hidden", t.internal);
+    const stat = (label, value) => `<div class="stat"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
+    el.querySelector("#t-stats").innerHTML = stat("Partitions", t.partition_count) + stat("Messages", SF.num(t.messages)) +
+      stat("Size on disk", SF.bytes(t.size_bytes)) + stat("In object store", t.remote_size_bytes == null ? "off" : SF.bytes(t.remote_size_bytes));
+    el.querySelector("#t-parts").innerHTML = `<table><thead><tr><th>Partition</th><th class="r">Leader</th><th class="r">Epoch</th><th>Replicas</th><th>ISR</th>
+      <th class="r">Log start</th><th class="r">Log end</th><th class="r">High watermark</th><th class="r">Messages</th><th class="r">Size</th><th class="r">Remote</th><th></th></tr></thead><tbody>
+      ${t.partitions.map((p) => `<tr><td><a href="/topics/${encodeURIComponent(name)}/partitions/${p.partition}" data-link>${p.partition}</a></td>
+        <td class="r">${p.leader}</td><td class="r">${p.leader_epoch}</td><td>${p.replicas.join(", ")}</td>
+        <td>${p.isr.length < p.replicas.length ? SF.badge(p.isr.join(", ") || "none", "warn") : p.isr.join(", ")}</td>
+        <td class="r">${SF.num(p.log_start_offset)}</td><td class="r">${SF.num(p.log_end_offset)}</td><td class="r">${SF.num(p.high_watermark)}</td>
+        <td class="r">${SF.num(Math.max(0, p.high_watermark - p.log_start_offset))}</td><td class="r">${SF.bytes(p.size_bytes)}</td>
+        <td class="r">${p.remote_size_bytes == null ? "–" : SF.bytes(p.remote_size_bytes)}</td>
+        <td class="r"><a class="btn btn-small" href="/topics/${encodeURIComponent(name)}/partitions/${p.partition}" data-link>Browse</a></td></tr>`).join("")}</tbody></table>`;
+    if (!configsShown) {
+      configsShown = true;
+      el.querySelector("#t-configs").innerHTML = t.configs.length === 0 ? `<div class="empty">No configs reported.</div>` :
+        `<table class="configs"><thead><tr><th>Name</th><th>Value</th><th>Source</th></tr></thead><tbody>
+        ${t.configs.map((c) => `<tr class="${c.is_default ? "" : "strong"}"><td>${SF.esc(c.name)}</td><td class="mono">${c.sensitive ? "••••••" : SF.esc(c.value ?? "null")}</td><td class="muted">${SF.esc(c.source)}</td></tr>`).join("")}</tbody></table>`;
+    }
+  }));
+  return () => cleanups.forEach((c) => c());
+});
+
+// ---------- partition + message browser ----------
+SF.route(/^\/topics\/([^/]+)\/partitions\/(\d+)$/, "topics", ([name, partition], el, query) => {
+  el.innerHTML = `<header class="page-head"><div><div class="crumbs"><a href="/topics" data-link>Topics</a> / <a href="/topics/${encodeURIComponent(name)}" data-link>${SF.esc(name)}</a> /</div>
+    <h1>Partition ${partition}</h1><div class="sub" id="p-sub">&nbsp;</div></div></header>
+    <section class="stats" id="p-stats"></section>
+    <section class="card" id="p-browser"></section>`;
+  const cleanups = [SF.every(3000, async () => {
+    const p = await SF.api(`/api/topics/${encodeURIComponent(name)}/partitions/${partition}`);
+    el.querySelector("#p-sub").textContent = `leader ${p.leader} · epoch ${p.leader_epoch} · replicas ${p.replicas.join(", ")} · ISR ${p.isr.join(", ")}`;
+    const stat = (label, value) => `<div class="stat"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
+    el.querySelector("#p-stats").innerHTML = stat("Log start offset", SF.num(p.log_start_offset)) + stat("High watermark", SF.num(p.high_watermark)) +
+      stat("Log end offset", SF.num(p.log_end_offset)) + stat("Messages", SF.num(p.messages)) + stat("Size on disk", SF.bytes(p.size_bytes));
+  })];
+  SF.messageBrowser(el.querySelector("#p-browser"), name, Number(partition), query);
+  return () => cleanups.forEach((c) => c());
+});
+
+// Message browser for one partition; `query` may preset from/offset/timestamp/limit/format.
+SF.messageBrowser = (el, topic, partition, query) => {
+  el.innerHTML = `<div class="card-title">Messages</div>
+    <form class="toolbar" id="mb-form">
+      <label>Start at<select name="mode"><option value="earliest">earliest</option><option value="latest">latest</option><option value="offset">offset</option><option value="timestamp">time</option></select></label>
+      <label class="mb-offset hidden">Offset<input name="offset" type="number" min="0" value="0"></label>
+      <label class="mb-time hidden">Time (UTC)<input name="time" type="datetime-local" step="1"></label>
+      <label>Limit<input name="limit" type="number" min="1" max="500" value="50"></label>
+      <label>Show as<select name="format"><option value="auto">auto</option><option value="text">text</option><option value="hex">hex</option></select></label>
+      <button class="btn btn-primary" type="submit">Load</button>
+      <button class="btn" type="button" id="mb-next" disabled>Next page →</button>
+    </form>
+    <div id="mb-info" class="muted"></div><div id="mb-table"></div>`;
+  const form = el.querySelector("#mb-form");
+  const sync = () => {
+    el.querySelector(".mb-offset").classList.toggle("hidden", form.mode.value !== "offset");
+    el.querySelector(".mb-time").classList.toggle("hidden", form.mode.value !== "timestamp");
+  };
+  if (query.get("offset")) { form.mode.value = "offset"; form.offset.value = query.get("offset"); }
+  if (query.get("from")) form.mode.value = query.get("from");
+  if (query.get("limit")) form.limit.value = query.get("limit");
+  form.mode.addEventListener("change", sync);
+  sync();
+  let next = null;
+  const load = async (startOffset) => {
+    const qs = new URLSearchParams({ limit: form.limit.value, format: form.format.value });
+    if (startOffset != null) qs.set("offset", startOffset);
+    else if (form.mode.value === "offset") qs.set("offset", form.offset.value || "0");
+    else if (form.mode.value === "timestamp") {
+      if (!form.time.value) throw new Error("Pick a time to start from.");
+      qs.set("timestamp", String(Date.parse(form.time.value + "Z")));
+    } else qs.set("from", form.mode.value);
+    const page = await SF.api(`/api/topics/${encodeURIComponent(topic)}/partitions/${partition}/messages?${qs}`);
+    next = page.next_offset;
+    el.querySelector("#mb-next").disabled = page.next_offset >= page.high_watermark;
+    el.querySelector("#mb-info").textContent = page.messages.length === 0
+      ? `No messages from there (log start ${page.log_start_offset}, high watermark ${page.high_watermark}).`
+      : `Offsets ${page.messages[0].offset} – ${page.messages[page.messages.length - 1].offset} of ${page.log_start_offset} – ${page.high_watermark - 1}`;
+    SF.messagesTable(el.querySelector("#mb-table"), page.messages);
+  };
+  const run = (start) => load(start).catch((e) => SF.banner(e.message));
+  form.addEventListener("submit", (e) => { e.preventDefault(); run(null); });
+  el.querySelector("#mb-next").addEventListener("click", () => run(next));
+  run(null);
+};
+
+SF.payload = (p) => (p == null ? `<span class="muted">null</span>` :
+  `<span class="payload ${p.encoding === "hex" ? "hex" : ""}" title="${p.size_bytes} bytes${p.encoding === "hex" ? ", hex" : ""}">${SF.esc(p.data.length > 160 ? p.data.slice(0, 160) + "…" : p.data)}</span>`);
+
+SF.messagesTable = (el, messages) => {
+  if (messages.length === 0) { el.innerHTML = ""; return; }
+  el.innerHTML = `<table class="messages"><thead><tr><th class="r">Offset</th><th>Timestamp</th><th>Key</th><th>Value</th><th>Headers</th><th>Batch</th></tr></thead><tbody>
+    ${messages.map((m, i) => `<tr class="msg" data-i="${i}"><td class="r mono">${m.offset}</td><td class="nowrap mono">${SF.esc(SF.time(m.timestamp_ms))}</td>
+      <td>${SF.payload(m.key)}</td><td>${SF.payload(m.value)}</td>
+      <td>${m.headers.length ? m.headers.map((h) => `<span class="hdr">${SF.esc(h.key)}=${h.value ? SF.esc(h.value.data.slice(0, 40)) : "null"}</span>`).join(" ") : `<span class="muted">–</span>`}</td>
+      <td class="nowrap muted">${m.batch.base_offset}${m.batch.last_offset !== m.batch.base_offset ? "–" + m.batch.last_offset : ""} · ${SF.esc(m.batch.compression)}</td></tr>
+      <tr class="msg-detail hidden" data-d="${i}"><td colspan="6"><pre>${SF.esc(JSON.stringify(m, null, 2))}</pre></td></tr>`).join("")}</tbody></table>`;
+  el.querySelectorAll("tr.msg").forEach((tr) => tr.addEventListener("click", () =>
+    el.querySelector(`tr[data-d="${tr.dataset.i}"]`).classList.toggle("hidden")));
+};
+
+// ---------- message browser entry (pick a topic and partition) ----------
+SF.route(/^\/messages$/, "messages", (params, el, query) => {
+  el.innerHTML = `<header class="page-head"><div><h1>Messages</h1><div class="sub">Browse any partition from an offset or a point in time.</div></div></header>
+    <section class="card"><form class="toolbar" id="mp-form"><label>Topic<select name="topic"></select></label>
+    <label>Partition<select name="partition"></select></label><button class="btn btn-primary" type="submit">Open</button></form></section>
+    <section class="card" id="mp-browser"><div class="empty">Pick a topic and a partition.</div></section>`;
+  const form = el.querySelector("#mp-form");
+  let topics = [];
+  const fillPartitions = () => {
+    const t = topics.find((x) => x.name === form.topic.value);
+    form.partition.innerHTML = t ? t.partitions.map((p) => `<option>${p.partition}</option>`).join("") : "";
+  };
+  SF.api("/api/topics").then((list) => {
+    topics = list;
+    form.topic.innerHTML = list.map((t) => `<option>${SF.esc(t.name)}</option>`).join("");
+    if (query.get("topic")) form.topic.value = query.get("topic");
+    fillPartitions();
+  }).catch((e) => SF.banner(e.message));
+  form.topic.addEventListener("change", fillPartitions);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (!form.topic.value) return;
+    SF.messageBrowser(el.querySelector("#mp-browser"), form.topic.value, Number(form.partition.value || 0), new URLSearchParams());
+  });
+});
+
+// ---------- consumer groups ----------
+SF.route(/^\/groups$/, "groups", (params, el) => {
+  el.innerHTML = `<header class="page-head"><div><h1>Consumer groups</h1><div class="sub">Groups with their state and how far behind they are.</div></div></header>
+    <section class="card" id="g-list"></section>`;
+  return SF.every(2000, async () => {
+    const groups = await SF.api("/api/groups");
+    el.querySelector("#g-list").innerHTML = groups.length === 0 ? `<div class="empty">No consumer groups yet.</div>` :
+      `<table><thead><tr><th>Group</th><th>State</th><th class="r">Members</th><th>Protocol</th><th class="r">Generation</th><th class="r">Total lag</th></tr></thead><tbody>
+      ${groups.map((g) => `<tr data-group="${SF.esc(g.group_id)}"><td><a href="/groups/${encodeURIComponent(g.group_id)}" data-link>${SF.esc(g.group_id)}</a></td><td>${SF.stateBadge(g.state)}</td>
+        <td class="r">${g.member_count}</td><td>${SF.esc(g.protocol_type)}${g.protocol ? " / " + SF.esc(g.protocol) : ""}</td><td class="r">${g.generation}</td>
+        <td class="r lag">${SF.num(g.total_lag)}</td></tr>`).join("")}</tbody></table>`;
+  });
+});
+
+SF.route(/^\/groups\/([^/]+)$/, "groups", ([id], el) => {
+  el.innerHTML = `<header class="page-head"><div><div class="crumbs"><a href="/groups" data-link>Consumer groups</a> /</div><h1>${SF.esc(id)}</h1><div class="sub" id="gd-sub">&nbsp;</div></div></header>
+    <section class="stats" id="gd-stats"></section>
+    <section class="card chart" id="gd-chart"></section>
+    <section class="card"><div class="card-title">Lag by partition</div><div id="gd-offsets"></div></section>
+    <section class="card"><div class="card-title">Members</div><div id="gd-members"></div></section>`;
+  const lagHistory = [];
+  let lagChart = null;
+  const cleanups = [() => lagChart && lagChart()];
+  cleanups.push(SF.every(2000, async () => {
+    let g;
+    try { g = await SF.api(`/api/groups/${encodeURIComponent(id)}`); } catch (e) {
+      if (e.status === 404) { el.querySelector("#gd-offsets").innerHTML = `<div class="empty">Group ${SF.esc(id)} does not exist.</div>`; return; }
+      throw e;
+    }
+    el.querySelector("#gd-sub").innerHTML = `${SF.stateBadge(g.state)} · ${SF.esc(g.protocol_type || "–")}${g.protocol ? " / " + SF.esc(g.protocol) : ""} · generation ${g.generation} · coordinator ${g.coordinator}`;
+    const stat = (label, value, id2) => `<div class="stat" data-stat="${id2}"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
+    el.querySelector("#gd-stats").innerHTML = stat("Total lag", SF.num(g.total_lag), "lag") + stat("Members", g.member_count, "members") +
+      stat("Partitions", g.offsets.length, "partitions") + stat("State", SF.esc(g.state), "state");
+    lagHistory.push([Date.now() / 1000, g.total_lag]);
+    if (lagHistory.length > 300) lagHistory.shift();
+    if (lagChart) lagChart();
+    lagChart = SF.staticChart(el.querySelector("#gd-chart"), "Total lag (since this page opened)", lagHistory.map((p) => p[0]),
+      [{ label: "lag", values: lagHistory.map((p) => p[1]) }], { time: true, height: 180 });
+    const maxLag = Math.max(1, ...g.offsets.map((o) => o.lag || 0));
+    const owner = {};
+    g.members.forEach((m) => m.assignment.forEach((a) => a.partitions.forEach((p) => { owner[a.topic + "/" + p] = m.client_id || m.member_id; })));
+    el.querySelector("#gd-offsets").innerHTML = g.offsets.length === 0 ? `<div class="empty">No committed offsets.</div>` :
+      `<table><thead><tr><th>Topic</th><th class="r">Partition</th><th class="r">Committed</th><th class="r">High watermark</th><th class="r">Lag</th><th class="lagbar-col"></th><th>Consumer</th></tr></thead><tbody>
+      ${g.offsets.map((o) => `<tr><td><a href="/topics/${encodeURIComponent(o.topic)}" data-link>${SF.esc(o.topic)}</a></td><td class="r">${o.partition}</td>
+        <td class="r">${SF.num(o.committed_offset)}</td><td class="r">${o.high_watermark == null ? "–" : SF.num(o.high_watermark)}</td>
+        <td class="r lag">${o.lag == null ? "–" : SF.num(o.lag)}</td><td><div class="lagbar"><div style="width:${Math.round(100 * (o.lag || 0) / maxLag)}%"></div></div></td>
+        <td class="muted">${SF.esc(owner[o.topic + "/" + o.partition] || "–")}</td></tr>`).join("")}</tbody></table>`;
+    el.querySelector("#gd-members").innerHTML = g.members.length === 0 ? `<div class="empty">No active members.</div>` :
+      `<table><thead><tr><th>Member</th><th>Client</th><th>Host</th><th>Assignment</th></tr></thead><tbody>
+      ${g.members.map((m) => `<tr><td class="mono small">${SF.esc(m.member_id)}${m.group_instance_id ? " " + SF.badge("static: " + m.group_instance_id) : ""}</td><td>${SF.esc(m.client_id)}</td>
+        <td>${SF.esc(m.client_host)}</td><td>${m.assignment.map((a) => `${SF.esc(a.topic)}: ${a.partitions.join(", ")}`).join("<br>") || "–"}</td></tr>`).join("")}</tbody></table>`;
+  }));
+  return () => cleanups.forEach((c) => c());
+});
