@@ -1,0 +1,7 @@
+//! Deterministic tests of the coordinator: no sleeps, time is a number.
+
+mod harness;
+mod membership_tests;
+mod offsets_tests;
+mod records_tests;
+mod static_tests;
