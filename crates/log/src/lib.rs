@@ -7,6 +7,7 @@
 
 mod checkpoint;
 mod epoch;
+mod group_commit;
 mod index;
 mod log;
 mod mmap;
@@ -17,6 +18,7 @@ mod tests;
 
 use bytes::Bytes;
 
+pub use crate::group_commit::{FlushTicket, GroupCommit};
 pub use crate::log::Log;
 pub use crate::segment::{BadBatch, file_stem};
 

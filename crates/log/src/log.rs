@@ -3,11 +3,13 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use streamforge_protocol::batch::{BatchError, RecordBatch, RecordBatchMut, RecordIter};
 
 use crate::checkpoint;
 use crate::epoch::LeaderEpochCache;
+use crate::group_commit::{FlushTicket, GroupCommit};
 use crate::segment::{BadBatch, Segment, SegmentSizing};
 use crate::{AppendInfo, LogConfig, LogError, ReadInfo, TimestampType};
 
@@ -30,6 +32,7 @@ pub struct Log {
     pub(crate) epochs: LeaderEpochCache,
     pub(crate) unflushed_messages: i64,
     pub(crate) last_flush_ms: i64,
+    pub(crate) group: Arc<GroupCommit>,
 }
 
 pub(crate) fn sizing(config: &LogConfig) -> SegmentSizing {
@@ -249,6 +252,7 @@ impl Log {
         }
         self.active_mut().seal()?;
         self.create_segment(base, created_ms)?;
+        self.refresh_group_files()?;
         tracing::debug!(dir = %self.dir.display(), base_offset = base, "rolled segment");
         Ok(())
     }
@@ -444,6 +448,8 @@ impl Log {
         }
         active.truncate_to(offset)?;
         self.next_offset = active.next_offset();
+        self.group.reset_durable(self.next_offset);
+        self.refresh_group_files()?;
         self.high_watermark = self.high_watermark.min(self.next_offset);
         self.recovery_point = self.recovery_point.min(self.next_offset);
         self.epochs.truncate_from_end(self.next_offset)?;
@@ -467,6 +473,8 @@ impl Log {
         self.high_watermark = offset;
         self.recovery_point = offset;
         self.epochs.clear()?;
+        self.group.reset_durable(offset);
+        self.refresh_group_files()?;
         checkpoint::write_offset(&self.dir, checkpoint::LOG_START_FILE, offset)?;
         self.write_recovery_checkpoint()?;
         Ok(())
@@ -475,6 +483,11 @@ impl Log {
     /// Periodic housekeeping: roll by `segment.ms`, retention by time/size, `flush.ms`, and the
     /// recovery-point checkpoint.
     pub fn tick(&mut self, now_ms: i64) -> Result<(), LogError> {
+        // Group-commit fsyncs happen outside the log; pick up how far they got.
+        let durable = self.group.durable_offset().min(self.next_offset);
+        if durable > self.recovery_point {
+            self.recovery_point = durable;
+        }
         if !self.active().is_empty() && self.active().age_ms(now_ms) > self.config.segment_ms {
             let base = self.next_offset;
             self.roll_at(base, now_ms)?;
@@ -564,6 +577,38 @@ impl Log {
         }
         self.recovery_point = self.next_offset;
         self.unflushed_messages = 0;
+        self.group.mark_durable(self.next_offset);
+        Ok(())
+    }
+
+    /// A ticket to wait (outside the log's lock) until everything appended so far is fsynced,
+    /// sharing the fsync with every other waiter (group commit; acks=all uses it).
+    pub fn flush_ticket(&self) -> FlushTicket {
+        FlushTicket {
+            group: Arc::clone(&self.group),
+            offset: self.next_offset,
+        }
+    }
+
+    /// The log's group-commit state (durable offset, fsync count).
+    pub fn group_commit(&self) -> &Arc<GroupCommit> {
+        &self.group
+    }
+
+    /// Tell group commit which files may hold data that is not yet durable.
+    pub(crate) fn refresh_group_files(&self) -> Result<(), LogError> {
+        let durable = self.group.durable_offset();
+        let mut files = Vec::new();
+        for seg in self.segments.values() {
+            if seg.next_offset() > durable || seg.is_empty() {
+                files.push((seg.base_offset(), seg.file_handle()?));
+            }
+        }
+        if files.is_empty() {
+            let active = self.active();
+            files.push((active.base_offset(), active.file_handle()?));
+        }
+        self.group.set_files(files);
         Ok(())
     }
 

@@ -18,6 +18,7 @@ use std::path::Path;
 
 use crate::checkpoint::{self, CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
 use crate::epoch::LeaderEpochCache;
+use crate::group_commit::GroupCommit;
 use crate::log::{Log, sizing};
 use crate::segment::{BadBatch, Segment};
 use crate::{LogConfig, LogError};
@@ -191,6 +192,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         epochs,
         unflushed_messages: 0,
         last_flush_ms: now_ms,
+        group: GroupCommit::new(0),
     };
     if log_start_offset > next_offset {
         // The tail holding the log start was lost: nothing below it may be served.
@@ -201,6 +203,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
     // What was scanned came from the page cache: make it durable before trusting it as flushed.
     log.flush()?;
     log.write_recovery_checkpoint()?;
+    log.refresh_group_files()?;
     if clean {
         fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE))?;
     }

@@ -212,3 +212,65 @@ fn truncate_delete_records_and_retention() {
     let log = Log::open(dir.path(), small_config(), 0).unwrap();
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 500));
 }
+
+#[test]
+fn group_commit_shares_fsyncs() {
+    use std::sync::{Arc, Mutex};
+    const THREADS: usize = 8;
+    const APPENDS_PER_THREAD: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(Mutex::new(
+        Log::open(dir.path(), small_config(), 0).unwrap(),
+    ));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for _ in 0..APPENDS_PER_THREAD {
+                    let ticket = {
+                        let mut log = log.lock().unwrap();
+                        log.append_as_leader(&mut batch(2, 0), 0, 0).unwrap();
+                        log.flush_ticket()
+                    };
+                    ticket.wait().unwrap();
+                    assert!(ticket.is_durable());
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let log = log.lock().unwrap();
+    let group = log.group_commit();
+    assert_eq!(
+        group.durable_offset(),
+        (THREADS * APPENDS_PER_THREAD * 2) as i64
+    );
+    // Every wait is covered, with fewer fsyncs than waiters.
+    assert!(group.sync_count() <= (THREADS * APPENDS_PER_THREAD) as u64);
+}
+
+#[test]
+fn flush_messages_policy_advances_recovery_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        flush_messages: 4,
+        ..small_config()
+    };
+    let mut log = Log::open(dir.path(), config, 0).unwrap();
+    log.append_as_leader(&mut batch(2, 0), 0, 0).unwrap();
+    assert_eq!(log.recovery_point(), 0);
+    log.append_as_leader(&mut batch(2, 0), 0, 0).unwrap();
+    assert_eq!(log.recovery_point(), 4);
+    let config = LogConfig {
+        flush_ms: 100,
+        ..small_config()
+    };
+    log.update_config(config);
+    log.append_as_leader(&mut batch(2, 0), 0, 0).unwrap();
+    log.tick(50).unwrap();
+    assert_eq!(log.recovery_point(), 4);
+    log.tick(1000).unwrap();
+    assert_eq!(log.recovery_point(), 6);
+}

@@ -6,11 +6,13 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
-use streamforge_protocol::batch::{self, BatchError, HEADER_BYTES, RecordBatch, RecordIter};
+use streamforge_protocol::batch::{self, BatchError, HEADER_BYTES, RecordBatch};
 
 use crate::index::{IndexKind, SparseIndex};
 use crate::mmap::ReadMap;
+
+mod read;
+mod scan;
 
 /// Largest position an offset-index entry can hold (Kafka's indexes store u32 positions; a
 /// segment never grows past `i32::MAX` bytes, as in Kafka where `segment.bytes` is an int).
@@ -339,266 +341,6 @@ impl Segment {
         }
     }
 
-    /// Walk the batches from the last offset-index entry to the end (no CRC), deriving
-    /// `next_offset`, max timestamp and the rolling timestamp. Returns the first structurally bad
-    /// batch, if any.
-    pub fn load_tail(&mut self) -> Option<BadBatch> {
-        let (mut position, mut expected) = match self.offset_index.last() {
-            Some(e) => (u64::from(e.value), self.base_offset + e.key),
-            None => (0, self.base_offset),
-        };
-        if let Some(t) = self.time_index.last() {
-            self.max_timestamp = t.key;
-            self.offset_of_max_timestamp = self.base_offset + i64::from(t.value);
-        }
-        if self.size_bytes > 0 {
-            match self.header_at(0) {
-                Ok(first) if first.max_timestamp >= 0 => {
-                    self.rolling_base_timestamp = Some(first.max_timestamp)
-                }
-                _ => {}
-            }
-        }
-        let mut first = true;
-        let mut since_entry = 0;
-        while position < self.size_bytes {
-            let pos = match self.header_at(position) {
-                Ok(p) => p,
-                Err(e) => {
-                    return Some(BadBatch {
-                        position,
-                        offset: expected,
-                        error: e.to_string(),
-                    });
-                }
-            };
-            if first {
-                // The indexed batch's last offset is the entry's offset.
-                if pos.last_offset != expected {
-                    return Some(BadBatch {
-                        position,
-                        offset: expected,
-                        error: format!(
-                            "offset index entry says {expected}, batch ends at {}",
-                            pos.last_offset
-                        ),
-                    });
-                }
-                first = false;
-            } else if pos.base_offset < expected {
-                return Some(BadBatch {
-                    position,
-                    offset: expected,
-                    error: format!("batch offset {} goes backwards", pos.base_offset),
-                });
-            }
-            if pos.max_timestamp > self.max_timestamp {
-                self.max_timestamp = pos.max_timestamp;
-                self.offset_of_max_timestamp = pos.last_offset;
-            }
-            expected = pos.last_offset + 1;
-            self.next_offset = expected;
-            position += pos.size_bytes;
-            since_entry += pos.size_bytes;
-        }
-        self.bytes_since_index_entry = since_entry;
-        None
-    }
-
-    /// Recovery scan: walk every batch from the start, rebuilding both indexes; verify the CRC of
-    /// each batch whose last offset is >= `verify_from_offset`. Stops at the first bad batch
-    /// (which the caller truncates or reports).
-    pub fn scan(&mut self, verify_from_offset: i64) -> ScanOutcome {
-        self.offset_index.clear();
-        self.time_index.clear();
-        self.bytes_since_index_entry = 0;
-        self.next_offset = self.base_offset;
-        self.max_timestamp = -1;
-        self.offset_of_max_timestamp = -1;
-        self.rolling_base_timestamp = None;
-        let mut position = 0u64;
-        let mut valid_batches = 0u64;
-        while position < self.size_bytes {
-            let bad = |error: String| BadBatch {
-                position,
-                offset: self.next_offset,
-                error,
-            };
-            let pos = match self.header_at(position) {
-                Ok(p) => p,
-                Err(e) => {
-                    return ScanOutcome {
-                        valid_batches,
-                        bad: Some(bad(e.to_string())),
-                    };
-                }
-            };
-            if pos.base_offset < self.next_offset || pos.last_offset < pos.base_offset {
-                return ScanOutcome {
-                    valid_batches,
-                    bad: Some(bad(format!(
-                        "batch offsets {}..={} do not follow {}",
-                        pos.base_offset, pos.last_offset, self.next_offset
-                    ))),
-                };
-            }
-            if pos.last_offset >= verify_from_offset {
-                let checked = RecordBatch::parse(self.batch_bytes(&pos))
-                    .and_then(|v| v.verify_crc().and_then(|_| v.validate_header()));
-                if let Err(e) = checked {
-                    return ScanOutcome {
-                        valid_batches,
-                        bad: Some(bad(e.to_string())),
-                    };
-                }
-            }
-            self.index_batch(position, pos.last_offset, pos.max_timestamp, pos.size_bytes);
-            position += pos.size_bytes;
-            valid_batches += 1;
-        }
-        ScanOutcome {
-            valid_batches,
-            bad: None,
-        }
-    }
-
-    /// Verify every batch's CRC without changing anything. Returns the first bad batch.
-    pub fn verify(&self) -> Option<BadBatch> {
-        let mut position = 0;
-        let mut expected = self.base_offset;
-        while position < self.size_bytes {
-            let checked = self.header_at(position).and_then(|pos| {
-                let v = RecordBatch::parse(self.batch_bytes(&pos))?;
-                v.verify_crc()?;
-                v.validate_header()?;
-                Ok(pos)
-            });
-            match checked {
-                Ok(pos) => {
-                    expected = pos.last_offset + 1;
-                    position += pos.size_bytes;
-                }
-                Err(e) => {
-                    return Some(BadBatch {
-                        position,
-                        offset: expected,
-                        error: e.to_string(),
-                    });
-                }
-            }
-        }
-        None
-    }
-
-    /// The first batch whose last offset is >= `offset`, or `None` if past the end.
-    pub fn translate_offset(&self, offset: i64) -> Option<BatchPosition> {
-        let mut position = match self.offset_index.floor(offset - self.base_offset) {
-            Some(e) => u64::from(e.value),
-            None => 0,
-        };
-        while position < self.size_bytes {
-            let pos = self.header_at(position).ok()?;
-            if pos.last_offset >= offset {
-                return Some(pos);
-            }
-            position += pos.size_bytes;
-        }
-        None
-    }
-
-    /// Read whole batches starting at the one containing `offset`: at most `max_bytes` (but one
-    /// batch at least when `min_one_message`), only batches starting below `max_offset`.
-    /// Returns the slice and the offset after its last batch.
-    pub fn read(
-        &self,
-        offset: i64,
-        max_bytes: usize,
-        max_offset: i64,
-        min_one_message: bool,
-    ) -> Option<(Bytes, i64)> {
-        let first = self.translate_offset(offset)?;
-        let start = first.position;
-        let mut end = start;
-        let mut next = offset;
-        let mut position = start;
-        while position < self.size_bytes {
-            let Ok(pos) = self.header_at(position) else {
-                break;
-            };
-            if pos.base_offset >= max_offset {
-                break;
-            }
-            let taken = (end - start) as usize;
-            if taken + pos.size_bytes as usize > max_bytes && !(min_one_message && taken == 0) {
-                break;
-            }
-            end = position + pos.size_bytes;
-            next = pos.last_offset + 1;
-            position = end;
-        }
-        if end == start {
-            return None;
-        }
-        self.map_shared.store(true, Ordering::Relaxed);
-        Some((self.map.slice(start as usize, end as usize), next))
-    }
-
-    /// First record at or after `min_offset` whose timestamp is >= `timestamp_ms`:
-    /// `(offset, timestamp)`.
-    pub fn find_by_timestamp(&self, timestamp_ms: i64, min_offset: i64) -> Option<(i64, i64)> {
-        let start_offset = match self.time_index.floor(timestamp_ms) {
-            Some(e) => (self.base_offset + i64::from(e.value)).max(min_offset),
-            None => min_offset.max(self.base_offset),
-        };
-        let mut pos = self.translate_offset(start_offset)?;
-        loop {
-            if pos.max_timestamp >= timestamp_ms
-                && let Some(found) = self.record_at_or_after(&pos, timestamp_ms, start_offset)
-            {
-                return Some(found);
-            }
-            let next = pos.position + pos.size_bytes;
-            if next >= self.size_bytes {
-                return None;
-            }
-            pos = self.header_at(next).ok()?;
-        }
-    }
-
-    /// Within the batch at `pos`: the first record with offset >= `min_offset` and timestamp >=
-    /// `timestamp_ms`. Compressed batches and LogAppendTime batches answer at batch level.
-    fn record_at_or_after(
-        &self,
-        pos: &BatchPosition,
-        timestamp_ms: i64,
-        min_offset: i64,
-    ) -> Option<(i64, i64)> {
-        let view = RecordBatch::parse(self.batch_bytes(pos)).ok()?;
-        if view.is_log_append_time() || view.compression() != 0 {
-            return Some((view.base_offset().max(min_offset), view.max_timestamp()));
-        }
-        let records = RecordIter::new(&view).ok()?;
-        for record in records {
-            let record = record.ok()?;
-            let offset = view.base_offset() + i64::from(record.offset_delta);
-            let ts = view.base_timestamp().saturating_add(record.timestamp_delta);
-            if offset >= min_offset && ts >= timestamp_ms {
-                return Some((offset, ts));
-            }
-        }
-        None
-    }
-
-    /// The exact record offset carrying this segment's max timestamp (ListOffsets -3).
-    pub fn max_timestamp_record(&self) -> Option<(i64, i64)> {
-        if self.max_timestamp < 0 {
-            return None;
-        }
-        let pos = self.translate_offset(self.offset_of_max_timestamp)?;
-        self.record_at_or_after(&pos, self.max_timestamp, pos.base_offset)
-            .or(Some((self.offset_of_max_timestamp, self.max_timestamp)))
-    }
-
     /// Keep only batches whose offsets are all below `offset`; batches containing or after it are
     /// removed. Returns the bytes removed.
     pub fn truncate_to(&mut self, offset: i64) -> io::Result<u64> {
@@ -690,6 +432,11 @@ impl Segment {
         self.file.sync_data()?;
         self.offset_index.flush()?;
         self.time_index.flush()
+    }
+
+    /// A duplicate descriptor of the `.log` file (group commit fsyncs it outside the log's lock).
+    pub fn file_handle(&self) -> io::Result<std::sync::Arc<File>> {
+        Ok(std::sync::Arc::new(self.file.try_clone()?))
     }
 
     /// Delete the segment's files (mapped slices stay valid).
