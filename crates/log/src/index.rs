@@ -223,11 +223,19 @@ impl SparseIndex {
                 ));
             }
         }
-        if self.entries > 1 {
-            let first = self.entry(0);
-            let last = self.entry(self.entries - 1);
-            if last.key < first.key || (self.kind == IndexKind::Offset && last.key == first.key) {
-                return Err(format!("{}: entries out of order", self.path.display()));
+        // Full ordering check: cheap (a 1 GiB segment has ~262k entries at the default
+        // interval) and it keeps binary search meaningful.
+        for i in 1..self.entries {
+            let (prev, cur) = (self.entry(i - 1), self.entry(i));
+            let ordered = match self.kind {
+                IndexKind::Offset => cur.key > prev.key && cur.value > prev.value,
+                IndexKind::Time => cur.key >= prev.key && cur.value >= prev.value,
+            };
+            if !ordered {
+                return Err(format!(
+                    "{}: entry {i} {cur:?} is not after entry {prev:?}",
+                    self.path.display()
+                ));
             }
         }
         Ok(())
