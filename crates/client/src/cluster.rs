@@ -193,13 +193,16 @@ impl Metadata {
     }
 }
 
+/// A pooled connection slot; the async mutex serialises (re)connecting.
+type ConnSlot = Arc<AsyncMutex<Option<Arc<Connection>>>>;
+
 /// Shared cluster state: bootstrap list, metadata cache, connection pool.
 #[derive(Debug)]
 pub struct Cluster {
     config: ClientConfig,
     metadata: RwLock<(Arc<Metadata>, Option<Instant>)>,
     /// One connection per broker address; the async mutex serialises connecting.
-    conns: Mutex<HashMap<String, Arc<AsyncMutex<Option<Arc<Connection>>>>>>,
+    conns: Mutex<HashMap<String, ConnSlot>>,
 }
 
 impl Cluster {

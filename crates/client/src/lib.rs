@@ -4,14 +4,25 @@
 //! the benchmark and (later) follower replication.
 #![forbid(unsafe_code)]
 
+pub mod accumulator;
+pub mod assignor;
 pub mod cluster;
 pub mod compression;
 pub mod conn;
+pub mod consumer;
 pub mod error;
+pub mod group;
+pub mod offsets;
 pub mod partitioner;
+pub mod producer;
 pub mod records;
 
+pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClientConfig, Cluster, Metadata, PartitionInfo, TopicInfo};
 pub use compression::Compression;
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 pub use error::{ClientError, Result};
+pub use producer::{
+    Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+};
 pub use records::{Header, Record};

@@ -1,0 +1,697 @@
+//! The consumer: assign or subscribe (classic group protocol), pipelined fetches, auto and
+//! manual commit, seek by offset or timestamp, decompression and CRC verification.
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+use crate::assignor::Assignor;
+use crate::cluster::{ClientConfig, Cluster};
+use crate::error::{ClientError, Result, codes};
+use crate::group::{self, GroupConfig, Membership};
+use crate::offsets::{self, CommittedOffset, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition};
+use crate::records::{Header, split_batches};
+
+const FETCH_MAX_VERSION: i16 = 12;
+
+/// Where to start when there is no committed offset (`auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    Earliest,
+    Latest,
+    /// Fail instead of guessing.
+    None,
+}
+
+impl std::str::FromStr for OffsetReset {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "earliest" => Ok(OffsetReset::Earliest),
+            "latest" => Ok(OffsetReset::Latest),
+            "none" => Ok(OffsetReset::None),
+            o => Err(format!(
+                "offset reset must be earliest, latest or none, not '{o}'"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    pub client: ClientConfig,
+    pub group_id: Option<String>,
+    pub auto_offset_reset: OffsetReset,
+    pub enable_auto_commit: bool,
+    pub auto_commit_interval_ms: u64,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub heartbeat_interval_ms: u64,
+    pub assignors: Vec<Assignor>,
+    pub fetch_min_bytes: i32,
+    pub fetch_max_bytes: i32,
+    pub fetch_max_wait_ms: i32,
+    pub max_partition_fetch_bytes: i32,
+    /// Verify each batch's CRC-32C (`check.crcs`).
+    pub check_crcs: bool,
+    /// 0 read_uncommitted, 1 read_committed.
+    pub isolation_level: i8,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            client: ClientConfig::default(),
+            group_id: None,
+            auto_offset_reset: OffsetReset::Latest,
+            enable_auto_commit: true,
+            auto_commit_interval_ms: 5_000,
+            session_timeout_ms: 45_000,
+            rebalance_timeout_ms: 300_000,
+            heartbeat_interval_ms: 3_000,
+            assignors: vec![Assignor::Range, Assignor::RoundRobin],
+            fetch_min_bytes: 1,
+            fetch_max_bytes: 50 * 1024 * 1024,
+            fetch_max_wait_ms: 500,
+            max_partition_fetch_bytes: 1024 * 1024,
+            check_crcs: true,
+            isolation_level: 0,
+        }
+    }
+}
+
+/// A consumed record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<Header>,
+}
+
+/// Raw data of one partition from one fetch.
+#[derive(Debug)]
+struct PartitionFetch {
+    tp: (Arc<str>, i32),
+    fetch_offset: i64,
+    error_code: i16,
+    high_watermark: i64,
+    records: Bytes,
+}
+
+struct InFlightFetch {
+    epoch: u64,
+    handle: JoinHandle<Result<Vec<PartitionFetch>>>,
+}
+
+/// An async Kafka consumer.
+pub struct Consumer {
+    config: ConsumerConfig,
+    cluster: Arc<Cluster>,
+    subscription: Vec<String>,
+    /// Next offset to fetch per assigned partition; `None` until looked up.
+    positions: HashMap<(Arc<str>, i32), Option<i64>>,
+    high_watermarks: HashMap<(Arc<str>, i32), i64>,
+    membership: Option<Membership>,
+    in_flight: Option<InFlightFetch>,
+    /// Bumped on every seek or assignment change; stale prefetches are dropped.
+    epoch: u64,
+    buffered: VecDeque<ConsumerRecord>,
+    last_auto_commit: Instant,
+}
+
+impl Consumer {
+    pub fn new(config: ConsumerConfig) -> Self {
+        let cluster = Cluster::new(config.client.clone());
+        Self {
+            config,
+            cluster,
+            subscription: Vec::new(),
+            positions: HashMap::new(),
+            high_watermarks: HashMap::new(),
+            membership: None,
+            in_flight: None,
+            epoch: 0,
+            buffered: VecDeque::new(),
+            last_auto_commit: Instant::now(),
+        }
+    }
+
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// Consumes exactly these partitions (no group membership; commits still use `group_id`).
+    pub fn assign(&mut self, partitions: &[TopicPartition]) {
+        self.subscription.clear();
+        self.set_assignment(
+            partitions
+                .iter()
+                .map(|(t, p)| (Arc::from(t.as_str()), *p))
+                .collect(),
+        );
+    }
+
+    /// Joins the consumer group and consumes the partitions it assigns.
+    pub fn subscribe(&mut self, topics: &[String]) -> Result<()> {
+        if self.config.group_id.is_none() {
+            return Err(ClientError::InvalidArgument(
+                "subscribe needs a group id".into(),
+            ));
+        }
+        self.subscription = topics.to_vec();
+        self.membership = None;
+        self.set_assignment(Vec::new());
+        Ok(())
+    }
+
+    fn set_assignment(&mut self, tps: Vec<(Arc<str>, i32)>) {
+        self.positions = tps.into_iter().map(|tp| (tp, None)).collect();
+        self.invalidate_prefetch();
+    }
+
+    fn invalidate_prefetch(&mut self) {
+        self.epoch += 1;
+        self.buffered.clear();
+        if let Some(f) = self.in_flight.take() {
+            f.handle.abort();
+        }
+    }
+
+    /// Partitions currently assigned.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        let mut v: Vec<TopicPartition> = self
+            .positions
+            .keys()
+            .map(|(t, p)| (t.to_string(), *p))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The next offset to be returned for a partition, if known.
+    pub fn position(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.positions
+            .iter()
+            .find(|((t, p), _)| &**t == topic && *p == partition)
+            .and_then(|(_, o)| *o)
+    }
+
+    /// The last high watermark seen for a partition.
+    pub fn high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.high_watermarks
+            .iter()
+            .find(|((t, p), _)| &**t == topic && *p == partition)
+            .map(|(_, o)| *o)
+    }
+
+    /// Continues from `offset` on a partition.
+    pub fn seek(&mut self, topic: &str, partition: i32, offset: i64) -> Result<()> {
+        let key = self
+            .positions
+            .keys()
+            .find(|(t, p)| &**t == topic && *p == partition)
+            .cloned();
+        let Some(key) = key else {
+            return Err(ClientError::InvalidArgument(format!(
+                "{topic}-{partition} is not assigned"
+            )));
+        };
+        self.positions.insert(key, Some(offset));
+        self.invalidate_prefetch();
+        Ok(())
+    }
+
+    /// Seeks every assigned partition to the first offset with timestamp >= `timestamp_ms`
+    /// (or the end when there is none).
+    pub async fn seek_to_timestamp(&mut self, timestamp_ms: i64) -> Result<()> {
+        self.seek_all(timestamp_ms).await
+    }
+
+    pub async fn seek_to_beginning(&mut self) -> Result<()> {
+        self.seek_all(EARLIEST_TIMESTAMP).await
+    }
+
+    pub async fn seek_to_end(&mut self) -> Result<()> {
+        self.seek_all(LATEST_TIMESTAMP).await
+    }
+
+    async fn seek_all(&mut self, ts: i64) -> Result<()> {
+        self.ensure_membership().await?;
+        let query: Vec<(TopicPartition, i64)> = self
+            .positions
+            .keys()
+            .map(|(t, p)| ((t.to_string(), *p), ts))
+            .collect();
+        let found = offsets::list_offsets(&self.cluster, &query).await?;
+        let ends = if ts >= 0 {
+            let q: Vec<(TopicPartition, i64)> = query
+                .iter()
+                .map(|(tp, _)| (tp.clone(), LATEST_TIMESTAMP))
+                .collect();
+            offsets::list_offsets(&self.cluster, &q).await?
+        } else {
+            HashMap::new()
+        };
+        for (tp, pos) in self.positions.iter_mut() {
+            let k = (tp.0.to_string(), tp.1);
+            let o = found
+                .get(&k)
+                .map(|o| o.offset)
+                .filter(|o| *o >= 0)
+                .or_else(|| ends.get(&k).map(|o| o.offset));
+            *pos = o;
+        }
+        self.invalidate_prefetch();
+        Ok(())
+    }
+
+    async fn ensure_membership(&mut self) -> Result<()> {
+        if self.subscription.is_empty() {
+            return Ok(());
+        }
+        let needs_join = match &self.membership {
+            None => true,
+            Some(m) => m.rejoin_needed.load(Ordering::Acquire),
+        };
+        if !needs_join {
+            return Ok(());
+        }
+        let old = self.membership.take();
+        if let Some(old) = &old
+            && self.config.enable_auto_commit
+        {
+            // Commit what we consumed before giving partitions away.
+            if let Err(e) = self.commit_with(old).await {
+                debug!(error = %e, "commit before rejoin failed");
+            }
+        }
+        let member_id = old
+            .as_ref()
+            .map(|m| m.member_id.clone())
+            .unwrap_or_default();
+        drop(old);
+        let group_config = GroupConfig {
+            group_id: self.config.group_id.clone().unwrap_or_default(),
+            session_timeout_ms: self.config.session_timeout_ms,
+            rebalance_timeout_ms: self.config.rebalance_timeout_ms,
+            heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            assignors: self.config.assignors.clone(),
+        };
+        let m = group::join(&self.cluster, &group_config, &self.subscription, member_id).await?;
+        let tps: Vec<(Arc<str>, i32)> = m
+            .assignment
+            .iter()
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (Arc::from(t.as_str()), *p)))
+            .collect();
+        self.membership = Some(m);
+        self.set_assignment(tps);
+        Ok(())
+    }
+
+    /// Looks up the start position of partitions that have none: committed offset, else the
+    /// reset policy.
+    async fn resolve_positions(&mut self) -> Result<()> {
+        let missing: Vec<TopicPartition> = self
+            .positions
+            .iter()
+            .filter(|(_, o)| o.is_none())
+            .map(|((t, p), _)| (t.to_string(), *p))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut committed = HashMap::new();
+        if let Some(g) = &self.config.group_id {
+            let coord = match &self.membership {
+                Some(m) => m.coordinator.clone(),
+                None => group::find_coordinator(&self.cluster, g).await?.1,
+            };
+            committed = offsets::fetch_committed(&coord, g, Some(&missing)).await?;
+        }
+        let mut need_reset = Vec::new();
+        for tp in &missing {
+            match committed.get(tp) {
+                Some(c) => self.set_position(tp, c.offset),
+                None => need_reset.push(tp.clone()),
+            }
+        }
+        if !need_reset.is_empty() {
+            let ts = match self.config.auto_offset_reset {
+                OffsetReset::Earliest => EARLIEST_TIMESTAMP,
+                OffsetReset::Latest => LATEST_TIMESTAMP,
+                OffsetReset::None => {
+                    return Err(ClientError::InvalidArgument(format!(
+                        "no committed offset for {need_reset:?} and offset reset is none"
+                    )));
+                }
+            };
+            let q: Vec<(TopicPartition, i64)> = need_reset.into_iter().map(|tp| (tp, ts)).collect();
+            for (tp, o) in offsets::list_offsets(&self.cluster, &q).await? {
+                self.set_position(&tp, o.offset);
+            }
+        }
+        Ok(())
+    }
+
+    fn set_position(&mut self, tp: &TopicPartition, offset: i64) {
+        if let Some((_, pos)) = self
+            .positions
+            .iter_mut()
+            .find(|((t, p), _)| **t == *tp.0 && *p == tp.1)
+        {
+            *pos = Some(offset);
+        }
+    }
+
+    /// Returns the next records, waiting up to `timeout` for some to arrive (empty on timeout).
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.ensure_membership().await?;
+            self.maybe_auto_commit().await;
+            if !self.buffered.is_empty() {
+                return Ok(self.buffered.drain(..).collect());
+            }
+            if self.positions.is_empty() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(Vec::new());
+                }
+                tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+                continue;
+            }
+            self.resolve_positions().await?;
+            if self.in_flight.is_none() {
+                self.start_fetch();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(f) = self.in_flight.as_mut() else {
+                continue;
+            };
+            let res = match tokio::time::timeout(left, &mut f.handle).await {
+                Err(_) => return Ok(Vec::new()),
+                Ok(r) => r,
+            };
+            let f = self.in_flight.take().expect("in flight");
+            let fetched = match res {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) if e.is_retriable() => {
+                    debug!(error = %e, "fetch failed, retrying");
+                    self.cluster.invalidate_metadata();
+                    tokio::time::sleep(Duration::from_millis(self.config.client.retry_backoff_ms))
+                        .await;
+                    continue;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => continue, // aborted by a seek
+            };
+            if f.epoch != self.epoch {
+                continue;
+            }
+            self.process_fetch(fetched)?;
+            // Pipelining: the next fetch runs while the caller handles these records.
+            if !self.buffered.is_empty() || Instant::now() < deadline {
+                self.start_fetch();
+            }
+            if !self.buffered.is_empty() {
+                return Ok(self.buffered.drain(..).collect());
+            }
+            if Instant::now() >= deadline {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    fn start_fetch(&mut self) {
+        let wanted: Vec<Wanted> = self
+            .positions
+            .iter()
+            .filter_map(|(tp, o)| o.map(|o| (tp.clone(), o)))
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let cluster = self.cluster.clone();
+        let cfg = self.config.clone();
+        let handle = tokio::spawn(async move { fetch_all(&cluster, &cfg, wanted).await });
+        self.in_flight = Some(InFlightFetch {
+            epoch: self.epoch,
+            handle,
+        });
+    }
+
+    fn process_fetch(&mut self, fetched: Vec<PartitionFetch>) -> Result<()> {
+        let mut refresh = false;
+        for pf in fetched {
+            let Some(Some(pos)) = self.positions.get(&pf.tp).copied() else {
+                continue;
+            };
+            if pos != pf.fetch_offset {
+                continue;
+            }
+            match pf.error_code {
+                0 => {}
+                codes::OFFSET_OUT_OF_RANGE => {
+                    warn!(topic = %pf.tp.0, partition = pf.tp.1, offset = pos, "offset out of range, resetting");
+                    self.positions.insert(pf.tp.clone(), None);
+                    continue;
+                }
+                code => {
+                    let e = ClientError::kafka(code, format!("fetch {}-{}", pf.tp.0, pf.tp.1));
+                    if !e.is_retriable() {
+                        return Err(e);
+                    }
+                    refresh = true;
+                    continue;
+                }
+            }
+            self.high_watermarks
+                .insert(pf.tp.clone(), pf.high_watermark);
+            let mut next = pos;
+            for batch in split_batches(pf.records)? {
+                if batch.header.last_offset() < next {
+                    continue;
+                }
+                if self.config.check_crcs {
+                    batch.verify_crc()?;
+                }
+                if !batch.header.is_control() {
+                    for r in batch.records()? {
+                        let r = r?;
+                        if r.offset < next {
+                            continue;
+                        }
+                        self.buffered.push_back(ConsumerRecord {
+                            topic: pf.tp.0.clone(),
+                            partition: pf.tp.1,
+                            offset: r.offset,
+                            timestamp_ms: r.timestamp_ms,
+                            key: r.key,
+                            value: r.value,
+                            headers: r.headers,
+                        });
+                    }
+                }
+                next = batch.header.last_offset() + 1;
+            }
+            self.positions.insert(pf.tp, Some(next));
+        }
+        if refresh {
+            self.cluster.invalidate_metadata();
+        }
+        Ok(())
+    }
+
+    async fn maybe_auto_commit(&mut self) {
+        if !self.config.enable_auto_commit || self.config.group_id.is_none() {
+            return;
+        }
+        if self.last_auto_commit.elapsed()
+            < Duration::from_millis(self.config.auto_commit_interval_ms)
+        {
+            return;
+        }
+        self.last_auto_commit = Instant::now();
+        if let Err(e) = self.commit().await {
+            debug!(error = %e, "auto-commit failed");
+        }
+    }
+
+    /// Offsets that `commit` would store: the next offset to consume per partition. Records
+    /// already returned by `poll` count as consumed; prefetched ones do not.
+    pub fn consumed_offsets(&self) -> HashMap<TopicPartition, CommittedOffset> {
+        let mut first_buffered: HashMap<(Arc<str>, i32), i64> = HashMap::new();
+        for r in &self.buffered {
+            first_buffered
+                .entry((r.topic.clone(), r.partition))
+                .or_insert(r.offset);
+        }
+        self.positions
+            .iter()
+            .filter_map(|(tp, o)| {
+                let o = first_buffered.get(tp).copied().or(*o)?;
+                Some((
+                    (tp.0.to_string(), tp.1),
+                    CommittedOffset {
+                        offset: o,
+                        metadata: None,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Commits the consumed positions of all assigned partitions.
+    pub async fn commit(&mut self) -> Result<()> {
+        let offsets = self.consumed_offsets();
+        self.commit_offsets(&offsets).await
+    }
+
+    async fn commit_with(&self, m: &Membership) -> Result<()> {
+        let offsets = self.consumed_offsets();
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        offsets::commit(
+            &m.coordinator,
+            &m.group_id,
+            m.generation_id,
+            &m.member_id,
+            &offsets,
+        )
+        .await
+    }
+
+    /// Commits explicit offsets (the next offset to consume, as Kafka stores them).
+    pub async fn commit_offsets(
+        &mut self,
+        offsets: &HashMap<TopicPartition, CommittedOffset>,
+    ) -> Result<()> {
+        let Some(g) = self.config.group_id.clone() else {
+            return Err(ClientError::InvalidArgument(
+                "commit needs a group id".into(),
+            ));
+        };
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        match &self.membership {
+            Some(m) => {
+                offsets::commit(&m.coordinator, &g, m.generation_id, &m.member_id, offsets).await
+            }
+            None => {
+                let (_, coord) = group::find_coordinator(&self.cluster, &g).await?;
+                offsets::commit(&coord, &g, -1, "", offsets).await
+            }
+        }
+    }
+
+    /// Commits (if auto-commit is on) and leaves the group.
+    pub async fn close(mut self) -> Result<()> {
+        if let Some(f) = self.in_flight.take() {
+            f.handle.abort();
+        }
+        if self.config.enable_auto_commit && self.config.group_id.is_some() {
+            let _ = self.commit().await;
+        }
+        if let Some(m) = self.membership.take() {
+            let _ = group::leave(&m).await;
+        }
+        Ok(())
+    }
+}
+
+/// A partition to fetch and the offset to fetch from.
+type Wanted = ((Arc<str>, i32), i64);
+
+/// Fetches all wanted partitions, one request per leader, concurrently.
+async fn fetch_all(
+    cluster: &Arc<Cluster>,
+    cfg: &ConsumerConfig,
+    wanted: Vec<Wanted>,
+) -> Result<Vec<PartitionFetch>> {
+    let mut by_leader: HashMap<i32, Vec<Wanted>> = HashMap::new();
+    for (tp, off) in wanted {
+        let (leader, _) = cluster.leader_connection(&tp.0, tp.1).await?;
+        by_leader.entry(leader).or_default().push((tp, off));
+    }
+    let futs = by_leader
+        .into_iter()
+        .map(|(leader, parts)| fetch_from(cluster, cfg, leader, parts));
+    let mut out = Vec::new();
+    for r in futures::future::join_all(futs).await {
+        out.extend(r?);
+    }
+    Ok(out)
+}
+
+async fn fetch_from(
+    cluster: &Arc<Cluster>,
+    cfg: &ConsumerConfig,
+    leader: i32,
+    parts: Vec<Wanted>,
+) -> Result<Vec<PartitionFetch>> {
+    let conn = cluster.broker(leader).await?;
+    let version = conn.version_for::<FetchRequest>(FETCH_MAX_VERSION)?;
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for ((t, p), off) in &parts {
+        let fp = FetchPartition::default()
+            .with_partition(*p)
+            .with_fetch_offset(*off)
+            .with_current_leader_epoch(-1)
+            .with_last_fetched_epoch(-1)
+            .with_log_start_offset(-1)
+            .with_partition_max_bytes(cfg.max_partition_fetch_bytes);
+        match topics.iter_mut().find(|ft| ft.topic.0.as_str() == &**t) {
+            Some(ft) => ft.partitions.push(fp),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(t.to_string())))
+                    .with_partitions(vec![fp]),
+            ),
+        }
+    }
+    let req = FetchRequest::default()
+        .with_max_wait_ms(cfg.fetch_max_wait_ms)
+        .with_min_bytes(cfg.fetch_min_bytes)
+        .with_max_bytes(cfg.fetch_max_bytes)
+        .with_isolation_level(cfg.isolation_level)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(topics);
+    let r = conn.send(&req, version).await?;
+    ClientError::check(r.error_code, || "Fetch".into())?;
+    let offsets: HashMap<(&str, i32), i64> =
+        parts.iter().map(|((t, p), o)| ((&**t, *p), *o)).collect();
+    let mut out = Vec::new();
+    for t in r.responses {
+        let name = t.topic.0.as_str();
+        let Some(((arc, _), _)) = parts.iter().find(|((n, _), _)| &**n == name) else {
+            continue;
+        };
+        for p in t.partitions {
+            let Some(&fetch_offset) = offsets.get(&(name, p.partition_index)) else {
+                continue;
+            };
+            out.push(PartitionFetch {
+                tp: (arc.clone(), p.partition_index),
+                fetch_offset,
+                error_code: p.error_code,
+                high_watermark: p.high_watermark,
+                records: p.records.unwrap_or_default(),
+            });
+        }
+    }
+    Ok(out)
+}
