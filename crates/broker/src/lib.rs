@@ -1,1 +1,204 @@
+//! The StreamForge broker process as a library: `Broker::start(config)` binds the Kafka
+//! listener, opens the partition logs and serves until `BrokerHandle::shutdown`.
 #![forbid(unsafe_code)]
+
+pub mod config;
+mod connection;
+pub mod handlers;
+pub mod replica_manager;
+pub mod router;
+mod server;
+pub mod topic_config;
+pub mod topic_store;
+pub mod util;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::BrokerConfig;
+pub use replica_manager::{Partition, ReplicaManager, Topic};
+
+/// Errors starting the broker.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("cannot bind the Kafka listener on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot open the data directory: {0}")]
+    Storage(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// State shared by every connection and handler.
+pub struct BrokerState {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub replicas: ReplicaManager,
+    /// Open client connections.
+    pub connections: AtomicUsize,
+    /// Flips to `true` when the broker shuts down (long polls return early).
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl BrokerState {
+    pub fn node_id(&self) -> i32 {
+        self.config.node_id
+    }
+}
+
+/// The entry point.
+pub struct Broker;
+
+impl Broker {
+    /// Open the data directory, bind the listener and start serving.
+    pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| BrokerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let kafka_addr = listener.local_addr().map_err(|source| BrokerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let (advertised_host, advertised_port) = advertised(&config, kafka_addr)?;
+
+        let data_dir = config.data_dir.clone();
+        let log_defaults = config.log_defaults.clone();
+        let (replicas, cluster_id) = tokio::task::spawn_blocking(move || {
+            let replicas = ReplicaManager::open(&data_dir, log_defaults)
+                .map_err(|e| BrokerError::Storage(e.to_string()))?;
+            let cluster_id = replicas
+                .store()
+                .cluster_id(new_cluster_id)
+                .map_err(|e| BrokerError::Storage(e.to_string()))?;
+            Ok::<_, BrokerError>((replicas, cluster_id))
+        })
+        .await
+        .map_err(|e| BrokerError::Storage(e.to_string()))??;
+
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let state = Arc::new(BrokerState {
+            config,
+            cluster_id,
+            advertised_host,
+            advertised_port,
+            replicas,
+            connections: AtomicUsize::new(0),
+            shutdown: shutdown_rx.clone(),
+        });
+        tracing::info!(
+            addr = %kafka_addr,
+            advertised = %format!("{}:{}", state.advertised_host, state.advertised_port),
+            node_id = state.config.node_id,
+            cluster_id = %state.cluster_id,
+            data_dir = %state.config.data_dir.display(),
+            "broker listening"
+        );
+        let housekeeping = tokio::spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
+        let serving = tokio::spawn(server::run(
+            state.clone(),
+            listener,
+            shutdown_rx,
+            housekeeping,
+        ));
+        Ok(BrokerHandle {
+            kafka_addr,
+            state,
+            shutdown_tx,
+            serving,
+        })
+    }
+}
+
+/// A running broker.
+pub struct BrokerHandle {
+    kafka_addr: SocketAddr,
+    state: Arc<BrokerState>,
+    shutdown_tx: watch::Sender<bool>,
+    serving: JoinHandle<()>,
+}
+
+impl BrokerHandle {
+    /// The address the Kafka listener is bound to (the real port when 0 was asked for).
+    pub fn kafka_addr(&self) -> SocketAddr {
+        self.kafka_addr
+    }
+
+    /// Shared state, for read-only views (dashboard) and embedding.
+    pub fn state(&self) -> Arc<BrokerState> {
+        self.state.clone()
+    }
+
+    /// Stop accepting, let in-flight requests finish, flush and close every log.
+    pub async fn shutdown(self) {
+        tracing::info!("broker shutting down");
+        let _ = self.shutdown_tx.send(true);
+        if let Err(e) = self.serving.await {
+            tracing::error!(error = %e, "server task failed");
+        }
+        tracing::info!("broker stopped");
+    }
+
+    /// Wait until the broker stops by itself (it does not, unless shut down elsewhere).
+    pub async fn wait(&mut self) {
+        let _ = (&mut self.serving).await;
+    }
+}
+
+fn advertised(config: &BrokerConfig, bound: SocketAddr) -> Result<(String, i32), BrokerError> {
+    match &config.advertised_listener {
+        Some(s) => {
+            let s = s.strip_prefix("PLAINTEXT://").unwrap_or(s);
+            let (host, port) = s.rsplit_once(':').ok_or_else(|| {
+                BrokerError::Config(format!("advertised listener {s}: want HOST:PORT"))
+            })?;
+            let port: u16 = port
+                .parse()
+                .map_err(|_| BrokerError::Config(format!("advertised listener {s}: bad port")))?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Ok((host.to_string(), port as i32))
+        }
+        None => {
+            // An unspecified bind address is not reachable as such; loopback is what a local
+            // client can always reach. Remote clients need --advertised-listener.
+            let host = if bound.ip().is_unspecified() {
+                "127.0.0.1".to_string()
+            } else {
+                bound.ip().to_string()
+            };
+            Ok((host, bound.port() as i32))
+        }
+    }
+}
+
+fn new_cluster_id() -> String {
+    // Kafka cluster ids are 16 random bytes in URL-safe base64 without padding (22 chars).
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes: [u8; 16] = rand::random();
+    let mut bits: u128 = u128::from_be_bytes(bytes);
+    let mut out = String::with_capacity(22);
+    for _ in 0..22 {
+        out.push(ALPHABET[(bits & 63) as usize] as char);
+        bits >>= 6;
+    }
+    out
+}
+
+/// Convert a config duration in ms.
+pub(crate) fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}

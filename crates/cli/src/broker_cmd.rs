@@ -1,6 +1,207 @@
-#[derive(clap::Args)]
-pub struct Args {}
+//! `streamforge broker`: run the broker. Settings come from flags, then `STREAMFORGE_*`
+//! environment variables, then an optional TOML file (`--config`), then defaults.
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::Deserialize;
+use streamforge_broker::{Broker, BrokerConfig};
+
+#[derive(clap::Args, Debug, Default)]
+pub struct Args {
+    /// TOML file with any of the settings below (keys in snake_case, e.g. `data_dir`).
+    #[arg(long, env = "STREAMFORGE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Kafka listener address [default: 0.0.0.0:9092].
+    #[arg(long, env = "STREAMFORGE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// HOST:PORT clients are told to connect to [default: the listen address; 127.0.0.1 for 0.0.0.0].
+    #[arg(long, env = "STREAMFORGE_ADVERTISED_LISTENER")]
+    pub advertised_listener: Option<String>,
+    /// Data directory [default: ./data].
+    #[arg(long, env = "STREAMFORGE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// This broker's node id [default: 1].
+    #[arg(long, env = "STREAMFORGE_NODE_ID")]
+    pub node_id: Option<i32>,
+    /// Partitions of auto-created topics (`num.partitions`) [default: 1].
+    #[arg(long, env = "STREAMFORGE_NUM_PARTITIONS")]
+    pub num_partitions: Option<i32>,
+    /// Create topics on first Metadata request (`auto.create.topics.enable`) [default: true].
+    #[arg(long, env = "STREAMFORGE_AUTO_CREATE_TOPICS")]
+    pub auto_create_topics: Option<bool>,
+    /// Default `retention.ms` (-1 = forever) [default: 604800000].
+    #[arg(long, env = "STREAMFORGE_RETENTION_MS", allow_hyphen_values = true)]
+    pub retention_ms: Option<i64>,
+    /// Default `retention.bytes` (-1 = unlimited) [default: -1].
+    #[arg(long, env = "STREAMFORGE_RETENTION_BYTES", allow_hyphen_values = true)]
+    pub retention_bytes: Option<i64>,
+    /// Default `segment.bytes` [default: 1073741824].
+    #[arg(long, env = "STREAMFORGE_SEGMENT_BYTES")]
+    pub segment_bytes: Option<u64>,
+    /// Default `flush.messages`: fsync after this many messages [default: never, OS decides].
+    #[arg(long, env = "STREAMFORGE_FLUSH_MESSAGES")]
+    pub flush_messages: Option<i64>,
+    /// Default `flush.ms`: fsync at least this often [default: never, OS decides].
+    #[arg(long, env = "STREAMFORGE_FLUSH_MS")]
+    pub flush_ms: Option<i64>,
+    /// Default `max.message.bytes` (largest record batch) [default: 1048588].
+    #[arg(long, env = "STREAMFORGE_MAX_MESSAGE_BYTES")]
+    pub max_message_bytes: Option<u64>,
+    /// `socket.request.max.bytes` [default: 104857600].
+    #[arg(long, env = "STREAMFORGE_SOCKET_REQUEST_MAX_BYTES")]
+    pub socket_request_max_bytes: Option<usize>,
+    /// `max.connections` [default: 10000].
+    #[arg(long, env = "STREAMFORGE_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// `connections.max.idle.ms` [default: 600000].
+    #[arg(long, env = "STREAMFORGE_CONNECTIONS_MAX_IDLE_MS")]
+    pub connections_max_idle_ms: Option<u64>,
+    /// A started request frame must complete within this many ms [default: 60000].
+    #[arg(long, env = "STREAMFORGE_REQUEST_READ_TIMEOUT_MS")]
+    pub request_read_timeout_ms: Option<u64>,
+    /// Dashboard and /metrics address, or `off` [default: 0.0.0.0:8080].
+    #[arg(long, env = "STREAMFORGE_HTTP_LISTEN")]
+    pub http_listen: Option<String>,
+}
+
+/// The TOML file: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    advertised_listener: Option<String>,
+    data_dir: Option<PathBuf>,
+    node_id: Option<i32>,
+    num_partitions: Option<i32>,
+    auto_create_topics: Option<bool>,
+    retention_ms: Option<i64>,
+    retention_bytes: Option<i64>,
+    segment_bytes: Option<u64>,
+    flush_messages: Option<i64>,
+    flush_ms: Option<i64>,
+    max_message_bytes: Option<u64>,
+    socket_request_max_bytes: Option<usize>,
+    max_connections: Option<usize>,
+    connections_max_idle_ms: Option<u64>,
+    request_read_timeout_ms: Option<u64>,
+    http_listen: Option<String>,
+}
+
+/// Resolve flags/env over the file over defaults.
+pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
+    let file: FileConfig = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config file {}", path.display()))?;
+            toml::from_str(&text)
+                .with_context(|| format!("parsing config file {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let mut c = BrokerConfig::default();
+    macro_rules! set {
+        ($field:ident) => {
+            if let Some(v) = args.$field.or(file.$field) {
+                c.$field = v;
+            }
+        };
+        ($field:ident => $target:expr) => {
+            if let Some(v) = args.$field.or(file.$field) {
+                $target = v;
+            }
+        };
+    }
+    set!(listen);
+    c.advertised_listener = args.advertised_listener.or(file.advertised_listener);
+    set!(data_dir);
+    set!(node_id);
+    set!(num_partitions);
+    set!(auto_create_topics);
+    set!(retention_ms => c.log_defaults.retention_ms);
+    set!(retention_bytes => c.log_defaults.retention_bytes);
+    set!(segment_bytes => c.log_defaults.segment_bytes);
+    set!(flush_messages => c.log_defaults.flush_messages);
+    set!(flush_ms => c.log_defaults.flush_ms);
+    set!(max_message_bytes => c.log_defaults.max_message_bytes);
+    set!(socket_request_max_bytes);
+    set!(max_connections);
+    set!(connections_max_idle_ms);
+    set!(request_read_timeout_ms);
+    if let Some(h) = args.http_listen.or(file.http_listen) {
+        c.http_listen = if h.eq_ignore_ascii_case("off") {
+            None
+        } else {
+            Some(
+                h.parse()
+                    .with_context(|| format!("--http-listen {h}: want HOST:PORT or off"))?,
+            )
+        };
+    }
+    anyhow::ensure!(c.num_partitions > 0, "num-partitions must be at least 1");
+    anyhow::ensure!(
+        c.log_defaults.segment_bytes >= 14,
+        "segment-bytes must be at least 14"
+    );
+    Ok(c)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    let config = broker_config(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("streamforge")
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async move {
+        let handle = Broker::start(config).await.context("starting the broker")?;
+        wait_for_signal().await?;
+        handle.shutdown().await;
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
+        _ = int.recv() => tracing::info!(signal = "SIGINT", "shutting down"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sf.toml");
+        std::fs::write(
+            &path,
+            "node_id = 7\nnum_partitions = 3\nhttp_listen = \"off\"\n",
+        )
+        .unwrap();
+        let args = Args {
+            config: Some(path),
+            num_partitions: Some(5),
+            ..Default::default()
+        };
+        let c = broker_config(args).unwrap();
+        assert_eq!(c.node_id, 7);
+        assert_eq!(c.num_partitions, 5);
+        assert_eq!(c.http_listen, None);
+        assert_eq!(c.listen, BrokerConfig::default().listen);
+    }
 }

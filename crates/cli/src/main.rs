@@ -22,6 +22,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once at start-up
 enum Command {
     /// Run the broker (Kafka protocol on :9092, dashboard on :8080).
     Broker(broker_cmd::Args),

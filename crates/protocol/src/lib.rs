@@ -1,2 +1,16 @@
+//! The Kafka wire protocol as StreamForge speaks it: framing, request/response headers, the
+//! ApiVersions quirks, and a zero-copy Fetch response writer. No I/O lives here (sans-io):
+//! the broker reads bytes from sockets and hands frozen frames to this crate.
 #![forbid(unsafe_code)]
+
+pub mod api_versions;
 pub mod batch;
+pub mod error;
+pub mod fetch_writer;
+pub mod frame;
+
+pub use error::{ErrorCode, ProtocolError};
+pub use frame::{RequestFrame, ResponseFrame};
+
+/// Re-export of the generated message types so dependants use one version of them.
+pub use kafka_protocol;

@@ -1,0 +1,65 @@
+//! `BrokerConfig`: every setting of the broker process, with Kafka-like defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use streamforge_log::LogConfig;
+
+/// All broker settings. `Default` gives a broker that serves on 0.0.0.0:9092 with data in
+/// `./data`.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Address the Kafka listener binds (`listeners`).
+    pub listen: SocketAddr,
+    /// `host:port` given to clients in Metadata (`advertised.listeners`). `None` = the bound
+    /// address (with `localhost` in place of an unspecified host).
+    pub advertised_listener: Option<String>,
+    /// Where partition logs and broker metadata live (`log.dirs`).
+    pub data_dir: PathBuf,
+    /// `node.id`.
+    pub node_id: i32,
+    /// Partitions of auto-created topics and of CreateTopics with -1 (`num.partitions`).
+    pub num_partitions: i32,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
+    /// Broker-wide defaults of the topic-level log configs (`log.retention.ms`, ...).
+    pub log_defaults: LogConfig,
+    /// `socket.request.max.bytes`: larger frames close the connection.
+    pub socket_request_max_bytes: usize,
+    /// Requests read from one connection but not yet answered (pipelining bound).
+    pub max_in_flight_requests_per_connection: usize,
+    /// `max.connections`: further connections are closed right after accept.
+    pub max_connections: usize,
+    /// `connections.max.idle.ms`: a connection with no request for this long is closed.
+    pub connections_max_idle_ms: u64,
+    /// Once a frame has started, all of it must arrive within this time (slow-client guard).
+    pub request_read_timeout_ms: u64,
+    /// How often the housekeeping task calls `Log::tick` (roll, retention, `flush.ms`).
+    pub log_tick_interval_ms: u64,
+    /// Graceful shutdown: longest wait for in-flight requests before closing the logs.
+    pub shutdown_grace_ms: u64,
+    /// Dashboard + /metrics listener (`None` = off). Wired by the http crate.
+    pub http_listen: Option<SocketAddr>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 9092)),
+            advertised_listener: None,
+            data_dir: PathBuf::from("./data"),
+            node_id: 1,
+            num_partitions: 1,
+            auto_create_topics: true,
+            log_defaults: LogConfig::default(),
+            socket_request_max_bytes: 100 * 1024 * 1024,
+            max_in_flight_requests_per_connection: 128,
+            max_connections: 10_000,
+            connections_max_idle_ms: 600_000,
+            request_read_timeout_ms: 60_000,
+            log_tick_interval_ms: 1_000,
+            shutdown_grace_ms: 10_000,
+            http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+        }
+    }
+}

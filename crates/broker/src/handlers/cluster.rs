@@ -1,0 +1,39 @@
+//! DescribeCluster (60): this broker as the whole cluster and its controller.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::protocol::StrBytes;
+use streamforge_protocol::{ErrorCode, RequestFrame};
+
+use crate::BrokerState;
+use crate::handlers::message;
+use crate::router::HandlerResult;
+
+/// DescribeCluster endpoint types (KIP-919): brokers = 1, controllers = 2.
+const ENDPOINT_TYPE_BROKERS: i8 = 1;
+/// Kafka's UNSUPPORTED_ENDPOINT_TYPE error.
+const UNSUPPORTED_ENDPOINT_TYPE: i16 = 119;
+
+pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: DescribeClusterRequest = req.decode()?;
+    let mut resp = DescribeClusterResponse::default();
+    resp.cluster_id = StrBytes::from_string(state.cluster_id.clone());
+    resp.controller_id = BrokerId(state.node_id());
+    resp.cluster_authorized_operations = i32::MIN;
+    resp.endpoint_type = ENDPOINT_TYPE_BROKERS;
+    if req.api_version >= 1 && request.endpoint_type != ENDPOINT_TYPE_BROKERS {
+        resp.error_code = UNSUPPORTED_ENDPOINT_TYPE;
+        resp.error_message = message("only broker endpoints are served");
+        resp.endpoint_type = request.endpoint_type;
+        return Ok(Some(req.respond(&resp)?));
+    }
+    let mut b = DescribeClusterBroker::default();
+    b.broker_id = BrokerId(state.node_id());
+    b.host = StrBytes::from_string(state.advertised_host.clone());
+    b.port = state.advertised_port;
+    resp.brokers = vec![b];
+    resp.error_code = ErrorCode::None.code();
+    Ok(Some(req.respond(&resp)?))
+}

@@ -1,0 +1,186 @@
+//! Fetch (1): long poll honouring max_wait_ms / min_bytes / max_bytes and per-partition
+//! limits; whole batches straight from segment slices into the zero-copy response writer.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::select_all;
+use kafka_protocol::messages::FetchRequest;
+use streamforge_protocol::fetch_writer::{
+    FetchPartition, FetchResponseParts, FetchTopic, write_fetch_response,
+};
+use streamforge_protocol::{ErrorCode, RequestFrame};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::BrokerState;
+use crate::replica_manager::PartitionError;
+use crate::router::HandlerResult;
+
+/// Longest long poll we honour, whatever the client asks.
+const FETCH_MAX_WAIT_MS_CAP: i64 = 5 * 60 * 1000;
+/// `isolation_level` READ_COMMITTED.
+const READ_COMMITTED: i8 = 1;
+/// RecordBatch v2: offset of the `batchLength` and `recordsCount` fields.
+const BATCH_LENGTH_OFFSET: usize = 8;
+const BATCH_RECORDS_COUNT_OFFSET: usize = 57;
+const BATCH_LOG_OVERHEAD_BYTES: usize = 12;
+
+pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: FetchRequest = req.decode()?;
+    let max_wait_ms = i64::from(request.max_wait_ms).clamp(0, FETCH_MAX_WAIT_MS_CAP);
+    let deadline = Instant::now() + std::time::Duration::from_millis(max_wait_ms as u64);
+    let min_bytes = request.min_bytes.max(0) as usize;
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        // Subscribe before reading so an append between the read and the wait is not missed.
+        let mut watchers: Vec<watch::Receiver<i64>> = Vec::new();
+        for t in &request.topics {
+            for p in &t.partitions {
+                if let Some(part) = state.replicas.partition(&t.topic.0, p.partition) {
+                    watchers.push(part.subscribe());
+                }
+            }
+        }
+        let read = read_all(&state, &request);
+        let satisfied = read.bytes >= min_bytes || read.errors || max_wait_ms == 0;
+        if satisfied || watchers.is_empty() || Instant::now() >= deadline || *shutdown.borrow() {
+            return Ok(Some(respond(&req, read)));
+        }
+        let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
+        tokio::select! {
+            _ = changed => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = shutdown.changed() => {}
+        }
+        if Instant::now() >= deadline {
+            let read = read_all(&state, &request);
+            return Ok(Some(respond(&req, read)));
+        }
+    }
+}
+
+struct ReadResult {
+    topics: Vec<FetchTopic>,
+    bytes: usize,
+    errors: bool,
+}
+
+fn read_all(state: &BrokerState, request: &FetchRequest) -> ReadResult {
+    let response_max_bytes = if request.max_bytes <= 0 {
+        i32::MAX as usize
+    } else {
+        request.max_bytes as usize
+    };
+    let read_committed = request.isolation_level == READ_COMMITTED;
+    let mut out = ReadResult {
+        topics: Vec::with_capacity(request.topics.len()),
+        bytes: 0,
+        errors: false,
+    };
+    for t in &request.topics {
+        let mut topic = FetchTopic {
+            name: t.topic.0.to_string(),
+            partitions: Vec::with_capacity(t.partitions.len()),
+        };
+        for p in &t.partitions {
+            let mut fp = FetchPartition {
+                partition_index: p.partition,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                aborted_transactions: read_committed.then(Vec::new),
+                ..Default::default()
+            };
+            let Some(partition) = state.replicas.partition(&topic.name, p.partition) else {
+                fp.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                out.errors = true;
+                topic.partitions.push(fp);
+                continue;
+            };
+            let remaining = response_max_bytes.saturating_sub(out.bytes);
+            let partition_max = (p.partition_max_bytes.max(0) as usize).min(remaining);
+            let min_one_message = out.bytes == 0;
+            let result = partition.with_log(|log| {
+                let hw = log.high_watermark();
+                let start = log.log_start_offset();
+                let read = if partition_max == 0 && !min_one_message {
+                    Ok(Default::default())
+                } else {
+                    log.read(p.fetch_offset, partition_max, hw, min_one_message)
+                };
+                (hw, start, read)
+            });
+            match result {
+                Ok((hw, start, Ok(read))) => {
+                    fp.high_watermark = hw;
+                    fp.last_stable_offset = hw;
+                    fp.log_start_offset = start;
+                    out.bytes += read.bytes;
+                    fp.records = read.slices;
+                }
+                Ok((hw, start, Err(e))) => {
+                    fp.high_watermark = hw;
+                    fp.last_stable_offset = hw;
+                    fp.log_start_offset = start;
+                    fp.error_code = e.kafka_code();
+                    out.errors = true;
+                }
+                Err(PartitionError::Gone) | Err(PartitionError::Log(_)) => {
+                    fp.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                    out.errors = true;
+                }
+            }
+            topic.partitions.push(fp);
+        }
+        out.topics.push(topic);
+    }
+    out
+}
+
+fn respond(req: &RequestFrame, read: ReadResult) -> streamforge_protocol::ResponseFrame {
+    for t in &read.topics {
+        let bytes: usize = t
+            .partitions
+            .iter()
+            .flat_map(|p| &p.records)
+            .map(Bytes::len)
+            .sum();
+        if bytes > 0 {
+            let records: u64 = t.partitions.iter().map(|p| count_records(&p.records)).sum();
+            metrics::counter!("streamforge_messages_out_total", "topic" => t.name.clone())
+                .increment(records);
+            metrics::counter!("streamforge_bytes_out_total", "topic" => t.name.clone())
+                .increment(bytes as u64);
+        }
+    }
+    let parts = FetchResponseParts {
+        throttle_time_ms: 0,
+        error_code: 0,
+        session_id: 0, // sessionless: every fetch is a full fetch
+        topics: read.topics,
+    };
+    write_fetch_response(req.api_version, req.correlation_id, &parts)
+}
+
+/// Records in whole batches, from their headers (cheap; for the messages-out counter).
+fn count_records(slices: &[Bytes]) -> u64 {
+    let mut total = 0u64;
+    for slice in slices {
+        let mut pos = 0usize;
+        while pos + BATCH_RECORDS_COUNT_OFFSET + 4 <= slice.len() {
+            let len_at = pos + BATCH_LENGTH_OFFSET;
+            let batch_len =
+                i32::from_be_bytes(slice[len_at..len_at + 4].try_into().unwrap_or_default());
+            let count_at = pos + BATCH_RECORDS_COUNT_OFFSET;
+            let count =
+                i32::from_be_bytes(slice[count_at..count_at + 4].try_into().unwrap_or_default());
+            total += count.max(0) as u64;
+            if batch_len <= 0 {
+                break;
+            }
+            pos += BATCH_LOG_OVERHEAD_BYTES + batch_len as usize;
+        }
+    }
+    total
+}

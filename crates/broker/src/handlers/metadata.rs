@@ -1,0 +1,143 @@
+//! Metadata (3): brokers, cluster id, controller and topics, with auto topic creation.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
+use kafka_protocol::protocol::StrBytes;
+use streamforge_protocol::{ErrorCode, RequestFrame};
+use uuid::Uuid;
+
+use crate::BrokerState;
+use crate::handlers::topic_name;
+use crate::replica_manager::{LEADER_EPOCH, Topic, TopicError};
+use crate::router::HandlerResult;
+
+/// "Authorized operations not requested" marker (Integer.MIN_VALUE).
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+
+pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: MetadataRequest = req.decode()?;
+    let mut resp = MetadataResponse::default();
+    resp.brokers = vec![broker_entry(&state)];
+    resp.cluster_id = Some(StrBytes::from_string(state.cluster_id.clone()));
+    resp.controller_id = BrokerId(state.node_id());
+    resp.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+
+    // v0: an empty list means all topics; v1+: null means all, empty means none.
+    let all = match &request.topics {
+        None => true,
+        Some(t) => t.is_empty() && req.api_version == 0,
+    };
+    if all {
+        resp.topics = state
+            .replicas
+            .topics()
+            .iter()
+            .map(|t| topic_entry(&state, t))
+            .collect();
+    } else {
+        // Auto creation: always allowed before v4, then per request; and by the broker config.
+        let allow_auto_create = state.config.auto_create_topics
+            && (req.api_version < 4 || request.allow_auto_topic_creation);
+        for t in request.topics.unwrap_or_default() {
+            let entry = match t.name {
+                Some(name) => {
+                    let name = name.0.to_string();
+                    lookup_or_create(&state, &name, allow_auto_create).await
+                }
+                None => match state.replicas.topic_by_id(t.topic_id) {
+                    Some(topic) => topic_entry(&state, &topic),
+                    None => error_entry(None, t.topic_id, ErrorCode::UnknownTopicId),
+                },
+            };
+            resp.topics.push(entry);
+        }
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+async fn lookup_or_create(
+    state: &Arc<BrokerState>,
+    name: &str,
+    allow_auto_create: bool,
+) -> MetadataResponseTopic {
+    if let Some(topic) = state.replicas.topic(name) {
+        return topic_entry(state, &topic);
+    }
+    if !allow_auto_create {
+        return error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownTopicOrPartition);
+    }
+    let st = state.clone();
+    let owned = name.to_string();
+    let partitions = state.config.num_partitions;
+    let created = tokio::task::spawn_blocking(move || {
+        st.replicas
+            .create_topic(&owned, partitions, BTreeMap::new(), false)
+    })
+    .await;
+    match created {
+        Ok(Ok(Some(topic))) => topic_entry(state, &topic),
+        // Lost a race with another creator: fine, it exists now.
+        Ok(Err(TopicError::AlreadyExists(_))) => match state.replicas.topic(name) {
+            Some(topic) => topic_entry(state, &topic),
+            None => error_entry(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable),
+        },
+        Ok(Err(TopicError::InvalidName(_))) => {
+            error_entry(Some(name), Uuid::nil(), ErrorCode::InvalidTopicException)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(topic = name, error = %e, "auto topic creation failed");
+            error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownServerError)
+        }
+        Ok(Ok(None)) | Err(_) => {
+            error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownServerError)
+        }
+    }
+}
+
+pub(crate) fn broker_entry(state: &BrokerState) -> MetadataResponseBroker {
+    let mut b = MetadataResponseBroker::default();
+    b.node_id = BrokerId(state.node_id());
+    b.host = StrBytes::from_string(state.advertised_host.clone());
+    b.port = state.advertised_port;
+    b.rack = None;
+    b
+}
+
+fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
+    let node = BrokerId(state.node_id());
+    let mut t = MetadataResponseTopic::default();
+    t.error_code = ErrorCode::None.code();
+    t.name = Some(topic_name(&topic.name));
+    t.topic_id = topic.id;
+    t.is_internal = topic.is_internal();
+    t.topic_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    t.partitions = topic
+        .partitions
+        .iter()
+        .map(|p| {
+            let mut e = MetadataResponsePartition::default();
+            e.error_code = ErrorCode::None.code();
+            e.partition_index = p.index;
+            e.leader_id = node;
+            e.leader_epoch = LEADER_EPOCH;
+            e.replica_nodes = vec![node];
+            e.isr_nodes = vec![node];
+            e
+        })
+        .collect();
+    t
+}
+
+fn error_entry(name: Option<&str>, id: Uuid, code: ErrorCode) -> MetadataResponseTopic {
+    let mut t = MetadataResponseTopic::default();
+    t.error_code = code.code();
+    t.name = name.map(topic_name);
+    t.topic_id = id;
+    t.topic_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    t
+}

@@ -1,0 +1,24 @@
+//! Request handlers, one module per API family. Each `handle*` function decodes its request,
+//! calls the state owners and encodes the response; routing lives in `crate::router`.
+
+pub mod admin;
+pub mod api_versions;
+pub mod cluster;
+pub mod configs;
+pub mod fetch;
+pub mod metadata;
+pub mod offsets;
+pub mod produce;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+/// A `TopicName` from a `&str`.
+pub(crate) fn topic_name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// An optional error message.
+pub(crate) fn message(s: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(s.into()))
+}

@@ -1,0 +1,502 @@
+//! The partition manager of a single broker: topics (with UUIDs, persisted), their partitions,
+//! each partition's `Log` behind a mutex, the high watermark (= log end offset on one broker)
+//! and a watch channel per partition so long-polling fetches wake up on appends.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kafka_protocol::protocol::StrBytes;
+use parking_lot::{Mutex, RwLock};
+use streamforge_log::{AppendInfo, Log, LogConfig, LogError};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::topic_config;
+use crate::topic_store::{TopicRecord, TopicStore};
+use crate::util::now_ms;
+
+/// Leader epoch of every partition on a single broker (no elections yet).
+pub const LEADER_EPOCH: i32 = 0;
+/// Kafka's limit on topic name length.
+pub const TOPIC_NAME_MAX_BYTES: usize = 249;
+/// Upper bound on partitions per topic (a named limit; Kafka has none but this guards typos).
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+
+/// Why a topic operation failed, each with its Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("Topic '{0}' already exists.")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    InvalidName(String),
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("This server does not host this topic-partition.")]
+    UnknownTopic,
+    #[error("storage error: {0}")]
+    Storage(String),
+}
+
+impl TopicError {
+    pub fn kafka_code(&self) -> i16 {
+        match self {
+            TopicError::AlreadyExists(_) => 36,
+            TopicError::InvalidName(_) => 17,
+            TopicError::InvalidPartitions(_) => 37,
+            TopicError::InvalidConfig(_) => 40,
+            TopicError::UnknownTopic => 3,
+            TopicError::Storage(_) => 56,
+        }
+    }
+}
+
+impl From<LogError> for TopicError {
+    fn from(e: LogError) -> Self {
+        TopicError::Storage(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for TopicError {
+    fn from(e: std::io::Error) -> Self {
+        TopicError::Storage(e.to_string())
+    }
+}
+
+/// One partition we lead.
+pub struct Partition {
+    pub topic: Arc<str>,
+    pub index: i32,
+    pub dir: PathBuf,
+    /// `None` once the partition was deleted or the broker shut down.
+    log: Mutex<Option<Log>>,
+    /// Latest high watermark; fetches wait on it.
+    hw_tx: watch::Sender<i64>,
+}
+
+/// Errors of partition operations.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("partition is no longer hosted here")]
+    Gone,
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+impl PartitionError {
+    pub fn kafka_code(&self) -> i16 {
+        match self {
+            PartitionError::Gone => 3,
+            PartitionError::Log(e) => e.kafka_code(),
+        }
+    }
+}
+
+impl Partition {
+    fn open(
+        topic: &Arc<str>,
+        index: i32,
+        data_dir: &Path,
+        config: LogConfig,
+    ) -> Result<Partition, LogError> {
+        let dir = data_dir.join(format!("{topic}-{index}"));
+        let mut log = Log::open(&dir, config, now_ms())?;
+        let leo = log.log_end_offset();
+        log.set_high_watermark(leo);
+        let (hw_tx, _) = watch::channel(leo);
+        Ok(Partition {
+            topic: topic.clone(),
+            index,
+            dir,
+            log: Mutex::new(Some(log)),
+            hw_tx,
+        })
+    }
+
+    /// Run `f` with the log locked.
+    pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> Result<R, PartitionError> {
+        let mut guard = self.log.lock();
+        let log = guard.as_mut().ok_or(PartitionError::Gone)?;
+        Ok(f(log))
+    }
+
+    /// Append as leader, advance the high watermark, wake waiting fetches.
+    pub fn append(&self, batches: &mut [u8]) -> Result<AppendInfo, PartitionError> {
+        let (info, hw) = self.with_log(|log| -> Result<_, LogError> {
+            let info = log.append_as_leader(batches, LEADER_EPOCH, now_ms())?;
+            let leo = log.log_end_offset();
+            log.set_high_watermark(leo);
+            Ok((info, leo))
+        })??;
+        self.hw_tx.send_replace(hw);
+        Ok(info)
+    }
+
+    /// Flush to disk (acks=all with a flush policy, shutdown).
+    pub fn flush(&self) -> Result<(), PartitionError> {
+        self.with_log(|log| log.flush())??;
+        Ok(())
+    }
+
+    /// Watch the high watermark (long-poll fetch).
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.hw_tx.subscribe()
+    }
+
+    /// Publish a high watermark change made through `with_log` (e.g. DeleteRecords).
+    pub fn notify(&self) {
+        if let Ok(hw) = self.with_log(|log| log.high_watermark()) {
+            self.hw_tx.send_replace(hw);
+        }
+    }
+
+    fn take_log(&self) -> Option<Log> {
+        self.log.lock().take()
+    }
+}
+
+/// A topic and its partitions (immutable snapshot; changes replace the `Arc<Topic>`).
+pub struct Topic {
+    pub name: String,
+    pub name_bytes: StrBytes,
+    pub id: Uuid,
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+impl Topic {
+    pub fn is_internal(&self) -> bool {
+        self.name == "__consumer_offsets" || self.name == "__transaction_state"
+    }
+
+    fn record(&self) -> TopicRecord {
+        TopicRecord {
+            name: self.name.clone(),
+            id: self.id.simple().to_string(),
+            partitions: self.partitions.len() as i32,
+            configs: self.configs.clone(),
+        }
+    }
+}
+
+/// Kafka's topic name rule: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
+    if name.is_empty() {
+        return Err(TopicError::InvalidName(
+            "Topic name is illegal, it can't be empty".into(),
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(TopicError::InvalidName(
+            "Topic name cannot be \".\" or \"..\"".into(),
+        ));
+    }
+    if name.len() > TOPIC_NAME_MAX_BYTES {
+        return Err(TopicError::InvalidName(format!(
+            "Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX_BYTES} characters, topic name: {name}"
+        )));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(TopicError::InvalidName(format!(
+            "Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        )));
+    }
+    Ok(())
+}
+
+/// All topics and partitions of this broker.
+pub struct ReplicaManager {
+    data_dir: PathBuf,
+    log_defaults: LogConfig,
+    store: TopicStore,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Serializes topic create/delete/alter so the metadata file matches memory.
+    admin: Mutex<()>,
+}
+
+impl ReplicaManager {
+    /// Load the topic metadata and open every partition's log (recovering as needed).
+    pub fn open(data_dir: &Path, log_defaults: LogConfig) -> Result<ReplicaManager, TopicError> {
+        std::fs::create_dir_all(data_dir)?;
+        let store = TopicStore::new(data_dir);
+        let mut topics = BTreeMap::new();
+        for rec in store.load()? {
+            let id = Uuid::parse_str(&rec.id)
+                .map_err(|e| TopicError::Storage(format!("topic {}: bad id: {e}", rec.name)))?;
+            let config = topic_config::log_config(&log_defaults, &rec.configs);
+            let name: Arc<str> = Arc::from(rec.name.as_str());
+            let mut partitions = Vec::with_capacity(rec.partitions.max(0) as usize);
+            for p in 0..rec.partitions {
+                partitions.push(Arc::new(Partition::open(
+                    &name,
+                    p,
+                    data_dir,
+                    config.clone(),
+                )?));
+            }
+            tracing::info!(topic = %rec.name, partitions = rec.partitions, "loaded topic");
+            topics.insert(
+                rec.name.clone(),
+                Arc::new(Topic {
+                    name_bytes: StrBytes::from_string(rec.name.clone()),
+                    name: rec.name,
+                    id,
+                    configs: rec.configs,
+                    partitions,
+                }),
+            );
+        }
+        Ok(ReplicaManager {
+            data_dir: data_dir.to_path_buf(),
+            log_defaults,
+            store,
+            topics: RwLock::new(topics),
+            admin: Mutex::new(()),
+        })
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn log_defaults(&self) -> &LogConfig {
+        &self.log_defaults
+    }
+
+    pub fn store(&self) -> &TopicStore {
+        &self.store
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.topics.read().values().find(|t| t.id == id).cloned()
+    }
+
+    /// Every topic, sorted by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        self.topics.read().values().cloned().collect()
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        let t = self.topic(topic)?;
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| t.partitions.get(i).cloned())
+    }
+
+    fn save(&self, topics: &BTreeMap<String, Arc<Topic>>) -> Result<(), TopicError> {
+        self.store
+            .save(topics.values().map(|t| t.record()).collect())
+            .map_err(TopicError::from)
+    }
+
+    /// Create a topic (or only validate the request when `validate_only`).
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Option<Arc<Topic>>, TopicError> {
+        validate_topic_name(name)?;
+        if partitions <= 0 || partitions > PARTITIONS_PER_TOPIC_MAX {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Number of partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {partitions}."
+            )));
+        }
+        topic_config::validate_all(&configs).map_err(TopicError::InvalidConfig)?;
+        let _admin = self.admin.lock();
+        if self.topics.read().contains_key(name) {
+            return Err(TopicError::AlreadyExists(name.to_string()));
+        }
+        if validate_only {
+            return Ok(None);
+        }
+        let log_config = topic_config::log_config(&self.log_defaults, &configs);
+        let name_arc: Arc<str> = Arc::from(name);
+        let mut parts = Vec::with_capacity(partitions as usize);
+        for p in 0..partitions {
+            parts.push(Arc::new(Partition::open(
+                &name_arc,
+                p,
+                &self.data_dir,
+                log_config.clone(),
+            )?));
+        }
+        let topic = Arc::new(Topic {
+            name: name.to_string(),
+            name_bytes: StrBytes::from_string(name.to_string()),
+            id: new_topic_id(),
+            configs,
+            partitions: parts,
+        });
+        let mut next = self.topics.read().clone();
+        next.insert(name.to_string(), topic.clone());
+        self.save(&next)?;
+        *self.topics.write() = next;
+        tracing::info!(topic = name, partitions, id = %topic.id, "created topic");
+        Ok(Some(topic))
+    }
+
+    /// Delete a topic and its data.
+    pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
+        let _admin = self.admin.lock();
+        let mut next = self.topics.read().clone();
+        let topic = next.remove(name).ok_or(TopicError::UnknownTopic)?;
+        self.save(&next)?;
+        *self.topics.write() = next;
+        for p in &topic.partitions {
+            drop(p.take_log());
+            // Wake fetches waiting on this partition; they will see it is gone.
+            p.hw_tx.send_replace(-1);
+            if let Err(e) = std::fs::remove_dir_all(&p.dir) {
+                tracing::warn!(dir = %p.dir.display(), error = %e, "could not remove deleted partition");
+            }
+        }
+        tracing::info!(topic = name, id = %topic.id, "deleted topic");
+        Ok(topic.id)
+    }
+
+    /// Grow a topic to `count` partitions.
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let _admin = self.admin.lock();
+        let topic = self.topic(name).ok_or(TopicError::UnknownTopic)?;
+        let current = topic.partitions.len() as i32;
+        if count < current {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Topic currently has {current} partitions, which is higher than the requested {count}."
+            )));
+        }
+        if count == current {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Topic already has {current} partitions."
+            )));
+        }
+        if count > PARTITIONS_PER_TOPIC_MAX {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Number of partitions must be at most {PARTITIONS_PER_TOPIC_MAX}, got {count}."
+            )));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let log_config = topic_config::log_config(&self.log_defaults, &topic.configs);
+        let mut parts = topic.partitions.clone();
+        let name_arc = topic.partitions[0].topic.clone();
+        for p in current..count {
+            parts.push(Arc::new(Partition::open(
+                &name_arc,
+                p,
+                &self.data_dir,
+                log_config.clone(),
+            )?));
+        }
+        self.replace(Topic {
+            name: topic.name.clone(),
+            name_bytes: topic.name_bytes.clone(),
+            id: topic.id,
+            configs: topic.configs.clone(),
+            partitions: parts,
+        })?;
+        tracing::info!(
+            topic = name,
+            from = current,
+            to = count,
+            "created partitions"
+        );
+        Ok(())
+    }
+
+    /// Replace a topic's config overrides (validated) and apply them to its logs.
+    pub fn set_topic_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        topic_config::validate_all(&configs).map_err(TopicError::InvalidConfig)?;
+        let _admin = self.admin.lock();
+        let topic = self.topic(name).ok_or(TopicError::UnknownTopic)?;
+        if validate_only {
+            return Ok(());
+        }
+        let log_config = topic_config::log_config(&self.log_defaults, &configs);
+        for p in &topic.partitions {
+            let _ = p.with_log(|log| log.update_config(log_config.clone()));
+        }
+        self.replace(Topic {
+            name: topic.name.clone(),
+            name_bytes: topic.name_bytes.clone(),
+            id: topic.id,
+            configs,
+            partitions: topic.partitions.clone(),
+        })?;
+        tracing::info!(topic = name, "altered topic configs");
+        Ok(())
+    }
+
+    fn replace(&self, topic: Topic) -> Result<(), TopicError> {
+        let mut next = self.topics.read().clone();
+        next.insert(topic.name.clone(), Arc::new(topic));
+        self.save(&next)?;
+        *self.topics.write() = next;
+        Ok(())
+    }
+
+    /// Every partition of every topic.
+    pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        self.topics
+            .read()
+            .values()
+            .flat_map(|t| t.partitions.iter().cloned())
+            .collect()
+    }
+
+    /// Housekeeping on every log: roll, retention, `flush.ms`.
+    pub fn tick(&self, now_ms: i64) {
+        for p in self.all_partitions() {
+            match p.with_log(|log| log.tick(now_ms)) {
+                Ok(Err(e)) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "log tick failed")
+                }
+                Ok(Ok(())) => p.notify(),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Flush and close every log (writes the clean-shutdown markers).
+    pub fn close_all(&self) {
+        for p in self.all_partitions() {
+            if let Some(log) = p.take_log()
+                && let Err(e) = log.close()
+            {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing log failed");
+            }
+        }
+    }
+}
+
+/// A random (version 4) topic UUID.
+pub fn new_topic_id() -> Uuid {
+    loop {
+        let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+        // Kafka reserves the all-zero id and the metadata topic id (0...01).
+        if id.as_u128() > 1 {
+            return id;
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The routing table: one entry per API we serve, wired in one place. ApiVersions is derived
+//! from it, so what we advertise is exactly what we handle. To serve a new API add one line
+//! to `ROUTES` (and a handler module under `handlers/`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use kafka_protocol::messages::ApiKey;
+use streamforge_protocol::api_versions::ApiRange;
+use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
+
+use crate::BrokerState;
+use crate::handlers::{admin, api_versions, cluster, configs, fetch, metadata, offsets, produce};
+
+/// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
+pub type HandlerResult = Result<Option<ResponseFrame>, HandlerError>;
+pub type HandlerFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send>>;
+pub type HandlerFn = fn(Arc<BrokerState>, RequestFrame) -> HandlerFuture;
+
+/// A handler failure that closes the connection (as Kafka does for unparseable requests).
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error("closing connection: {0}")]
+    Close(String),
+}
+
+/// One served API: its version range and handler.
+pub struct Route {
+    pub api_key: ApiKey,
+    pub min_version: i16,
+    pub max_version: i16,
+    pub handler: HandlerFn,
+}
+
+impl Route {
+    pub fn range(&self) -> ApiRange {
+        ApiRange {
+            api_key: self.api_key,
+            min_version: self.min_version,
+            max_version: self.max_version,
+        }
+    }
+}
+
+macro_rules! route {
+    ($key:ident, $min:expr, $max:expr, $handler:path) => {
+        Route {
+            api_key: ApiKey::$key,
+            min_version: $min,
+            max_version: $max,
+            handler: |state, req| Box::pin($handler(state, req)),
+        }
+    };
+}
+
+/// Every API this broker serves, with the versions we really implement (Kafka 4.x ranges,
+/// capped where topic ids or transactions v2 would be needed; see docs/ARCHITECTURE.md).
+pub static ROUTES: &[Route] = &[
+    // Produce is advertised from v0 (librdkafka disables compression otherwise); the codec
+    // decodes v3+, the only versions that carry RecordBatch v2.
+    route!(Produce, 0, 11, produce::handle),
+    route!(Fetch, 4, 12, fetch::handle),
+    route!(ListOffsets, 1, 10, offsets::handle_list_offsets),
+    route!(Metadata, 0, 13, metadata::handle),
+    route!(ApiVersions, 0, 4, api_versions::handle),
+    route!(CreateTopics, 2, 7, admin::handle_create_topics),
+    route!(DeleteTopics, 1, 6, admin::handle_delete_topics),
+    route!(DeleteRecords, 0, 2, offsets::handle_delete_records),
+    route!(
+        OffsetForLeaderEpoch,
+        2,
+        4,
+        offsets::handle_offset_for_leader_epoch
+    ),
+    route!(DescribeConfigs, 1, 4, configs::handle_describe_configs),
+    route!(AlterConfigs, 0, 2, configs::handle_alter_configs),
+    route!(CreatePartitions, 0, 3, admin::handle_create_partitions),
+    route!(
+        IncrementalAlterConfigs,
+        0,
+        1,
+        configs::handle_incremental_alter_configs
+    ),
+    route!(DescribeCluster, 0, 1, cluster::handle_describe_cluster),
+];
+
+/// The route serving `api_key`, if any.
+pub fn find(api_key: ApiKey) -> Option<&'static Route> {
+    ROUTES.iter().find(|r| r.api_key == api_key)
+}
+
+/// What ApiVersions advertises, sorted by api key.
+pub fn api_ranges() -> Vec<ApiRange> {
+    let mut ranges: Vec<ApiRange> = ROUTES.iter().map(Route::range).collect();
+    ranges.sort_by_key(|r| r.api_key as i16);
+    ranges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_unique_and_within_the_codec_range() {
+        for (i, r) in ROUTES.iter().enumerate() {
+            assert!(
+                ROUTES[i + 1..].iter().all(|o| o.api_key != r.api_key),
+                "{:?} routed twice",
+                r.api_key
+            );
+            let codec = r.api_key.valid_versions();
+            assert!(r.max_version <= codec.max, "{:?} beyond codec", r.api_key);
+            assert!(r.min_version <= r.max_version);
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! Topic-level configs: the definitions Kafka has (name, type, default, validation, docs), and
+//! how an override map turns into the `LogConfig` a partition log runs with.
+
+use std::collections::BTreeMap;
+
+use streamforge_log::{LogConfig, TimestampType};
+
+/// DescribeConfigs `config_type` codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i8)]
+pub enum ConfigType {
+    Boolean = 1,
+    Str = 2,
+    Int = 3,
+    Long = 5,
+    Double = 6,
+    List = 7,
+}
+
+/// One topic config definition.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigDef {
+    pub name: &'static str,
+    pub kind: ConfigType,
+    /// Lowest accepted value for numeric configs.
+    pub min: Option<i64>,
+    /// Accepted values for enumerated configs (each list element for `List`).
+    pub allowed: &'static [&'static str],
+    pub doc: &'static str,
+}
+
+const fn def(
+    name: &'static str,
+    kind: ConfigType,
+    min: Option<i64>,
+    allowed: &'static [&'static str],
+    doc: &'static str,
+) -> ConfigDef {
+    ConfigDef {
+        name,
+        kind,
+        min,
+        allowed,
+        doc,
+    }
+}
+
+use ConfigType::*;
+
+/// Every topic config we accept, in Kafka's alphabetical order.
+pub static TOPIC_CONFIGS: &[ConfigDef] = &[
+    def(
+        "cleanup.policy",
+        List,
+        None,
+        &["delete", "compact"],
+        "Retention policy: delete and/or compact.",
+    ),
+    def(
+        "compression.type",
+        Str,
+        None,
+        &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"],
+        "Final compression; batches are stored as the producer sent them.",
+    ),
+    def(
+        "delete.retention.ms",
+        Long,
+        Some(0),
+        &[],
+        "How long delete tombstones are retained on compacted topics.",
+    ),
+    def(
+        "file.delete.delay.ms",
+        Long,
+        Some(0),
+        &[],
+        "Time to wait before deleting a file from the filesystem.",
+    ),
+    def(
+        "flush.messages",
+        Long,
+        Some(1),
+        &[],
+        "Force an fsync after this many messages.",
+    ),
+    def(
+        "flush.ms",
+        Long,
+        Some(0),
+        &[],
+        "Force an fsync after this much time.",
+    ),
+    def(
+        "index.interval.bytes",
+        Int,
+        Some(0),
+        &[],
+        "Bytes between offset index entries.",
+    ),
+    def(
+        "local.retention.bytes",
+        Long,
+        Some(-2),
+        &[],
+        "Local retention size when tiered storage is on (-2 = retention.bytes).",
+    ),
+    def(
+        "local.retention.ms",
+        Long,
+        Some(-2),
+        &[],
+        "Local retention time when tiered storage is on (-2 = retention.ms).",
+    ),
+    def(
+        "max.compaction.lag.ms",
+        Long,
+        Some(1),
+        &[],
+        "Maximum time a message remains uncompacted.",
+    ),
+    def(
+        "max.message.bytes",
+        Int,
+        Some(0),
+        &[],
+        "Largest record batch size allowed.",
+    ),
+    def(
+        "message.timestamp.after.max.ms",
+        Long,
+        Some(0),
+        &[],
+        "Allowed timestamp lead over the broker clock.",
+    ),
+    def(
+        "message.timestamp.before.max.ms",
+        Long,
+        Some(0),
+        &[],
+        "Allowed timestamp lag behind the broker clock.",
+    ),
+    def(
+        "message.timestamp.type",
+        Str,
+        None,
+        &["CreateTime", "LogAppendTime"],
+        "Whether timestamps are the producer's or the broker's.",
+    ),
+    def(
+        "min.cleanable.dirty.ratio",
+        Double,
+        None,
+        &[],
+        "Dirty ratio that triggers compaction.",
+    ),
+    def(
+        "min.compaction.lag.ms",
+        Long,
+        Some(0),
+        &[],
+        "Minimum time a message remains uncompacted.",
+    ),
+    def(
+        "min.insync.replicas",
+        Int,
+        Some(1),
+        &[],
+        "Replicas that must acknowledge an acks=all write.",
+    ),
+    def(
+        "preallocate",
+        Boolean,
+        None,
+        &[],
+        "Preallocate segment files.",
+    ),
+    def(
+        "remote.storage.enable",
+        Boolean,
+        None,
+        &[],
+        "Move sealed segments to tiered storage.",
+    ),
+    def(
+        "retention.bytes",
+        Long,
+        Some(-1),
+        &[],
+        "Maximum partition size before old segments are deleted.",
+    ),
+    def(
+        "retention.ms",
+        Long,
+        Some(-1),
+        &[],
+        "Maximum age of a segment before it is deleted.",
+    ),
+    def("segment.bytes", Int, Some(14), &[], "Segment file size."),
+    def(
+        "segment.index.bytes",
+        Int,
+        Some(4),
+        &[],
+        "Size of the preallocated offset index.",
+    ),
+    def(
+        "segment.jitter.ms",
+        Long,
+        Some(0),
+        &[],
+        "Random jitter subtracted from segment.ms.",
+    ),
+    def(
+        "segment.ms",
+        Long,
+        Some(1),
+        &[],
+        "Time after which a segment is rolled.",
+    ),
+    def(
+        "unclean.leader.election.enable",
+        Boolean,
+        None,
+        &[],
+        "Allow out-of-sync replicas to become leader.",
+    ),
+];
+
+pub fn find(name: &str) -> Option<&'static ConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// The broker-level default of a topic config, as a string.
+pub fn default_value(name: &str, d: &LogConfig) -> String {
+    match name {
+        "cleanup.policy" => if d.compact { "compact" } else { "delete" }.into(),
+        "compression.type" => "producer".into(),
+        "delete.retention.ms" => "86400000".into(),
+        "file.delete.delay.ms" => "60000".into(),
+        "flush.messages" => d.flush_messages.to_string(),
+        "flush.ms" => d.flush_ms.to_string(),
+        "index.interval.bytes" => d.index_interval_bytes.to_string(),
+        "local.retention.bytes" | "local.retention.ms" => "-2".into(),
+        "max.compaction.lag.ms" => i64::MAX.to_string(),
+        "max.message.bytes" => d.max_message_bytes.to_string(),
+        "message.timestamp.after.max.ms" | "message.timestamp.before.max.ms" => {
+            i64::MAX.to_string()
+        }
+        "message.timestamp.type" => match d.timestamp_type {
+            TimestampType::CreateTime => "CreateTime".into(),
+            TimestampType::LogAppendTime => "LogAppendTime".into(),
+        },
+        "min.cleanable.dirty.ratio" => "0.5".into(),
+        "min.compaction.lag.ms" => "0".into(),
+        "min.insync.replicas" => "1".into(),
+        "preallocate" | "remote.storage.enable" | "unclean.leader.election.enable" => {
+            "false".into()
+        }
+        "retention.bytes" => d.retention_bytes.to_string(),
+        "retention.ms" => d.retention_ms.to_string(),
+        "segment.bytes" => d.segment_bytes.to_string(),
+        "segment.index.bytes" => d.segment_index_bytes.to_string(),
+        "segment.jitter.ms" => "0".into(),
+        "segment.ms" => d.segment_ms.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Check one `name=value` pair; the error text goes into the INVALID_CONFIG message.
+pub fn validate(name: &str, value: &str) -> Result<(), String> {
+    let def = find(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
+    let bad = || format!("Invalid value {value} for configuration {name}");
+    match def.kind {
+        Boolean => {
+            if !value.eq_ignore_ascii_case("true") && !value.eq_ignore_ascii_case("false") {
+                return Err(format!(
+                    "{}: Expected value to be either true or false",
+                    bad()
+                ));
+            }
+        }
+        Int | Long => {
+            let v: i64 = value.trim().parse().map_err(|_| bad())?;
+            if def.kind == Int && i32::try_from(v).is_err() {
+                return Err(bad());
+            }
+            if let Some(min) = def.min
+                && v < min
+            {
+                return Err(format!("{}: Value must be at least {min}", bad()));
+            }
+        }
+        Double => {
+            let v: f64 = value.trim().parse().map_err(|_| bad())?;
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("{}: Value must be between 0 and 1", bad()));
+            }
+        }
+        Str => {
+            if !def.allowed.is_empty() && !def.allowed.contains(&value) {
+                return Err(format!(
+                    "{}: String must be one of: {}",
+                    bad(),
+                    def.allowed.join(", ")
+                ));
+            }
+        }
+        List => {
+            for item in value.split(',').map(str::trim) {
+                if !def.allowed.contains(&item) {
+                    return Err(format!(
+                        "{}: must be one of: {}",
+                        bad(),
+                        def.allowed.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validate a whole override map.
+pub fn validate_all(overrides: &BTreeMap<String, String>) -> Result<(), String> {
+    overrides.iter().try_for_each(|(k, v)| validate(k, v))
+}
+
+/// The `LogConfig` of a topic: broker defaults with the topic's overrides applied.
+/// Overrides must already be validated.
+pub fn log_config(defaults: &LogConfig, overrides: &BTreeMap<String, String>) -> LogConfig {
+    let mut c = defaults.clone();
+    let num = |v: &str| v.trim().parse::<i64>().unwrap_or(0);
+    for (k, v) in overrides {
+        match k.as_str() {
+            "segment.bytes" => c.segment_bytes = num(v).max(14) as u64,
+            "segment.ms" => c.segment_ms = num(v),
+            "segment.index.bytes" => c.segment_index_bytes = num(v).max(4) as u64,
+            "index.interval.bytes" => c.index_interval_bytes = num(v).max(0) as u64,
+            "max.message.bytes" => c.max_message_bytes = num(v).max(0) as u64,
+            "retention.ms" => c.retention_ms = num(v),
+            "retention.bytes" => c.retention_bytes = num(v),
+            "flush.messages" => c.flush_messages = num(v),
+            "flush.ms" => c.flush_ms = num(v),
+            "message.timestamp.type" => {
+                c.timestamp_type = if v == "LogAppendTime" {
+                    TimestampType::LogAppendTime
+                } else {
+                    TimestampType::CreateTime
+                }
+            }
+            "cleanup.policy" => c.compact = v.split(',').any(|p| p.trim() == "compact"),
+            _ => {}
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_matches_kafka_rules() {
+        assert!(validate("retention.ms", "-1").is_ok());
+        assert!(validate("retention.ms", "-5").is_err());
+        assert!(validate("retention.ms", "abc").is_err());
+        assert!(validate("cleanup.policy", "compact,delete").is_ok());
+        assert!(validate("cleanup.policy", "shred").is_err());
+        assert!(validate("no.such.config", "1").is_err());
+        assert!(validate("max.message.bytes", "99999999999").is_err());
+        assert!(validate("preallocate", "TRUE").is_ok());
+    }
+
+    #[test]
+    fn overrides_reach_the_log_config() {
+        let mut o = BTreeMap::new();
+        o.insert("segment.bytes".to_string(), "1048576".to_string());
+        o.insert("cleanup.policy".to_string(), "compact".to_string());
+        o.insert(
+            "message.timestamp.type".to_string(),
+            "LogAppendTime".to_string(),
+        );
+        let c = log_config(&LogConfig::default(), &o);
+        assert_eq!(c.segment_bytes, 1 << 20);
+        assert!(c.compact);
+        assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
+    }
+}
