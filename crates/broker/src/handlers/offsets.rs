@@ -56,7 +56,6 @@ pub async fn handle_list_offsets(state: Arc<BrokerState>, req: RequestFrame) -> 
             pr.partition_index = p.partition_index;
             pr.timestamp = -1;
             pr.offset = -1;
-            pr.leader_epoch = -1;
             let found = match state.replicas.partition(&t.name.0, p.partition_index) {
                 None => Err(ErrorCode::UnknownTopicOrPartition.code()),
                 Some(_) if check_leader_epoch(p.current_leader_epoch).is_err() => {
@@ -71,7 +70,9 @@ pub async fn handle_list_offsets(state: Arc<BrokerState>, req: RequestFrame) -> 
                 Ok((timestamp, offset)) => {
                     pr.timestamp = timestamp;
                     pr.offset = offset;
-                    pr.leader_epoch = if offset >= 0 { LEADER_EPOCH } else { -1 };
+                    if req.api_version >= 4 && offset >= 0 {
+                        pr.leader_epoch = LEADER_EPOCH;
+                    }
                 }
                 Err(code) => pr.error_code = code,
             }
