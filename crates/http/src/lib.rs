@@ -38,6 +38,18 @@ pub struct HttpOptions {
     pub bench_history_path: Option<PathBuf>,
 }
 
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field(
+                "bench_runner",
+                &self.bench_runner.as_ref().map(|_| "BenchRunner"),
+            )
+            .field("bench_history_path", &self.bench_history_path)
+            .finish()
+    }
+}
+
 /// A running dashboard server.
 pub struct HttpServer {
     local_addr: SocketAddr,

@@ -136,11 +136,11 @@ SF.liveChart = (el, title, series, fmt) => {
     width: Math.max(body.clientWidth, 300),
     height: 220,
     cursor: { drag: { x: false, y: false } },
-    legend: { show: true },
+    legend: { show: true, live: false },
     scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] } },
     axes: [
       { stroke: "#64748b", grid: { stroke: "#eef2f7" } },
-      { stroke: "#64748b", grid: { stroke: "#eef2f7" }, size: 70, values: (u, vals) => vals.map((v) => (fmt || SF.compact)(v)) },
+      { stroke: "#64748b", grid: { stroke: "#eef2f7" }, size: 86, values: (u, vals) => vals.map((v) => (fmt || SF.compact)(v)) },
     ],
     series: [{}, ...series.map((s, i) => ({
       label: s.label,
@@ -165,6 +165,7 @@ SF.staticChart = (el, title, xs, series, opts = {}) => {
     width: Math.max(body.clientWidth, 300),
     height: opts.height || 220,
     cursor: { drag: { x: false, y: false } },
+    legend: { show: series.length > 1, live: false },
     scales: { x: { time: !!opts.time }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] } },
     axes: [
       { stroke: "#64748b", grid: { stroke: "#eef2f7" }, label: opts.xLabel, values: opts.xValues },
