@@ -40,6 +40,8 @@ pub struct BrokerConfig {
     pub shutdown_grace_ms: u64,
     /// Dashboard + /metrics listener (`None` = off). Wired by the http crate.
     pub http_listen: Option<SocketAddr>,
+    /// Dashboard extras (benchmark runner, history file; the history defaults to the data dir).
+    pub http: streamforge_http::HttpOptions,
 }
 
 impl Default for BrokerConfig {
@@ -60,6 +62,7 @@ impl Default for BrokerConfig {
             log_tick_interval_ms: 1_000,
             shutdown_grace_ms: 10_000,
             http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            http: streamforge_http::HttpOptions::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod config;
 mod connection;
 pub mod handlers;
+pub mod http_view;
 pub mod replica_manager;
 pub mod router;
 mod server;
@@ -36,6 +37,11 @@ pub enum BrokerError {
     Storage(String),
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("cannot bind the dashboard listener on {addr}: {source}")]
+    HttpBind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// State shared by every connection and handler.
@@ -63,6 +69,10 @@ pub struct Broker;
 impl Broker {
     /// Open the data directory, bind the listener and start serving.
     pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
+        if config.http_listen.is_some() {
+            // Before anything records a metric, so /metrics and the live view see everything.
+            streamforge_http::install_metrics();
+        }
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -108,6 +118,10 @@ impl Broker {
             data_dir = %state.config.data_dir.display(),
             "broker listening"
         );
+        let http = match state.config.http_listen {
+            Some(addr) => Some(start_dashboard(addr, &state).await?),
+            None => None,
+        };
         let housekeeping = tokio::spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
         let serving = tokio::spawn(server::run(
             state.clone(),
@@ -117,6 +131,7 @@ impl Broker {
         ));
         Ok(BrokerHandle {
             kafka_addr,
+            http,
             state,
             shutdown_tx,
             serving,
@@ -127,6 +142,7 @@ impl Broker {
 /// A running broker.
 pub struct BrokerHandle {
     kafka_addr: SocketAddr,
+    http: Option<streamforge_http::HttpServer>,
     state: Arc<BrokerState>,
     shutdown_tx: watch::Sender<bool>,
     serving: JoinHandle<()>,
@@ -138,6 +154,11 @@ impl BrokerHandle {
         self.kafka_addr
     }
 
+    /// The address the dashboard is bound to, when it is on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|h| h.local_addr())
+    }
+
     /// Shared state, for read-only views (dashboard) and embedding.
     pub fn state(&self) -> Arc<BrokerState> {
         self.state.clone()
@@ -147,6 +168,9 @@ impl BrokerHandle {
     pub async fn shutdown(self) {
         tracing::info!("broker shutting down");
         let _ = self.shutdown_tx.send(true);
+        if let Some(http) = self.http {
+            http.shutdown().await;
+        }
         if let Err(e) = self.serving.await {
             tracing::error!(error = %e, "server task failed");
         }
@@ -157,6 +181,27 @@ impl BrokerHandle {
     pub async fn wait(&mut self) {
         let _ = (&mut self.serving).await;
     }
+}
+
+/// Starts the dashboard over the broker's read-only view.
+async fn start_dashboard(
+    addr: SocketAddr,
+    state: &Arc<BrokerState>,
+) -> Result<streamforge_http::HttpServer, BrokerError> {
+    let mut options = state.config.http.clone();
+    if options.bench_history_path.is_none() {
+        options.bench_history_path = Some(
+            state
+                .config
+                .data_dir
+                .join("dashboard")
+                .join("bench-history.json"),
+        );
+    }
+    let view = Arc::new(http_view::BrokerView::new(state.clone()));
+    streamforge_http::serve(addr, view, options)
+        .await
+        .map_err(|source| BrokerError::HttpBind { addr, source })
 }
 
 fn advertised(config: &BrokerConfig, bound: SocketAddr) -> Result<(String, i32), BrokerError> {

@@ -1,0 +1,351 @@
+//! The broker's read-only view for the dashboard (`streamforge_http::ClusterView`).
+//!
+//! Everything here reads broker state the same way the Kafka handlers do (the replica manager,
+//! partition logs under their mutex) and never changes data, except the two explicit topic
+//! actions, which go through the same `ReplicaManager` calls as CreateTopics/DeleteTopics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder, TimestampType};
+use streamforge_http::{
+    BatchInfo, BrokerInfo, ClusterInfo, ClusterView, ConfigEntry, CreateTopic, Message,
+    MessagePage, MessageQuery, PartitionInfo, ReadStart, TopicDetail, TopicInfo, ViewError,
+    ViewFuture,
+};
+
+use crate::replica_manager::{LEADER_EPOCH, Topic, TopicError};
+use crate::{BrokerState, topic_config};
+
+/// Bytes read from a log per round while collecting a page of messages.
+const BROWSE_READ_BYTES: usize = 1024 * 1024;
+/// Rounds of reading per browse request (bounds the work of one request to a few MiB).
+const BROWSE_READ_ROUNDS_MAX: usize = 8;
+/// Record batch header: base offset (8) + batch length (4).
+const BATCH_LOG_OVERHEAD_BYTES: usize = 12;
+
+pub struct BrokerView {
+    state: Arc<BrokerState>,
+    started_at_ms: i64,
+}
+
+impl BrokerView {
+    pub fn new(state: Arc<BrokerState>) -> BrokerView {
+        BrokerView {
+            state,
+            started_at_ms: crate::util::now_ms(),
+        }
+    }
+
+    fn node_id(&self) -> i32 {
+        self.state.node_id()
+    }
+
+    fn topic_info(&self, topic: &Topic) -> TopicInfo {
+        let node = self.node_id();
+        TopicInfo {
+            name: topic.name.clone(),
+            topic_id: Some(topic.id.to_string()),
+            internal: topic.is_internal(),
+            replication_factor: 1,
+            partitions: topic
+                .partitions
+                .iter()
+                .filter_map(|p| {
+                    p.with_log(|log| PartitionInfo {
+                        partition: p.index,
+                        leader: node,
+                        leader_epoch: LEADER_EPOCH,
+                        replicas: vec![node],
+                        isr: vec![node],
+                        log_start_offset: log.log_start_offset(),
+                        log_end_offset: log.log_end_offset(),
+                        high_watermark: log.high_watermark(),
+                        size_bytes: log.size_bytes(),
+                        remote_size_bytes: None,
+                    })
+                    .ok()
+                })
+                .collect(),
+        }
+    }
+
+    fn configs(&self, topic: &Topic) -> Vec<ConfigEntry> {
+        let defaults = self.state.replicas.log_defaults();
+        topic_config::TOPIC_CONFIGS
+            .iter()
+            .map(|def| match topic.configs.get(def.name) {
+                Some(v) => ConfigEntry {
+                    name: def.name.to_string(),
+                    value: Some(v.clone()),
+                    source: "DYNAMIC_TOPIC_CONFIG".to_string(),
+                    is_default: false,
+                    sensitive: false,
+                },
+                None => ConfigEntry {
+                    name: def.name.to_string(),
+                    value: Some(topic_config::default_value(def.name, defaults)),
+                    source: "DEFAULT_CONFIG".to_string(),
+                    is_default: true,
+                    sensitive: false,
+                },
+            })
+            .collect()
+    }
+}
+
+/// Reads one page of messages (blocking: runs on the blocking pool).
+fn read_page(state: &BrokerState, query: &MessageQuery) -> Result<MessagePage, ViewError> {
+    let partition = state
+        .replicas
+        .partition(&query.topic, query.partition)
+        .ok_or_else(|| {
+            ViewError::NotFound(format!(
+                "topic '{}' has no partition {}",
+                query.topic, query.partition
+            ))
+        })?;
+    let gone = |_| {
+        ViewError::NotFound(format!(
+            "partition {}-{} was deleted",
+            query.topic, query.partition
+        ))
+    };
+    let (log_start_offset, high_watermark, start) = partition
+        .with_log(|log| {
+            let start = match query.start {
+                ReadStart::Offset(o) => Ok(o.max(log.log_start_offset())),
+                ReadStart::Timestamp(ts) => log
+                    .offset_for_timestamp(ts)
+                    .map(|found| found.map_or(log.high_watermark(), |(offset, _)| offset)),
+            };
+            (log.log_start_offset(), log.high_watermark(), start)
+        })
+        .map_err(gone)?;
+    let start = start.map_err(|e| ViewError::Internal(e.to_string()))?;
+    let mut messages = Vec::new();
+    let mut position = start;
+    for _ in 0..BROWSE_READ_ROUNDS_MAX {
+        if messages.len() >= query.limit || position >= high_watermark {
+            break;
+        }
+        let read = partition
+            .with_log(|log| log.read(position, BROWSE_READ_BYTES, high_watermark, true))
+            .map_err(gone)?
+            .map_err(|e| ViewError::Internal(e.to_string()))?;
+        if read.bytes == 0 {
+            break;
+        }
+        let before = position;
+        for slice in read.slices {
+            position = decode_batches(
+                slice,
+                start.max(position),
+                high_watermark,
+                query.limit,
+                &mut messages,
+            )
+            .map_err(ViewError::Internal)?
+            .max(position);
+        }
+        if position <= before {
+            break;
+        }
+    }
+    messages.truncate(query.limit);
+    let next_offset = messages
+        .last()
+        .map_or(start.min(high_watermark), |m| m.offset + 1);
+    Ok(MessagePage {
+        log_start_offset,
+        high_watermark,
+        next_offset,
+        messages,
+    })
+}
+
+/// Runs blocking broker work (log reads, topic files) off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ViewError> + Send + 'static,
+) -> Result<T, ViewError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ViewError::Internal(format!("dashboard task failed: {e}")))?
+}
+
+/// Decodes whole batches from `slice`, keeping records in `[from, below)` until `limit`.
+/// Returns the offset after the last batch seen.
+fn decode_batches(
+    mut slice: Bytes,
+    from: i64,
+    below: i64,
+    limit: usize,
+    out: &mut Vec<Message>,
+) -> Result<i64, String> {
+    let mut next = from;
+    while slice.len() >= BATCH_LOG_OVERHEAD_BYTES && out.len() < limit {
+        let batch_len = i32::from_be_bytes([slice[8], slice[9], slice[10], slice[11]]);
+        let total = BATCH_LOG_OVERHEAD_BYTES
+            + usize::try_from(batch_len).map_err(|_| "negative batch length")?;
+        if total > slice.len() {
+            break;
+        }
+        let mut batch = slice.split_to(total);
+        let info = RecordBatchDecoder::decode_batch_info(&mut batch.clone())
+            .map_err(|e| format!("undecodable batch: {e}"))?
+            .into_iter()
+            .next()
+            .ok_or("empty batch")?;
+        let set = RecordBatchDecoder::decode(&mut batch)
+            .map_err(|e| format!("undecodable batch: {e}"))?;
+        let last_offset = set.records.last().map_or(info.min_offset, |r| r.offset);
+        next = next.max(last_offset + 1);
+        if info.control {
+            continue;
+        }
+        let batch_info = BatchInfo {
+            base_offset: info.min_offset,
+            last_offset,
+            partition_leader_epoch: info.partition_leader_epoch,
+            compression: compression_name(info.compression).to_string(),
+            timestamp_type: match info.timestamp_type {
+                TimestampType::Creation => "create_time",
+                TimestampType::LogAppend => "log_append_time",
+            }
+            .to_string(),
+            producer_id: info.producer_id,
+            producer_epoch: info.producer_epoch,
+            base_sequence: info.base_sequence,
+            transactional: info.transactional,
+            control: info.control,
+            size_bytes: total as u32,
+        };
+        for record in set.records {
+            if record.offset < from || record.offset >= below || out.len() >= limit {
+                continue;
+            }
+            out.push(Message {
+                offset: record.offset,
+                timestamp_ms: record.timestamp,
+                key: record.key,
+                value: record.value,
+                headers: record
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+                batch: batch_info.clone(),
+            });
+        }
+    }
+    Ok(next)
+}
+
+fn compression_name(c: Compression) -> &'static str {
+    match c {
+        Compression::None => "none",
+        Compression::Gzip => "gzip",
+        Compression::Snappy => "snappy",
+        Compression::Lz4 => "lz4",
+        Compression::Zstd => "zstd",
+    }
+}
+
+fn topic_error(e: TopicError) -> ViewError {
+    match e {
+        TopicError::AlreadyExists(_) => ViewError::Conflict(e.to_string()),
+        TopicError::InvalidName(_)
+        | TopicError::InvalidPartitions(_)
+        | TopicError::InvalidConfig(_) => ViewError::InvalidArgument(e.to_string()),
+        TopicError::UnknownTopic => ViewError::NotFound(e.to_string()),
+        TopicError::Storage(_) => ViewError::Internal(e.to_string()),
+    }
+}
+
+impl ClusterView for BrokerView {
+    fn cluster(&self) -> ViewFuture<'_, ClusterInfo> {
+        Box::pin(async move {
+            Ok(ClusterInfo {
+                cluster_id: self.state.cluster_id.clone(),
+                node_id: self.node_id(),
+                controller_id: self.node_id(),
+                brokers: vec![BrokerInfo {
+                    node_id: self.node_id(),
+                    host: self.state.advertised_host.clone(),
+                    port: self.state.advertised_port as u16,
+                    rack: None,
+                }],
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                started_at_ms: self.started_at_ms,
+            })
+        })
+    }
+
+    fn topics(&self) -> ViewFuture<'_, Vec<TopicInfo>> {
+        Box::pin(async move {
+            Ok(self
+                .state
+                .replicas
+                .topics()
+                .iter()
+                .map(|t| self.topic_info(t))
+                .collect())
+        })
+    }
+
+    fn topic(&self, name: String) -> ViewFuture<'_, TopicDetail> {
+        Box::pin(async move {
+            let topic = self
+                .state
+                .replicas
+                .topic(&name)
+                .ok_or_else(|| ViewError::NotFound(format!("topic '{name}' does not exist")))?;
+            Ok(TopicDetail {
+                topic: self.topic_info(&topic),
+                configs: self.configs(&topic),
+            })
+        })
+    }
+
+    fn read_messages(&self, query: MessageQuery) -> ViewFuture<'_, MessagePage> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || read_page(&state, &query)))
+    }
+
+    fn create_topic(&self, request: CreateTopic) -> ViewFuture<'_, ()> {
+        Box::pin(async move {
+            if request.replication_factor != 1 {
+                return Err(ViewError::InvalidArgument(format!(
+                    "replication factor {} is larger than the 1 available broker",
+                    request.replication_factor
+                )));
+            }
+            let configs: BTreeMap<String, String> = request.configs.into_iter().collect();
+            let state = self.state.clone();
+            blocking(move || {
+                state
+                    .replicas
+                    .create_topic(&request.name, request.partitions, configs, false)
+                    .map_err(topic_error)?;
+                Ok(())
+            })
+            .await
+        })
+    }
+
+    fn delete_topic(&self, name: String) -> ViewFuture<'_, ()> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || {
+            state.replicas.delete_topic(&name).map_err(topic_error)?;
+            Ok(())
+        }))
+    }
+
+    fn bootstrap_address(&self) -> String {
+        format!(
+            "{}:{}",
+            self.state.advertised_host, self.state.advertised_port
+        )
+    }
+}
