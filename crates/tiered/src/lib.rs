@@ -1,0 +1,257 @@
+//! Tiered storage: sealed log segments in object storage (S3 and S3-compatible servers, GCS,
+//! Azure, or a local directory), read back transparently.
+//!
+//! The shape is Kafka's KIP-405: only sealed segments are uploaded (their `.log`, indexes,
+//! producer snapshot and leader-epoch checkpoint, plus a remote index we build while
+//! uploading); a per-partition manifest lists what is remote; local retention may delete a
+//! local segment only once the manifest records it; reads below the local log start are
+//! served from the store with ranged GETs through a bounded chunk cache.
+//!
+//! - [`TieredStorage`]: the store client, cache and per-partition remote state.
+//! - [`TieringManager`]: the background task that uploads sealed segments and applies local
+//!   and total retention for every registered partition.
+#![forbid(unsafe_code)]
+
+pub mod batch;
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod layout;
+pub mod local;
+pub mod manifest;
+mod reader;
+pub mod remote_index;
+pub mod retry;
+pub mod stats;
+#[cfg(test)]
+mod suite_tests;
+pub mod tiering;
+mod uploader;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::ObjectStore;
+
+pub use config::{FailPoint, StoreSpec, TieredArgs, TieredConfig, build_store};
+pub use error::{Result, TieredError};
+pub use layout::{KeyLayout, ObjectKind, PartitionId};
+pub use local::LocalSegment;
+pub use manifest::{PartitionManifest, RemoteSegment};
+pub use stats::StatsSnapshot;
+pub use tiering::{LocalLog, PartitionSizes, TierPolicy, TieringManager};
+
+use cache::Lru;
+use remote_index::RemoteIndex;
+use stats::TieredStats;
+
+/// Remote indexes kept in memory at most (they are small; chunks have their own byte limit).
+pub const INDEX_CACHE_BYTES_MAX: u64 = 64 << 20;
+
+/// Cache key of one chunk: (segment id, chunk number).
+type ChunkKey = (Arc<str>, u64);
+type InFlight = futures::future::Shared<futures::future::BoxFuture<'static, Result<Bytes, String>>>;
+
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) layout: KeyLayout,
+    pub(crate) config: TieredConfig,
+    pub(crate) stats: TieredStats,
+    pub(crate) chunks: parking_lot::Mutex<Lru<ChunkKey, Bytes>>,
+    pub(crate) indexes: parking_lot::Mutex<Lru<Arc<str>, Arc<RemoteIndex>>>,
+    pub(crate) in_flight: parking_lot::Mutex<HashMap<ChunkKey, InFlight>>,
+    pub(crate) upload_permits: tokio::sync::Semaphore,
+    pub(crate) prefetch_permits: Arc<tokio::sync::Semaphore>,
+    pub(crate) partitions: parking_lot::Mutex<HashMap<PartitionId, Arc<RemotePartition>>>,
+}
+
+/// One partition's remote state. Readers take cheap snapshots of the manifest; writers
+/// (upload commit, retention) are serialized by `writer`.
+pub struct RemotePartition {
+    pub id: PartitionId,
+    manifest: parking_lot::RwLock<Arc<PartitionManifest>>,
+    writer: tokio::sync::Mutex<()>,
+    /// Where the previous read ended: (segment id, chunk) — detects sequential consumers.
+    last_read: parking_lot::Mutex<Option<(Arc<str>, u64)>>,
+}
+
+impl RemotePartition {
+    fn new(id: PartitionId, manifest: PartitionManifest) -> Self {
+        RemotePartition {
+            id,
+            manifest: parking_lot::RwLock::new(Arc::new(manifest)),
+            writer: tokio::sync::Mutex::new(()),
+            last_read: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The current manifest (a snapshot; never torn).
+    pub fn manifest(&self) -> Arc<PartitionManifest> {
+        self.manifest.read().clone()
+    }
+
+    /// First offset readable from remote storage, if anything is remote.
+    pub fn log_start_offset(&self) -> Option<i64> {
+        self.manifest().start_offset()
+    }
+
+    /// First offset not in remote storage, if anything is remote.
+    pub fn next_offset(&self) -> Option<i64> {
+        self.manifest().next_offset()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.manifest().size_bytes()
+    }
+
+    fn set_manifest(&self, m: PartitionManifest) {
+        *self.manifest.write() = Arc::new(m);
+    }
+}
+
+/// The tiered-storage service: one per broker.
+#[derive(Clone)]
+pub struct TieredStorage {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for TieredStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TieredStorage")
+            .field("store", &self.shared.store.to_string())
+            .finish()
+    }
+}
+
+impl TieredStorage {
+    /// Connect to the configured store.
+    pub fn new(config: TieredConfig) -> Result<Self> {
+        let store = build_store(&config)?;
+        Ok(Self::with_store(config, store))
+    }
+
+    /// Use an already built store (tests, embedding).
+    pub fn with_store(config: TieredConfig, store: Arc<dyn ObjectStore>) -> Self {
+        let shared = Shared {
+            store,
+            layout: KeyLayout::new(&config.prefix),
+            stats: TieredStats::default(),
+            chunks: parking_lot::Mutex::new(Lru::new(config.cache_bytes)),
+            indexes: parking_lot::Mutex::new(Lru::new(INDEX_CACHE_BYTES_MAX)),
+            in_flight: parking_lot::Mutex::new(HashMap::new()),
+            upload_permits: tokio::sync::Semaphore::new(config.upload_concurrency.max(1)),
+            prefetch_permits: Arc::new(tokio::sync::Semaphore::new(
+                config.prefetch_in_flight_max.max(1),
+            )),
+            partitions: parking_lot::Mutex::new(HashMap::new()),
+            config,
+        };
+        TieredStorage {
+            shared: Arc::new(shared),
+        }
+    }
+
+    pub fn config(&self) -> &TieredConfig {
+        &self.shared.config
+    }
+
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        self.shared.store.clone()
+    }
+
+    pub fn layout(&self) -> &KeyLayout {
+        &self.shared.layout
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    /// Drop every cached chunk and index (benchmarks measure cold reads with it).
+    pub fn clear_cache(&self) {
+        self.shared.chunks.lock().retain(|_| false);
+        self.shared.indexes.lock().retain(|_| false);
+    }
+
+    /// A partition already opened.
+    pub fn partition(&self, id: &PartitionId) -> Option<Arc<RemotePartition>> {
+        self.shared.partitions.lock().get(id).cloned()
+    }
+
+    /// Load a partition's manifest and delete orphaned objects (left by a crash between an
+    /// upload and its manifest update, or between a manifest update and the deletes).
+    /// Opening an already open partition returns it unchanged.
+    pub async fn open_partition(&self, id: PartitionId) -> Result<Arc<RemotePartition>> {
+        if let Some(p) = self.partition(&id) {
+            return Ok(p);
+        }
+        let key = self.shared.layout.manifest(&id);
+        let policy = self.shared.config.retry;
+        let store = self.shared.store.clone();
+        let manifest = policy
+            .run("load manifest", || manifest::load(store.as_ref(), &key))
+            .await?
+            .unwrap_or_else(|| PartitionManifest::empty(&id));
+        let part = Arc::new(RemotePartition::new(id.clone(), manifest));
+        uploader::reconcile(&self.shared, &part).await?;
+        let mut map = self.shared.partitions.lock();
+        Ok(map.entry(id).or_insert(part).clone())
+    }
+
+    /// Upload a sealed local segment and record it in the manifest. Returns the manifest entry.
+    pub async fn upload_segment(
+        &self,
+        part: &RemotePartition,
+        segment: &LocalSegment,
+        now_ms: i64,
+    ) -> Result<RemoteSegment> {
+        uploader::upload_and_commit(&self.shared, part, segment, now_ms).await
+    }
+
+    /// Remove remote segments entirely below `offset` and move the remote log start to it
+    /// (retention and DeleteRecords). Returns how many segments were deleted.
+    pub async fn delete_before(&self, part: &RemotePartition, offset: i64) -> Result<usize> {
+        uploader::delete_before(&self.shared, part, offset).await
+    }
+
+    /// Delete everything remote of a partition (topic deletion).
+    pub async fn delete_partition(&self, id: &PartitionId) -> Result<()> {
+        let part = self.open_partition(id.clone()).await?;
+        uploader::delete_all(&self.shared, &part).await?;
+        self.shared.partitions.lock().remove(id);
+        Ok(())
+    }
+
+    /// Read whole batches starting with the one containing `offset`: at most `max_bytes`
+    /// (at least one whole batch if `min_one_message`), none starting at or after
+    /// `max_offset`. Every batch's CRC is verified; corrupt data is an error, never served.
+    pub async fn read(
+        &self,
+        part: &RemotePartition,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Result<Bytes> {
+        reader::read(
+            &self.shared,
+            part,
+            offset,
+            max_bytes,
+            max_offset,
+            min_one_message,
+        )
+        .await
+    }
+
+    /// ListOffsets by time over remote data: the first record with timestamp `>= timestamp_ms`
+    /// as `(offset, timestamp)`.
+    pub async fn offset_for_timestamp(
+        &self,
+        part: &RemotePartition,
+        timestamp_ms: i64,
+    ) -> Result<Option<(i64, i64)>> {
+        reader::offset_for_timestamp(&self.shared, part, timestamp_ms).await
+    }
+}

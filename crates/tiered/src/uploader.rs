@@ -1,0 +1,407 @@
+//! Uploading sealed segments, committing them to the manifest, deleting remote segments and
+//! reconciling orphans.
+
+use std::collections::HashSet;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use object_store::{ObjectStoreExt, PutPayload, WriteMultipart, path::Path};
+use tokio::io::AsyncReadExt;
+
+use crate::batch;
+use crate::config::FailPoint;
+use crate::error::{Result, TieredError};
+use crate::layout::{MANIFEST_NAME, ObjectKind, new_segment_id, parse_segment_object_name};
+use crate::local::LocalSegment;
+use crate::manifest::{self, PartitionManifest, RemoteSegment};
+use crate::remote_index::RemoteIndexBuilder;
+use crate::stats::{self, add};
+use crate::{RemotePartition, Shared};
+
+/// Multipart parts in flight per upload (bounds memory to `upload_part_bytes` x this).
+const MULTIPART_IN_FLIGHT_MAX: usize = 2;
+/// Read buffer for streaming a local segment.
+const READ_BUFFER_BYTES: usize = 256 << 10;
+/// Companion files bigger than this are not uploaded (index files are preallocated by
+/// size; a sealed one is trimmed, so this only trips on something unexpected).
+const COMPANION_BYTES_MAX: u64 = 64 << 20;
+
+pub(crate) async fn upload_and_commit(
+    sh: &Shared,
+    part: &RemotePartition,
+    seg: &LocalSegment,
+    now_ms: i64,
+) -> Result<RemoteSegment> {
+    let _permit = sh
+        .upload_permits
+        .acquire()
+        .await
+        .map_err(|_| TieredError::ShuttingDown)?;
+    let segment_id = new_segment_id();
+    let mut written: Vec<Path> = Vec::new();
+    let uploaded = match upload_objects(sh, part, seg, &segment_id, now_ms, &mut written).await {
+        Ok(s) => s,
+        Err(e) => {
+            // Partial upload: remove what this attempt wrote (best effort; anything left is
+            // an orphan the next start-up reconciles).
+            for key in &written {
+                let _ = sh.store.delete(key).await;
+            }
+            add(&sh.stats.upload_errors, 1);
+            metrics::counter!(stats::UPLOAD_ERRORS, "topic" => part.id.topic.clone()).increment(1);
+            return Err(e);
+        }
+    };
+    if sh.config.fail_point == Some(FailPoint::CrashBeforeManifest) {
+        tracing::error!(partition = %part.id, base_offset = seg.base_offset, "fail point crash-before-manifest: aborting");
+        std::process::abort();
+    }
+    commit(sh, part, uploaded.clone()).await?;
+    add(&sh.stats.segments_uploaded, 1);
+    add(&sh.stats.bytes_uploaded, uploaded.size_bytes);
+    metrics::counter!(stats::SEGMENTS_UPLOADED, "topic" => part.id.topic.clone()).increment(1);
+    metrics::counter!(stats::BYTES_UPLOADED, "topic" => part.id.topic.clone())
+        .increment(uploaded.size_bytes);
+    tracing::info!(partition = %part.id, base_offset = uploaded.base_offset, last_offset = uploaded.last_offset, size_bytes = uploaded.size_bytes, segment_id = %uploaded.segment_id, "segment uploaded to remote storage");
+    Ok(uploaded)
+}
+
+/// Put every object of the segment; returns the manifest entry (not yet committed).
+async fn upload_objects(
+    sh: &Shared,
+    part: &RemotePartition,
+    seg: &LocalSegment,
+    segment_id: &str,
+    now_ms: i64,
+    written: &mut Vec<Path>,
+) -> Result<RemoteSegment> {
+    let key = |kind| {
+        sh.layout
+            .segment_object(&part.id, seg.base_offset, segment_id, kind)
+    };
+    let log_key = key(ObjectKind::Log);
+    written.push(log_key.clone());
+    let scanned = upload_log(sh, seg, &log_key).await?;
+    let index_key = key(ObjectKind::RemoteIndex);
+    written.push(index_key.clone());
+    let index = scanned.index.encode();
+    sh.config
+        .retry
+        .run("put remote index", || {
+            let p = PutPayload::from(index.clone());
+            async { Ok(sh.store.put(&index_key, p).await.map(|_| ())?) }
+        })
+        .await?;
+    let mut objects = vec![ObjectKind::Log, ObjectKind::RemoteIndex];
+    for kind in [
+        ObjectKind::OffsetIndex,
+        ObjectKind::TimeIndex,
+        ObjectKind::ProducerSnapshot,
+        ObjectKind::LeaderEpochCheckpoint,
+    ] {
+        let Some(path) = seg.companion(kind) else {
+            continue;
+        };
+        let data = match tokio::fs::metadata(&path).await {
+            Ok(m) if m.len() <= COMPANION_BYTES_MAX => match tokio::fs::read(&path).await {
+                Ok(d) => Bytes::from(d),
+                Err(_) => continue, // deleted meanwhile: optional
+            },
+            _ => continue,
+        };
+        let k = key(kind);
+        written.push(k.clone());
+        sh.config
+            .retry
+            .run("put companion", || {
+                let p = PutPayload::from(data.clone());
+                async { Ok(sh.store.put(&k, p).await.map(|_| ())?) }
+            })
+            .await?;
+        objects.push(kind);
+    }
+    Ok(RemoteSegment {
+        segment_id: segment_id.to_string(),
+        base_offset: scanned.base_offset.unwrap_or(seg.base_offset),
+        last_offset: scanned.last_offset,
+        size_bytes: scanned.size_bytes,
+        max_timestamp_ms: scanned.max_timestamp_ms,
+        max_timestamp_offset: scanned.max_timestamp_offset,
+        batch_count: scanned.batch_count,
+        objects,
+        uploaded_at_ms: now_ms,
+    })
+}
+
+struct Scanned {
+    index: crate::remote_index::RemoteIndex,
+    base_offset: Option<i64>,
+    last_offset: i64,
+    size_bytes: u64,
+    max_timestamp_ms: i64,
+    max_timestamp_offset: i64,
+    batch_count: u64,
+}
+
+/// Stream the `.log` file to the store while checking every batch's CRC and building the
+/// remote index. Small segments go up in one PUT, large ones as a multipart upload with
+/// bounded parts in flight (aborted on failure, so no partial object remains).
+async fn upload_log(sh: &Shared, seg: &LocalSegment, key: &Path) -> Result<Scanned> {
+    let path_str = seg.log_path.display().to_string();
+    let io = |e: std::io::Error| TieredError::LocalIo {
+        path: path_str.clone(),
+        source: e,
+    };
+    let file = tokio::fs::File::open(&seg.log_path).await.map_err(io)?;
+    let size_bytes = file.metadata().await.map_err(io)?.len();
+    let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, file);
+    let part_bytes = sh.config.upload_part_bytes.max(5 << 20);
+    let mut multipart: Option<WriteMultipart> = None;
+    let mut buf = BytesMut::with_capacity((size_bytes as usize).min(part_bytes));
+    let mut builder = RemoteIndexBuilder::new(sh.config.index_interval_bytes);
+    let mut s = Scanned {
+        index: Default::default(),
+        base_offset: None,
+        last_offset: seg.base_offset - 1,
+        size_bytes,
+        max_timestamp_ms: -1,
+        max_timestamp_offset: -1,
+        batch_count: 0,
+    };
+    let mut position = 0u64;
+    let result: Result<()> = async {
+        while position < size_bytes {
+            let corrupt = |reason: String| TieredError::LocalCorrupt {
+                path: path_str.clone(),
+                position,
+                reason,
+            };
+            let start = buf.len();
+            buf.resize(start + batch::LOG_OVERHEAD_BYTES, 0);
+            reader.read_exact(&mut buf[start..]).await.map_err(io)?;
+            let size = batch::batch_size(&buf[start..]).map_err(|e| corrupt(e.to_string()))?;
+            if position + size as u64 > size_bytes {
+                return Err(corrupt("batch runs past the end of the segment".into()));
+            }
+            buf.resize(start + size, 0);
+            reader
+                .read_exact(&mut buf[start + batch::LOG_OVERHEAD_BYTES..])
+                .await
+                .map_err(io)?;
+            let info = batch::verify(&buf[start..]).map_err(|e| corrupt(e.to_string()))?;
+            if info.base_offset <= s.last_offset && s.batch_count > 0 {
+                return Err(corrupt(format!(
+                    "offset {} does not follow {}",
+                    info.base_offset, s.last_offset
+                )));
+            }
+            builder.add(&info, position);
+            s.base_offset.get_or_insert(info.base_offset);
+            s.last_offset = info.last_offset;
+            s.batch_count += 1;
+            if info.max_timestamp_ms > s.max_timestamp_ms {
+                s.max_timestamp_ms = info.max_timestamp_ms;
+                s.max_timestamp_offset = info.last_offset;
+            }
+            position += size as u64;
+            if buf.len() >= part_bytes && size_bytes > part_bytes as u64 {
+                let mp = match &mut multipart {
+                    Some(mp) => mp,
+                    None => {
+                        let upload = sh.store.put_multipart(key).await?;
+                        multipart.insert(WriteMultipart::new_with_chunk_size(upload, part_bytes))
+                    }
+                };
+                mp.wait_for_capacity(MULTIPART_IN_FLIGHT_MAX).await?;
+                mp.put(buf.split().freeze());
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        if let Some(mp) = multipart {
+            let _ = mp.abort().await;
+        }
+        return Err(e);
+    }
+    if s.batch_count == 0 {
+        return Err(TieredError::LocalCorrupt {
+            path: path_str,
+            position: 0,
+            reason: "sealed segment holds no batches".into(),
+        });
+    }
+    match multipart {
+        Some(mut mp) => {
+            if !buf.is_empty() {
+                mp.put(buf.split().freeze());
+            }
+            if let Err(e) = mp.finish().await {
+                return Err(e.into());
+            }
+        }
+        None => {
+            let data = buf.freeze();
+            sh.config
+                .retry
+                .run("put segment", || {
+                    let p = PutPayload::from(data.clone());
+                    async { Ok(sh.store.put(key, p).await.map(|_| ())?) }
+                })
+                .await?;
+        }
+    }
+    s.index = builder.finish();
+    Ok(s)
+}
+
+/// Append an uploaded segment to the manifest (one atomic PUT, retried).
+async fn commit(sh: &Shared, part: &RemotePartition, seg: RemoteSegment) -> Result<()> {
+    let _w = part.writer.lock().await;
+    let mut m = (*part.manifest()).clone();
+    if let Some(last) = m.segments.last()
+        && seg.base_offset <= last.last_offset
+    {
+        return Err(TieredError::BadMetadata {
+            key: sh.layout.manifest(&part.id).to_string(),
+            reason: format!(
+                "segment at {} overlaps remote data ending at {}",
+                seg.base_offset, last.last_offset
+            ),
+        });
+    }
+    if m.segments.is_empty() {
+        m.log_start_offset = m.log_start_offset.max(seg.base_offset);
+    }
+    m.segments.push(seg);
+    m.generation += 1;
+    write_manifest(sh, part, m).await
+}
+
+async fn write_manifest(sh: &Shared, part: &RemotePartition, m: PartitionManifest) -> Result<()> {
+    let key = sh.layout.manifest(&part.id);
+    sh.config
+        .retry
+        .run("put manifest", || {
+            manifest::store(sh.store.as_ref(), &key, &m)
+        })
+        .await?;
+    part.set_manifest(m);
+    Ok(())
+}
+
+pub(crate) async fn delete_before(
+    sh: &Shared,
+    part: &RemotePartition,
+    offset: i64,
+) -> Result<usize> {
+    let _w = part.writer.lock().await;
+    let mut m = (*part.manifest()).clone();
+    if offset <= m.log_start_offset {
+        return Ok(0);
+    }
+    let keep_from = m.segments.partition_point(|s| s.last_offset < offset);
+    let removed: Vec<RemoteSegment> = m.segments.drain(..keep_from).collect();
+    m.log_start_offset = offset;
+    m.generation += 1;
+    // Readers stop seeing the segments first; then the objects go.
+    write_manifest(sh, part, m).await?;
+    for seg in &removed {
+        delete_segment_objects(sh, part, seg).await;
+    }
+    add(&sh.stats.segments_deleted, removed.len() as u64);
+    metrics::counter!(stats::SEGMENTS_DELETED, "topic" => part.id.topic.clone())
+        .increment(removed.len() as u64);
+    if !removed.is_empty() {
+        tracing::info!(partition = %part.id, segments = removed.len(), log_start_offset = offset, "remote segments deleted");
+    }
+    Ok(removed.len())
+}
+
+pub(crate) async fn delete_all(sh: &Shared, part: &RemotePartition) -> Result<()> {
+    let _w = part.writer.lock().await;
+    let prefix = sh.layout.partition_prefix(&part.id);
+    let keys: Vec<Path> = sh
+        .store
+        .list(Some(&prefix))
+        .map(|r| r.map(|m| m.location))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    // The manifest goes first so a crash midway leaves only orphans.
+    let manifest_key = sh.layout.manifest(&part.id);
+    match sh.store.delete(&manifest_key).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    for k in keys.iter().filter(|k| **k != manifest_key) {
+        let _ = sh.store.delete(k).await;
+    }
+    part.set_manifest(PartitionManifest::empty(&part.id));
+    Ok(())
+}
+
+async fn delete_segment_objects(sh: &Shared, part: &RemotePartition, seg: &RemoteSegment) {
+    for kind in &seg.objects {
+        let key = sh
+            .layout
+            .segment_object(&part.id, seg.base_offset, &seg.segment_id, *kind);
+        let r = sh
+            .config
+            .retry
+            .run("delete object", || async {
+                match sh.store.delete(&key).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(e.into()),
+                }
+            })
+            .await;
+        if let Err(e) = r {
+            // Unreferenced now; the next start-up's reconcile removes it.
+            tracing::warn!(key = %key, error = %e, "could not delete remote object; left as orphan");
+        }
+    }
+    let id: std::sync::Arc<str> = seg.segment_id.as_str().into();
+    sh.chunks.lock().retain(|k| k.0 != id);
+    sh.indexes.lock().remove(&id);
+}
+
+/// Delete objects under the partition's prefix that the manifest does not name.
+pub(crate) async fn reconcile(sh: &Shared, part: &RemotePartition) -> Result<usize> {
+    let m = part.manifest();
+    let live: HashSet<&str> = m.segments.iter().map(|s| s.segment_id.as_str()).collect();
+    let prefix = sh.layout.partition_prefix(&part.id);
+    let listed: Vec<_> = sh
+        .store
+        .list(Some(&prefix))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let mut deleted = 0;
+    for meta in listed {
+        let Some(name) = meta.location.filename() else {
+            continue;
+        };
+        if name == MANIFEST_NAME {
+            continue;
+        }
+        let orphan = match parse_segment_object_name(name) {
+            Some((_, id, _)) => !live.contains(id),
+            None => false, // not ours: leave it alone
+        };
+        if orphan {
+            match sh.store.delete(&meta.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if deleted > 0 {
+        add(&sh.stats.orphans_deleted, deleted as u64);
+        tracing::warn!(partition = %part.id, objects = deleted, "deleted orphaned remote objects left by an interrupted upload or delete");
+    }
+    Ok(deleted)
+}
