@@ -7,6 +7,7 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::error::ProtocolError;
+use crate::guarded_buf::{GuardError, decode_guarded};
 
 /// Bytes of the length prefix in front of every request and response.
 pub const FRAME_PREFIX_BYTES: usize = 4;
@@ -98,12 +99,18 @@ impl RequestFrame {
     }
 
     /// Decode the body as message `T` at this request's version.
+    /// Absurd element counts are rejected before the decoder allocates for them.
     pub fn decode<T: Decodable>(&self) -> Result<T, ProtocolError> {
-        let mut body = self.body.clone();
-        T::decode(&mut body, self.api_version).map_err(|e| ProtocolError::MalformedBody {
-            api: api_name(self.api_key),
-            version: self.api_version,
-            reason: e.to_string(),
+        let version = self.api_version;
+        decode_guarded(&self.body, |buf| T::decode(buf, version)).map_err(|e| {
+            ProtocolError::MalformedBody {
+                api: api_name(self.api_key),
+                version,
+                reason: match e {
+                    GuardError::AbsurdCount => "element count larger than the request".into(),
+                    GuardError::Decode(e) => e.to_string(),
+                },
+            }
         })
     }
 

@@ -8,6 +8,7 @@ pub mod batch;
 pub mod error;
 pub mod fetch_writer;
 pub mod frame;
+pub mod guarded_buf;
 
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{RequestFrame, ResponseFrame};
