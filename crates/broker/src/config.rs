@@ -38,6 +38,8 @@ pub struct BrokerConfig {
     pub log_tick_interval_ms: u64,
     /// Graceful shutdown: longest wait for in-flight requests before closing the logs.
     pub shutdown_grace_ms: u64,
+    /// Consumer groups: coordinator settings and the `__consumer_offsets` topic.
+    pub groups: crate::group_service::GroupsConfig,
     /// Dashboard + /metrics listener (`None` = off). Wired by the http crate.
     pub http_listen: Option<SocketAddr>,
     /// Dashboard extras (benchmark runner, history file; the history defaults to the data dir).
@@ -61,6 +63,7 @@ impl Default for BrokerConfig {
             request_read_timeout_ms: 60_000,
             log_tick_interval_ms: 1_000,
             shutdown_grace_ms: 10_000,
+            groups: Default::default(),
             http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
             http: streamforge_http::HttpOptions::default(),
         }

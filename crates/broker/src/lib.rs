@@ -4,6 +4,7 @@
 
 pub mod config;
 mod connection;
+pub mod group_service;
 pub mod handlers;
 pub mod http_view;
 pub mod replica_manager;
@@ -51,6 +52,8 @@ pub struct BrokerState {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub replicas: ReplicaManager,
+    /// The consumer-group coordinator and its `__consumer_offsets` storage.
+    pub groups: Arc<group_service::GroupService>,
     /// Open client connections.
     pub connections: AtomicUsize,
     /// Flips to `true` when the broker shuts down (long polls return early).
@@ -88,14 +91,17 @@ impl Broker {
 
         let data_dir = config.data_dir.clone();
         let log_defaults = config.log_defaults.clone();
-        let (replicas, cluster_id) = tokio::task::spawn_blocking(move || {
+        let groups_config = config.groups.clone();
+        let (replicas, cluster_id, groups) = tokio::task::spawn_blocking(move || {
             let replicas = ReplicaManager::open(&data_dir, log_defaults)
                 .map_err(|e| BrokerError::Storage(e.to_string()))?;
             let cluster_id = replicas
                 .store()
                 .cluster_id(new_cluster_id)
                 .map_err(|e| BrokerError::Storage(e.to_string()))?;
-            Ok::<_, BrokerError>((replicas, cluster_id))
+            let groups = group_service::GroupService::open(&replicas, groups_config)
+                .map_err(|e| BrokerError::Storage(e.to_string()))?;
+            Ok::<_, BrokerError>((replicas, cluster_id, Arc::new(groups)))
         })
         .await
         .map_err(|e| BrokerError::Storage(e.to_string()))??;
@@ -107,6 +113,7 @@ impl Broker {
             advertised_host,
             advertised_port,
             replicas,
+            groups,
             connections: AtomicUsize::new(0),
             shutdown: shutdown_rx.clone(),
         });
@@ -122,6 +129,10 @@ impl Broker {
             Some(addr) => Some(start_dashboard(addr, &state).await?),
             None => None,
         };
+        tokio::spawn(group_service::run_timer(
+            state.groups.clone(),
+            shutdown_rx.clone(),
+        ));
         let housekeeping = tokio::spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
         let serving = tokio::spawn(server::run(
             state.clone(),

@@ -11,7 +11,9 @@ use streamforge_protocol::api_versions::ApiRange;
 use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
-use crate::handlers::{admin, api_versions, cluster, configs, fetch, metadata, offsets, produce};
+use crate::handlers::{
+    admin, api_versions, cluster, configs, fetch, groups, metadata, offsets, produce,
+};
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
 pub type HandlerResult = Result<Option<ResponseFrame>, HandlerError>;
@@ -85,6 +87,18 @@ pub static ROUTES: &[Route] = &[
         configs::handle_incremental_alter_configs
     ),
     route!(DescribeCluster, 0, 1, cluster::handle_describe_cluster),
+    // Consumer groups (classic protocol). OffsetCommit/OffsetFetch v10 need topic ids.
+    route!(OffsetCommit, 2, 9, groups::handle_offset_commit),
+    route!(OffsetFetch, 1, 9, groups::handle_offset_fetch),
+    route!(FindCoordinator, 0, 6, groups::handle_find_coordinator),
+    route!(JoinGroup, 0, 9, groups::handle_join_group),
+    route!(Heartbeat, 0, 4, groups::handle_heartbeat),
+    route!(LeaveGroup, 0, 5, groups::handle_leave_group),
+    route!(SyncGroup, 0, 5, groups::handle_sync_group),
+    route!(DescribeGroups, 0, 6, groups::handle_describe_groups),
+    route!(ListGroups, 0, 5, groups::handle_list_groups),
+    route!(DeleteGroups, 0, 2, groups::handle_delete_groups),
+    route!(OffsetDelete, 0, 0, groups::handle_offset_delete),
 ];
 
 /// The route serving `api_key`, if any.

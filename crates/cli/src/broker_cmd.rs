@@ -64,6 +64,21 @@ pub struct Args {
     /// Dashboard and /metrics address, or `off` [default: 0.0.0.0:8080].
     #[arg(long, env = "STREAMFORGE_HTTP_LISTEN")]
     pub http_listen: Option<String>,
+    /// Partitions of `__consumer_offsets` when it is created (`offsets.topic.num.partitions`) [default: 50].
+    #[arg(long, env = "STREAMFORGE_OFFSETS_TOPIC_PARTITIONS")]
+    pub offsets_topic_partitions: Option<i32>,
+    /// `group.initial.rebalance.delay.ms` [default: 3000].
+    #[arg(long, env = "STREAMFORGE_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    pub group_initial_rebalance_delay_ms: Option<i64>,
+    /// `group.min.session.timeout.ms` [default: 6000].
+    #[arg(long, env = "STREAMFORGE_GROUP_MIN_SESSION_TIMEOUT_MS")]
+    pub group_min_session_timeout_ms: Option<i32>,
+    /// `group.max.session.timeout.ms` [default: 1800000].
+    #[arg(long, env = "STREAMFORGE_GROUP_MAX_SESSION_TIMEOUT_MS")]
+    pub group_max_session_timeout_ms: Option<i32>,
+    /// `offsets.retention.minutes` [default: 10080].
+    #[arg(long, env = "STREAMFORGE_OFFSETS_RETENTION_MINUTES")]
+    pub offsets_retention_minutes: Option<i64>,
 }
 
 /// The TOML file: every key optional.
@@ -87,6 +102,11 @@ struct FileConfig {
     connections_max_idle_ms: Option<u64>,
     request_read_timeout_ms: Option<u64>,
     http_listen: Option<String>,
+    offsets_topic_partitions: Option<i32>,
+    group_initial_rebalance_delay_ms: Option<i64>,
+    group_min_session_timeout_ms: Option<i32>,
+    group_max_session_timeout_ms: Option<i32>,
+    offsets_retention_minutes: Option<i64>,
 }
 
 /// Resolve flags/env over the file over defaults.
@@ -129,6 +149,18 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(max_connections);
     set!(connections_max_idle_ms);
     set!(request_read_timeout_ms);
+    set!(offsets_topic_partitions => c.groups.coordinator.offsets_topic_partitions);
+    set!(group_initial_rebalance_delay_ms => c.groups.coordinator.group_initial_rebalance_delay_ms);
+    set!(group_min_session_timeout_ms => c.groups.coordinator.group_min_session_timeout_ms);
+    set!(group_max_session_timeout_ms => c.groups.coordinator.group_max_session_timeout_ms);
+    if let Some(minutes) = args.offsets_retention_minutes.or(file.offsets_retention_minutes) {
+        anyhow::ensure!(minutes > 0, "offsets-retention-minutes must be positive");
+        c.groups.coordinator.offsets_retention_ms = minutes.saturating_mul(60_000);
+    }
+    anyhow::ensure!(
+        c.groups.coordinator.offsets_topic_partitions > 0,
+        "offsets-topic-partitions must be at least 1"
+    );
     if let Some(h) = args.http_listen.or(file.http_listen) {
         c.http_listen = if h.eq_ignore_ascii_case("off") {
             None

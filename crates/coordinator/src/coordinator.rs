@@ -129,6 +129,11 @@ impl GroupCoordinator {
         self.groups.get(group_id).map(|g| g.generation_id)
     }
 
+    /// The longest rebalance timeout among a group's members (how long a SyncGroup may wait).
+    pub fn group_rebalance_timeout_ms(&self, group_id: &str) -> Option<i64> {
+        self.groups.get(group_id).map(|g| g.rebalance_timeout_ms())
+    }
+
     /// When the broker should call [`tick`](Self::tick) next at the latest.
     pub fn next_deadline_ms(&self) -> i64 {
         self.earliest_deadline_ms.min(self.next_retention_check_ms)

@@ -333,9 +333,19 @@ pub fn encode_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, 
     Ok(buf)
 }
 
-/// Decodes whole record batches (as read from the log) into records; keyless records are
-/// skipped (they cannot be ours).
-pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<OffsetsRecord>, RecordsError> {
+/// Decodes whole record batches (as read from the log) into records; keyless and control
+/// records are skipped (they cannot be ours).
+pub fn decode_batches(bytes: Bytes) -> Result<Vec<OffsetsRecord>, RecordsError> {
+    Ok(decode_batches_with_offsets(bytes)?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
+}
+
+/// Like [`decode_batches`], with each record's offset in the log.
+pub fn decode_batches_with_offsets(
+    mut bytes: Bytes,
+) -> Result<Vec<(i64, OffsetsRecord)>, RecordsError> {
     let sets = RecordBatchDecoder::decode_all(&mut bytes)
         .map_err(|e| RecordsError::Batch(format!("{e:#}")))?;
     Ok(sets
@@ -343,10 +353,13 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<OffsetsRecord>, RecordsErr
         .flat_map(|set| set.records)
         .filter(|r| !r.control)
         .filter_map(|r| {
-            Some(OffsetsRecord {
-                key: r.key?,
-                value: r.value,
-            })
+            Some((
+                r.offset,
+                OffsetsRecord {
+                    key: r.key?,
+                    value: r.value,
+                },
+            ))
         })
         .collect())
 }

@@ -1,0 +1,503 @@
+//! Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
+//! Each handler maps the wire version onto the coordinator's domain types and back; parked
+//! requests (JoinGroup, SyncGroup) are async waits on the group service.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::{
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use streamforge_coordinator as coord;
+use streamforge_coordinator::codes;
+use streamforge_protocol::RequestFrame;
+
+use crate::BrokerState;
+use crate::handlers::topic_name;
+use crate::router::HandlerResult;
+
+/// FindCoordinator key types: groups, transactions (KIP-848 share groups = 2 are not served).
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+/// Kafka's INVALID_REQUEST.
+const INVALID_REQUEST: i16 = 42;
+/// Keys answered per batched FindCoordinator (a named bound on work per request).
+const FIND_COORDINATOR_KEYS_MAX: usize = 10_000;
+/// Where a client's host is not known to the handler (see docs/GROUPS.md).
+const UNKNOWN_CLIENT_HOST: &str = "/unknown";
+
+fn s(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_string())
+}
+
+fn opt(value: &Option<StrBytes>) -> Option<String> {
+    value.as_ref().map(|v| v.to_string())
+}
+
+fn client_id(req: &RequestFrame) -> String {
+    req.client_id.clone().unwrap_or_default()
+}
+
+pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: FindCoordinatorRequest = req.decode()?;
+    let mut resp = FindCoordinatorResponse::default();
+    let answer = |key_type: i8| -> (i16, Option<StrBytes>) {
+        match key_type {
+            KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION => (codes::NONE, None),
+            other => (
+                INVALID_REQUEST,
+                Some(s(&format!("unsupported coordinator key type {other}"))),
+            ),
+        }
+    };
+    if req.api_version < 4 {
+        let (error_code, error_message) = answer(request.key_type);
+        resp.error_code = error_code;
+        resp.error_message = error_message;
+        resp.node_id = BrokerId(if error_code == codes::NONE { state.node_id() } else { -1 });
+        resp.host = s(if error_code == codes::NONE { &state.advertised_host } else { "" });
+        resp.port = if error_code == codes::NONE { state.advertised_port } else { -1 };
+    } else {
+        for key in request.coordinator_keys.iter().take(FIND_COORDINATOR_KEYS_MAX) {
+            let (error_code, error_message) = answer(request.key_type);
+            let mut c = Coordinator::default();
+            c.key = key.clone();
+            c.error_code = error_code;
+            c.error_message = error_message;
+            c.node_id = BrokerId(if error_code == codes::NONE { state.node_id() } else { -1 });
+            c.host = s(if error_code == codes::NONE { &state.advertised_host } else { "" });
+            c.port = if error_code == codes::NONE { state.advertised_port } else { -1 };
+            resp.coordinators.push(c);
+        }
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_join_group(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: JoinGroupRequest = req.decode()?;
+    let domain = coord::JoinGroupRequest {
+        group_id: request.group_id.to_string(),
+        session_timeout_ms: request.session_timeout_ms,
+        rebalance_timeout_ms: if req.api_version >= 1 {
+            request.rebalance_timeout_ms
+        } else {
+            request.session_timeout_ms
+        },
+        member_id: request.member_id.to_string(),
+        group_instance_id: opt(&request.group_instance_id),
+        protocol_type: request.protocol_type.to_string(),
+        protocols: request
+            .protocols
+            .iter()
+            .map(|p| coord::Protocol {
+                name: p.name.to_string(),
+                metadata: p.metadata.clone(),
+            })
+            .collect(),
+        client_id: client_id(&req),
+        client_host: UNKNOWN_CLIENT_HOST.to_string(),
+        require_known_member_id: req.api_version >= 4,
+    };
+    let result = state.groups.join(domain).await;
+    let mut resp = JoinGroupResponse::default();
+    resp.error_code = result.error_code;
+    resp.generation_id = result.generation_id;
+    resp.protocol_type = result.protocol_type.as_deref().map(s);
+    resp.protocol_name = match (req.api_version >= 7, result.protocol_name.as_deref()) {
+        (true, name) => name.map(s),
+        // Before v7 the protocol name is not nullable.
+        (false, name) => Some(s(name.unwrap_or(""))),
+    };
+    resp.member_id = s(&result.member_id);
+    let mut leader = result.leader.clone();
+    let mut members = result.members;
+    if result.skip_assignment && req.api_version < 9 {
+        // KIP-814: clients before v9 cannot be told to skip the assignment, so the restarted
+        // static leader is not told it leads (the group keeps its assignment).
+        leader.clear();
+        members.clear();
+    }
+    resp.skip_assignment = result.skip_assignment && req.api_version >= 9;
+    resp.leader = s(&leader);
+    resp.members = members
+        .into_iter()
+        .map(|m| {
+            let mut member = JoinGroupResponseMember::default();
+            member.member_id = s(&m.member_id);
+            member.group_instance_id = m.group_instance_id.as_deref().map(s);
+            member.metadata = m.metadata;
+            member
+        })
+        .collect();
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_sync_group(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: SyncGroupRequest = req.decode()?;
+    let domain = coord::SyncGroupRequest {
+        group_id: request.group_id.to_string(),
+        generation_id: request.generation_id,
+        member_id: request.member_id.to_string(),
+        group_instance_id: opt(&request.group_instance_id),
+        protocol_type: opt(&request.protocol_type),
+        protocol_name: opt(&request.protocol_name),
+        assignments: request
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+            .collect(),
+    };
+    let wait_ms = state.groups.sync_wait_ms(&domain.group_id);
+    let result = state.groups.sync(domain, wait_ms).await;
+    let mut resp = SyncGroupResponse::default();
+    resp.error_code = result.error_code;
+    resp.protocol_type = result.protocol_type.as_deref().map(s);
+    resp.protocol_name = result.protocol_name.as_deref().map(s);
+    resp.assignment = result.assignment;
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_heartbeat(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: HeartbeatRequest = req.decode()?;
+    let domain = coord::HeartbeatRequest {
+        group_id: request.group_id.to_string(),
+        generation_id: request.generation_id,
+        member_id: request.member_id.to_string(),
+        group_instance_id: opt(&request.group_instance_id),
+    };
+    let error_code = state
+        .groups
+        .with_coordinator(|c, now, out| c.heartbeat(now, domain, out));
+    let mut resp = HeartbeatResponse::default();
+    resp.error_code = error_code;
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_leave_group(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: LeaveGroupRequest = req.decode()?;
+    let members = if req.api_version >= 3 {
+        request
+            .members
+            .iter()
+            .map(|m| coord::LeavingMember {
+                member_id: m.member_id.to_string(),
+                group_instance_id: opt(&m.group_instance_id),
+            })
+            .collect()
+    } else {
+        vec![coord::LeavingMember {
+            member_id: request.member_id.to_string(),
+            group_instance_id: None,
+        }]
+    };
+    let domain = coord::LeaveGroupRequest {
+        group_id: request.group_id.to_string(),
+        members,
+    };
+    let result = state
+        .groups
+        .with_coordinator(|c, now, out| c.leave_group(now, domain, out));
+    let mut resp = LeaveGroupResponse::default();
+    if req.api_version >= 3 {
+        resp.error_code = result.error_code;
+        resp.members = result
+            .members
+            .iter()
+            .map(|m| {
+                let mut r = MemberResponse::default();
+                r.member_id = s(&m.member_id);
+                r.group_instance_id = m.group_instance_id.as_deref().map(s);
+                r.error_code = m.error_code;
+                r
+            })
+            .collect();
+    } else {
+        // One member, whose result is the request's result.
+        resp.error_code = match result.members.first() {
+            Some(m) if result.error_code == codes::NONE => m.error_code,
+            _ => result.error_code,
+        };
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+/// Does the broker host this topic partition?
+fn partition_exists(state: &BrokerState, topic: &str, partition: i32) -> bool {
+    state.replicas.partition(topic, partition).is_some()
+}
+
+pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: OffsetCommitRequest = req.decode()?;
+    // Partitions we do not host get UNKNOWN_TOPIC_OR_PARTITION; the rest go to the coordinator.
+    let mut unknown: Vec<(String, i32)> = Vec::new();
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for t in &request.topics {
+        let name = t.name.to_string();
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            if partition_exists(&state, &name, p.partition_index) {
+                partitions.push(coord::CommitPartition {
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if req.api_version >= 6 {
+                        p.committed_leader_epoch
+                    } else {
+                        -1
+                    },
+                    metadata: opt(&p.committed_metadata),
+                });
+            } else {
+                unknown.push((name.clone(), p.partition_index));
+            }
+        }
+        topics.push(coord::CommitTopic { name, partitions });
+    }
+    let domain = coord::OffsetCommitRequest {
+        group_id: request.group_id.to_string(),
+        generation_id: request.generation_id_or_member_epoch,
+        member_id: request.member_id.to_string(),
+        group_instance_id: opt(&request.group_instance_id),
+        retention_time_ms: if (2..=4).contains(&req.api_version) {
+            request.retention_time_ms
+        } else {
+            -1
+        },
+        api_version: req.api_version,
+        topics,
+    };
+    let results = state
+        .groups
+        .with_coordinator(|c, now, out| c.commit_offsets(now, domain, out));
+    // Answer in request order.
+    let mut resp = OffsetCommitResponse::default();
+    for t in &request.topics {
+        let name = t.name.to_string();
+        let committed = results.iter().find(|(n, _)| *n == name);
+        let mut topic = OffsetCommitResponseTopic::default();
+        topic.name = t.name.clone();
+        for p in &t.partitions {
+            let code = if unknown.contains(&(name.clone(), p.partition_index)) {
+                codes::UNKNOWN_TOPIC_OR_PARTITION
+            } else {
+                committed
+                    .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
+                    .map_or(codes::UNKNOWN_TOPIC_OR_PARTITION, |(_, c)| *c)
+            };
+            let mut partition = OffsetCommitResponsePartition::default();
+            partition.partition_index = p.partition_index;
+            partition.error_code = code;
+            topic.partitions.push(partition);
+        }
+        resp.topics.push(topic);
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: OffsetFetchRequest = req.decode()?;
+    let mut resp = OffsetFetchResponse::default();
+    if req.api_version >= 8 {
+        for g in &request.groups {
+            let topics: Option<Vec<(String, Vec<i32>)>> = g.topics.as_ref().map(|ts| {
+                ts.iter()
+                    .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
+                    .collect()
+            });
+            let result = state
+                .groups
+                .read(|c| c.fetch_offsets(&g.group_id, topics.as_deref()));
+            let mut group = OffsetFetchResponseGroup::default();
+            group.group_id = g.group_id.clone();
+            group.error_code = result.error_code;
+            group.topics = result
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut topic = OffsetFetchResponseTopics::default();
+                    topic.name = topic_name(&t.name);
+                    topic.partitions = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            let mut out = OffsetFetchResponsePartitions::default();
+                            out.partition_index = p.partition;
+                            out.committed_offset = p.offset;
+                            out.committed_leader_epoch = p.leader_epoch;
+                            out.metadata = Some(s(&p.metadata));
+                            out.error_code = p.error_code;
+                            out
+                        })
+                        .collect();
+                    topic
+                })
+                .collect();
+            resp.groups.push(group);
+        }
+    } else {
+        let topics: Option<Vec<(String, Vec<i32>)>> = request.topics.as_ref().map(|ts| {
+            ts.iter()
+                .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
+                .collect()
+        });
+        let result = state
+            .groups
+            .read(|c| c.fetch_offsets(&request.group_id, topics.as_deref()));
+        resp.error_code = result.error_code;
+        resp.topics = result
+            .topics
+            .into_iter()
+            .map(|t| {
+                let mut topic = OffsetFetchResponseTopic::default();
+                topic.name = topic_name(&t.name);
+                topic.partitions = t
+                    .partitions
+                    .into_iter()
+                    .map(|p| {
+                        let mut out = OffsetFetchResponsePartition::default();
+                        out.partition_index = p.partition;
+                        out.committed_offset = p.offset;
+                        out.committed_leader_epoch = p.leader_epoch;
+                        out.metadata = Some(s(&p.metadata));
+                        out.error_code = p.error_code;
+                        out
+                    })
+                    .collect();
+                topic
+            })
+            .collect();
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: OffsetDeleteRequest = req.decode()?;
+    let mut known: Vec<(String, Vec<i32>)> = Vec::new();
+    for t in &request.topics {
+        let name = t.name.to_string();
+        let partitions = t
+            .partitions
+            .iter()
+            .map(|p| p.partition_index)
+            .filter(|&p| partition_exists(&state, &name, p))
+            .collect();
+        known.push((name, partitions));
+    }
+    let group_id = request.group_id.to_string();
+    let result = state
+        .groups
+        .with_coordinator(|c, now, out| c.delete_offsets(now, &group_id, &known, out));
+    let mut resp = OffsetDeleteResponse::default();
+    resp.error_code = result.error_code;
+    if result.error_code == codes::NONE {
+        for t in &request.topics {
+            let name = t.name.to_string();
+            let deleted = result.topics.iter().find(|(n, _)| *n == name);
+            let mut topic = OffsetDeleteResponseTopic::default();
+            topic.name = t.name.clone();
+            for p in &t.partitions {
+                let code = deleted
+                    .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
+                    .map_or(codes::UNKNOWN_TOPIC_OR_PARTITION, |(_, c)| *c);
+                let mut partition = OffsetDeleteResponsePartition::default();
+                partition.partition_index = p.partition_index;
+                partition.error_code = code;
+                topic.partitions.push(partition);
+            }
+            resp.topics.push(topic);
+        }
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_list_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: ListGroupsRequest = req.decode()?;
+    let states: Vec<String> = request.states_filter.iter().map(|v| v.to_string()).collect();
+    let types: Vec<String> = request.types_filter.iter().map(|v| v.to_string()).collect();
+    let groups = state.groups.read(|c| c.list_groups(&states, &types));
+    let mut resp = ListGroupsResponse::default();
+    resp.groups = groups
+        .into_iter()
+        .map(|g| {
+            let mut listed = ListedGroup::default();
+            listed.group_id = GroupId(s(&g.group_id));
+            listed.protocol_type = s(&g.protocol_type);
+            listed.group_state = s(&g.state);
+            listed.group_type = s(&g.group_type);
+            listed
+        })
+        .collect();
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_describe_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: DescribeGroupsRequest = req.decode()?;
+    let mut resp = DescribeGroupsResponse::default();
+    for group_id in &request.groups {
+        let d = state
+            .groups
+            .read(|c| c.describe_group(group_id, req.api_version));
+        let mut group = DescribedGroup::default();
+        group.error_code = d.error_code;
+        if d.error_code == codes::GROUP_ID_NOT_FOUND {
+            group.error_message = Some(s(&format!("Group {} not found.", d.group_id)));
+        }
+        group.group_id = group_id.clone();
+        group.group_state = s(&d.state);
+        group.protocol_type = s(&d.protocol_type);
+        group.protocol_data = s(&d.protocol_data);
+        group.authorized_operations = i32::MIN;
+        group.members = d
+            .members
+            .into_iter()
+            .map(|m| {
+                let mut member = DescribedGroupMember::default();
+                member.member_id = s(&m.member_id);
+                member.group_instance_id = m.group_instance_id.as_deref().map(s);
+                member.client_id = s(&m.client_id);
+                member.client_host = s(&m.client_host);
+                member.member_metadata = m.metadata;
+                member.member_assignment = m.assignment;
+                member
+            })
+            .collect();
+        resp.groups.push(group);
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_delete_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: DeleteGroupsRequest = req.decode()?;
+    let mut resp = DeleteGroupsResponse::default();
+    for group_id in &request.groups_names {
+        let error_code = state
+            .groups
+            .with_coordinator(|c, now, out| c.delete_group(now, group_id, out));
+        let mut result = DeletableGroupResult::default();
+        result.group_id = group_id.clone();
+        result.error_code = error_code;
+        resp.results.push(result);
+    }
+    Ok(Some(req.respond(&resp)?))
+}

@@ -1,0 +1,223 @@
+"""Consumer groups (issue 5) with real clients: confluent-kafka members as child processes
+(so they can be SIGKILLed), kafka-python's group consumer, and the AdminClient group APIs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from group_helpers import Member, balanced, create_topic, produce, wait_for
+
+PARTITIONS = 10
+SETTLE_TIMEOUT_S = 60
+# Short initial delay so tests do not wait Kafka's 3 s default for every new group.
+BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "300"]
+
+
+@pytest.fixture
+def gbroker(broker_factory):
+    return broker_factory(extra_args=BROKER_ARGS)
+
+
+def group_name() -> str:
+    return f"g-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
+def test_members_share_partitions_rebalance_on_join_and_on_kill(gbroker, topic_name, strategy):
+    create_topic(gbroker.bootstrap, topic_name, PARTITIONS)
+    group = group_name()
+    members = [Member(gbroker.bootstrap, group, topic_name, strategy) for _ in range(3)]
+    try:
+        wait_for(lambda: balanced(members, PARTITIONS), SETTLE_TIMEOUT_S,
+                 f"3 members to share {PARTITIONS} partitions")
+        sizes = sorted(len(m.current()) for m in members)
+        assert sizes == [3, 3, 4], sizes
+
+        members.append(Member(gbroker.bootstrap, group, topic_name, strategy))
+        wait_for(lambda: balanced(members, PARTITIONS), SETTLE_TIMEOUT_S,
+                 "the fourth member to get partitions")
+        sizes = sorted(len(m.current()) for m in members)
+        assert sizes == [2, 2, 3, 3], sizes
+
+        victim = members.pop(1)
+        orphaned = set(victim.current())
+        victim.kill()  # no LeaveGroup: only the session timeout tells the coordinator
+        killed_at = time.monotonic()
+        wait_for(lambda: balanced(members, PARTITIONS), SETTLE_TIMEOUT_S,
+                 "the killed member's partitions to move")
+        moved_after_s = time.monotonic() - killed_at
+        assert orphaned <= {p for m in members for p in m.current()}
+        # They move because the session (6 s) expired, not sooner.
+        assert moved_after_s >= 3.0, moved_after_s
+        desc = AdminClient({"bootstrap.servers": gbroker.bootstrap}).describe_consumer_groups(
+            [group])[group].result(timeout=30)
+        assert len(desc.members) == 3
+        assert str(desc.state).endswith("STABLE")
+        assert desc.partition_assignor == strategy
+    finally:
+        for m in members:
+            m.stop()
+
+
+def test_kafka_python_group_consumer(gbroker, topic_name):
+    from kafka import KafkaConsumer
+
+    create_topic(gbroker.bootstrap, topic_name, 4)
+    produce(gbroker.bootstrap, topic_name, 400, 4)
+    group = group_name()
+    consumer = KafkaConsumer(topic_name, bootstrap_servers=gbroker.bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             session_timeout_ms=10000, heartbeat_interval_ms=1000,
+                             consumer_timeout_ms=20000)
+    seen = set()
+    try:
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while len(seen) < 400 and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                for r in records:
+                    seen.add((r.partition, r.offset))
+        assert len(seen) == 400
+        assert consumer.assignment() == {
+            __import__("kafka").TopicPartition(topic_name, p) for p in range(4)}
+        consumer.commit()
+        second = KafkaConsumer(topic_name, bootstrap_servers=gbroker.bootstrap, group_id=group,
+                               session_timeout_ms=10000, heartbeat_interval_ms=1000)
+        try:
+            deadline = time.monotonic() + SETTLE_TIMEOUT_S
+            while time.monotonic() < deadline:
+                consumer.poll(timeout_ms=200)
+                second.poll(timeout_ms=200)
+                a, b = consumer.assignment(), second.assignment()
+                if a and b and len(a) + len(b) == 4 and not (a & b):
+                    break
+            else:
+                pytest.fail("kafka-python consumers did not share the partitions")
+        finally:
+            second.close()
+    finally:
+        consumer.close()
+    # Committed offsets are visible to another client.
+    check = Consumer({"bootstrap.servers": gbroker.bootstrap, "group.id": group})
+    committed = check.committed([TopicPartition(topic_name, p) for p in range(4)], timeout=30)
+    check.close()
+    assert [tp.offset for tp in committed] == [100, 100, 100, 100]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("commit", ["auto", "manual"])
+def test_every_message_consumed_across_rebalances_and_broker_sigkill(gbroker, topic_name, commit):
+    """Produce N; consume with two members that join at different times, SIGKILL the broker in
+    the middle and restart it: every message is consumed, committed offsets survive."""
+    n, partitions = 3000, 6
+    create_topic(gbroker.bootstrap, topic_name, partitions)
+    produce(gbroker.bootstrap, topic_name, n, partitions)
+    everything = {(p, o) for p in range(partitions) for o in range(n // partitions)}
+    group = group_name()
+    admin = AdminClient({"bootstrap.servers": gbroker.bootstrap})
+
+    def committed() -> dict[int, int]:
+        res = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic_name, p)
+                                                  for p in range(partitions)])])
+        tps = res[group].result(timeout=30).topic_partitions
+        return {tp.partition: tp.offset for tp in tps}
+
+    first = Member(gbroker.bootstrap, group, topic_name, commit=commit, report_messages=True)
+    members = [first]
+    try:
+        wait_for(lambda: len(first.consumed_set()) > 0, SETTLE_TIMEOUT_S, "consumption to start")
+        members.append(Member(gbroker.bootstrap, group, topic_name, commit=commit,
+                              report_messages=True))
+        wait_for(lambda: balanced(members, partitions), SETTLE_TIMEOUT_S, "the second member")
+        wait_for(lambda: sum(c >= 0 for c in committed().values()) > 0, SETTLE_TIMEOUT_S,
+                 "a commit")
+        before = committed()
+        gbroker.kill()
+        gbroker.start()
+        after = committed()
+        for p, offset in before.items():
+            assert after[p] >= offset, f"partition {p}: committed {offset} lost ({after[p]})"
+        wait_for(lambda: set().union(*(m.consumed_set() for m in members)) >= everything,
+                 SETTLE_TIMEOUT_S * 2, "every message to be consumed")
+        for m in members:
+            m.stop()
+        final = wait_for(lambda: (c := committed()) if all(v == n // partitions for v in c.values())
+                         else None, SETTLE_TIMEOUT_S, "final commits")
+        assert final == {p: n // partitions for p in range(partitions)}
+    finally:
+        for m in members:
+            m.stop()
+
+
+def test_committed_offsets_and_metadata_survive_sigkill(gbroker, topic_name):
+    create_topic(gbroker.bootstrap, topic_name, 3)
+    group = group_name()
+    c = Consumer({"bootstrap.servers": gbroker.bootstrap, "group.id": group})
+    c.commit(offsets=[TopicPartition(topic_name, 0, 17, metadata="hello"),
+                      TopicPartition(topic_name, 2, 5)], asynchronous=False)
+    c.close()
+    gbroker.kill()
+    gbroker.start()
+    c = Consumer({"bootstrap.servers": gbroker.bootstrap, "group.id": group})
+    got = c.committed([TopicPartition(topic_name, p) for p in range(3)], timeout=30)
+    c.close()
+    assert [tp.offset for tp in got] == [17, -1001, 5]
+    assert got[0].metadata == "hello"
+
+
+def test_admin_lists_describes_deletes_groups_and_offsets(gbroker, topic_name):
+    create_topic(gbroker.bootstrap, topic_name, 4)
+    produce(gbroker.bootstrap, topic_name, 40, 4)
+    group = group_name()
+    admin = AdminClient({"bootstrap.servers": gbroker.bootstrap})
+    member = Member(gbroker.bootstrap, group, topic_name, commit="manual")
+    try:
+        wait_for(lambda: balanced([member], 4), SETTLE_TIMEOUT_S, "the member to own everything")
+        listed = admin.list_consumer_groups().result(timeout=30)
+        assert group in {g.group_id for g in listed.valid}
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        assert len(desc.members) == 1
+        assigned = {tp.partition for tp in desc.members[0].assignment.topic_partitions}
+        assert assigned == {0, 1, 2, 3}
+        # A group with members cannot be deleted.
+        with pytest.raises(Exception):
+            admin.delete_consumer_groups([group])[group].result(timeout=30)
+    finally:
+        member.stop()
+    wait_for(lambda: str(admin.describe_consumer_groups([group])[group].result(timeout=30).state)
+             .endswith("EMPTY"), SETTLE_TIMEOUT_S, "the group to become empty")
+    deleted = admin.delete_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic_name, 0)])])
+    deleted[group].result(timeout=30)
+    admin.delete_consumer_groups([group])[group].result(timeout=30)
+    listed = admin.list_consumer_groups().result(timeout=30)
+    assert group not in {g.group_id for g in listed.valid}
+
+
+def test_static_member_restart_keeps_assignment_without_rebalance(gbroker, topic_name):
+    create_topic(gbroker.bootstrap, topic_name, 4)
+    group = group_name()
+    admin = AdminClient({"bootstrap.servers": gbroker.bootstrap})
+    a = Member(gbroker.bootstrap, group, topic_name, instance_id="a", session_timeout_ms=30000)
+    b = Member(gbroker.bootstrap, group, topic_name, instance_id="b", session_timeout_ms=30000)
+    members = [a, b]
+    try:
+        wait_for(lambda: balanced(members, 4), SETTLE_TIMEOUT_S, "two static members")
+        before = sorted(b.current())
+        b.kill()
+        b2 = Member(gbroker.bootstrap, group, topic_name, instance_id="b", session_timeout_ms=30000)
+        members[1] = b2
+        wait_for(lambda: sorted(b2.current()) == before, SETTLE_TIMEOUT_S,
+                 "the restarted static member to get its old partitions back")
+        assert sorted(a.current()) == sorted(set(range(4)) - set(before))
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        assert sorted(m.group_instance_id for m in desc.members) == ["a", "b"]
+    finally:
+        for m in members:
+            m.stop()
