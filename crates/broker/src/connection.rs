@@ -93,7 +93,7 @@ async fn read_requests(
                 return;
             }
         };
-        let pending = match dispatch(state, frame) {
+        let pending = match dispatch(state, frame, peer) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "bad request, closing connection");
@@ -151,7 +151,11 @@ fn eof_as_truncated(e: std::io::Error) -> ReadError {
 }
 
 /// Parse the header, find the route and start the handler.
-fn dispatch(state: &Arc<BrokerState>, frame: Bytes) -> Result<Pending, HandlerError> {
+fn dispatch(
+    state: &Arc<BrokerState>,
+    frame: Bytes,
+    peer: SocketAddr,
+) -> Result<Pending, HandlerError> {
     let prefix = HeaderPrefix::parse(&frame)?;
     let api_key = ApiKey::try_from(prefix.api_key)
         .ok()
@@ -181,7 +185,8 @@ fn dispatch(state: &Arc<BrokerState>, frame: Bytes) -> Result<Pending, HandlerEr
             route.max_version
         )));
     }
-    let req = RequestFrame::parse(frame)?;
+    let mut req = RequestFrame::parse(frame)?;
+    req.client_addr = Some(peer.ip());
     let handler = route.handler;
     let state = state.clone();
     let correlation_id = req.correlation_id;

@@ -85,27 +85,28 @@ impl GroupService {
         config: GroupsConfig,
     ) -> Result<GroupService, GroupServiceError> {
         let wanted = config.coordinator.offsets_topic_partitions.max(1);
-        let topic = match replicas.topic(OFFSETS_TOPIC) {
-            Some(t) => t,
-            None => {
-                let mut configs = BTreeMap::new();
-                configs.insert("cleanup.policy".to_string(), "compact".to_string());
-                configs.insert(
-                    "segment.bytes".to_string(),
-                    config.offsets_segment_bytes.to_string(),
-                );
-                configs.insert("retention.ms".to_string(), "-1".to_string());
-                configs.insert("retention.bytes".to_string(), "-1".to_string());
-                configs.insert("segment.index.bytes".to_string(), (1 << 20).to_string());
-                match replicas.create_topic(OFFSETS_TOPIC, wanted, configs, false) {
-                    Ok(Some(t)) => t,
-                    Ok(None) | Err(TopicError::AlreadyExists(_)) => replicas
-                        .topic(OFFSETS_TOPIC)
-                        .ok_or(TopicError::UnknownTopic)?,
-                    Err(e) => return Err(e.into()),
+        let topic =
+            match replicas.topic(OFFSETS_TOPIC) {
+                Some(t) => t,
+                None => {
+                    let mut configs = BTreeMap::new();
+                    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+                    configs.insert(
+                        "segment.bytes".to_string(),
+                        config.offsets_segment_bytes.to_string(),
+                    );
+                    configs.insert("retention.ms".to_string(), "-1".to_string());
+                    configs.insert("retention.bytes".to_string(), "-1".to_string());
+                    configs.insert("segment.index.bytes".to_string(), (1 << 20).to_string());
+                    match replicas.create_topic(OFFSETS_TOPIC, wanted, configs, false) {
+                        Ok(Some(t)) => t,
+                        Ok(None) | Err(TopicError::AlreadyExists(_)) => replicas
+                            .topic(OFFSETS_TOPIC)
+                            .ok_or(TopicError::UnknownTopic)?,
+                        Err(e) => return Err(e.into()),
+                    }
                 }
-            }
-        };
+            };
         let mut coordinator_config = config.coordinator.clone();
         // An existing topic keeps its partition count: group placement depends on it.
         coordinator_config.offsets_topic_partitions = topic.partitions.len() as i32;
@@ -163,8 +164,15 @@ impl GroupService {
     /// JoinGroup: waits (asynchronously) until the coordinator answers.
     pub async fn join(&self, request: JoinGroupRequest) -> JoinGroupResponse {
         let member_id = request.member_id.clone();
-        let wait_ms = request.rebalance_timeout_ms.max(request.session_timeout_ms).max(0) as u64
-            + self.config.coordinator.group_initial_rebalance_delay_ms.max(0) as u64
+        let wait_ms = request
+            .rebalance_timeout_ms
+            .max(request.session_timeout_ms)
+            .max(0) as u64
+            + self
+                .config
+                .coordinator
+                .group_initial_rebalance_delay_ms
+                .max(0) as u64
             + PARKED_GRACE_MS;
         let reply = self
             .park(wait_ms, |c, now, token, out| {
@@ -207,7 +215,10 @@ impl GroupService {
         {
             let mut inner = self.inner.lock();
             if inner.waiters.len() >= PARKED_REQUESTS_MAX {
-                tracing::warn!(limit = PARKED_REQUESTS_MAX, "too many parked group requests");
+                tracing::warn!(
+                    limit = PARKED_REQUESTS_MAX,
+                    "too many parked group requests"
+                );
                 return None;
             }
             inner.waiters.insert(token, tx);
@@ -293,7 +304,9 @@ impl GroupService {
                     "snapshotted {OFFSETS_TOPIC} partition and dropped superseded records"
                 );
             }
-            Ok(Err(e)) => tracing::error!(partition = index, error = %e, "snapshot truncate failed"),
+            Ok(Err(e)) => {
+                tracing::error!(partition = index, error = %e, "snapshot truncate failed")
+            }
             Err(e) => tracing::error!(partition = index, error = %e, "snapshot: partition gone"),
         }
     }
@@ -370,7 +383,9 @@ fn replay_partition(
                 match coordinator.replay(&record, now) {
                     Ok(()) => count += 1,
                     // A record we cannot read is skipped loudly rather than blocking start-up.
-                    Err(e) => tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {OFFSETS_TOPIC} record"),
+                    Err(e) => {
+                        tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {OFFSETS_TOPIC} record")
+                    }
                 }
             }
         }

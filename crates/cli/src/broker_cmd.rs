@@ -153,7 +153,10 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(group_initial_rebalance_delay_ms => c.groups.coordinator.group_initial_rebalance_delay_ms);
     set!(group_min_session_timeout_ms => c.groups.coordinator.group_min_session_timeout_ms);
     set!(group_max_session_timeout_ms => c.groups.coordinator.group_max_session_timeout_ms);
-    if let Some(minutes) = args.offsets_retention_minutes.or(file.offsets_retention_minutes) {
+    if let Some(minutes) = args
+        .offsets_retention_minutes
+        .or(file.offsets_retention_minutes)
+    {
         anyhow::ensure!(minutes > 0, "offsets-retention-minutes must be positive");
         c.groups.coordinator.offsets_retention_ms = minutes.saturating_mul(60_000);
     }

@@ -67,6 +67,8 @@ pub struct RequestFrame {
     pub api_version: i16,
     pub correlation_id: i32,
     pub client_id: Option<String>,
+    /// The client's IP address, set by the connection (group members report it as host).
+    pub client_addr: Option<std::net::IpAddr>,
     /// The body, a zero-copy slice of the frame.
     pub body: Bytes,
 }
@@ -94,6 +96,7 @@ impl RequestFrame {
             api_version: prefix.api_version,
             correlation_id: prefix.correlation_id,
             client_id,
+            client_addr: None,
             body: frame,
         })
     }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -20,7 +21,6 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
-use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{
     BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
     DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
@@ -45,8 +45,6 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 const INVALID_REQUEST: i16 = 42;
 /// Keys answered per batched FindCoordinator (a named bound on work per request).
 const FIND_COORDINATOR_KEYS_MAX: usize = 10_000;
-/// Where a client's host is not known to the handler (see docs/GROUPS.md).
-const UNKNOWN_CLIENT_HOST: &str = "/unknown";
 
 fn s(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_string())
@@ -76,19 +74,47 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
         let (error_code, error_message) = answer(request.key_type);
         resp.error_code = error_code;
         resp.error_message = error_message;
-        resp.node_id = BrokerId(if error_code == codes::NONE { state.node_id() } else { -1 });
-        resp.host = s(if error_code == codes::NONE { &state.advertised_host } else { "" });
-        resp.port = if error_code == codes::NONE { state.advertised_port } else { -1 };
+        resp.node_id = BrokerId(if error_code == codes::NONE {
+            state.node_id()
+        } else {
+            -1
+        });
+        resp.host = s(if error_code == codes::NONE {
+            &state.advertised_host
+        } else {
+            ""
+        });
+        resp.port = if error_code == codes::NONE {
+            state.advertised_port
+        } else {
+            -1
+        };
     } else {
-        for key in request.coordinator_keys.iter().take(FIND_COORDINATOR_KEYS_MAX) {
+        for key in request
+            .coordinator_keys
+            .iter()
+            .take(FIND_COORDINATOR_KEYS_MAX)
+        {
             let (error_code, error_message) = answer(request.key_type);
             let mut c = Coordinator::default();
             c.key = key.clone();
             c.error_code = error_code;
             c.error_message = error_message;
-            c.node_id = BrokerId(if error_code == codes::NONE { state.node_id() } else { -1 });
-            c.host = s(if error_code == codes::NONE { &state.advertised_host } else { "" });
-            c.port = if error_code == codes::NONE { state.advertised_port } else { -1 };
+            c.node_id = BrokerId(if error_code == codes::NONE {
+                state.node_id()
+            } else {
+                -1
+            });
+            c.host = s(if error_code == codes::NONE {
+                &state.advertised_host
+            } else {
+                ""
+            });
+            c.port = if error_code == codes::NONE {
+                state.advertised_port
+            } else {
+                -1
+            };
             resp.coordinators.push(c);
         }
     }
@@ -117,7 +143,10 @@ pub async fn handle_join_group(state: Arc<BrokerState>, req: RequestFrame) -> Ha
             })
             .collect(),
         client_id: client_id(&req),
-        client_host: UNKNOWN_CLIENT_HOST.to_string(),
+        // Kafka reports hosts as InetAddress.toString() of the peer: "/127.0.0.1".
+        client_host: req
+            .client_addr
+            .map_or_else(String::new, |ip| format!("/{ip}")),
         require_known_member_id: req.api_version >= 4,
     };
     let result = state.groups.join(domain).await;
@@ -433,7 +462,11 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
 
 pub async fn handle_list_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: ListGroupsRequest = req.decode()?;
-    let states: Vec<String> = request.states_filter.iter().map(|v| v.to_string()).collect();
+    let states: Vec<String> = request
+        .states_filter
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
     let types: Vec<String> = request.types_filter.iter().map(|v| v.to_string()).collect();
     let groups = state.groups.read(|c| c.list_groups(&states, &types));
     let mut resp = ListGroupsResponse::default();
