@@ -1,22 +1,38 @@
 //! Produce (0): validate and append record batches as they arrived (no re-encoding; offsets
 //! are patched in place by the log), acks 0/1/all.
 //!
-//! Copies: the frame is read once from the socket; each partition's batches are copied once
-//! into a private mutable buffer (the log patches base offsets in place), then written.
+//! Copies: the frame is read once from the socket. After decoding, every reference into the
+//! frame is dropped so it can be taken back as a mutable buffer; the log patches base offsets
+//! in place there and writes it. Only if the frame is still shared (it should not be) are a
+//! partition's batches copied once into a private buffer.
 
+use std::ops::Range;
 use std::sync::Arc;
 
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use streamforge_protocol::{ErrorCode, RequestFrame};
 
 use crate::BrokerState;
-use crate::handlers::message;
+use crate::handlers::{message, topic_name};
 use crate::replica_manager::Partition;
 use crate::router::{HandlerError, HandlerResult};
 
 /// Smallest possible RecordBatch v2 (header without records).
 const RECORD_BATCH_HEADER_BYTES: usize = 61;
+
+/// One partition's data, located inside the request body.
+struct PartitionData {
+    index: i32,
+    records: Option<Range<usize>>,
+}
+
+/// Where the records sit: a mutable view of the body when we own it, else the shared one.
+enum Body {
+    Owned(BytesMut),
+    Shared(Bytes),
+}
 
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     if req.api_version < 3 {
@@ -26,27 +42,59 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             req.api_version
         )));
     }
-    let request: ProduceRequest = req.decode()?;
-    let acks = request.acks;
+    // Destructuring the temporary drops its other fields (and their slices of the frame) now.
+    let ProduceRequest {
+        acks, topic_data, ..
+    } = req.decode::<ProduceRequest>()?;
     let acks_valid = matches!(acks, -1..=1);
+    let body_start = req.body.as_ptr() as usize;
+    let body_len = req.body.len();
+    let topics: Vec<(String, Vec<PartitionData>)> = topic_data
+        .into_iter()
+        .map(|t| {
+            let parts = t
+                .partition_data
+                .into_iter()
+                .map(|p| PartitionData {
+                    index: p.index,
+                    records: p.records.as_ref().map(|r| {
+                        let start = r.as_ptr() as usize - body_start;
+                        debug_assert!(start + r.len() <= body_len);
+                        start..start + r.len()
+                    }),
+                })
+                .collect();
+            (t.name.0.to_string(), parts)
+        })
+        .collect();
+    // Every slice of the frame is gone now (names were copied out), so this is normally ours.
+    let (api_version, correlation_id, api_key) = (req.api_version, req.correlation_id, req.api_key);
+    let mut body = match req.body.try_into_mut() {
+        Ok(b) => Body::Owned(b),
+        Err(b) => {
+            tracing::debug!("produce frame still shared; copying its batches");
+            Body::Shared(b)
+        }
+    };
+
     let mut any_error = false;
     let mut resp = ProduceResponse::default();
-    for topic in request.topic_data {
-        let name = topic.name.0.to_string();
+    for (name, parts) in topics {
         let mut t = TopicProduceResponse::default();
-        t.name = topic.name;
-        for p in topic.partition_data {
+        t.name = topic_name(&name);
+        for p in parts {
             let mut r = PartitionProduceResponse::default();
             r.index = p.index;
             r.base_offset = -1;
             r.log_append_time_ms = -1;
             r.log_start_offset = -1;
+            let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
             let result = if !acks_valid {
                 Err((ErrorCode::InvalidRequiredAcks.code(), None))
             } else {
                 match state.replicas.partition(&name, p.index) {
                     None => Err((ErrorCode::UnknownTopicOrPartition.code(), None)),
-                    Some(partition) => append(&partition, p.records.as_deref()),
+                    Some(partition) => append(&partition, &mut body, p.records),
                 }
             };
             match result {
@@ -58,7 +106,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
                     metrics::counter!("streamforge_messages_in_total", "topic" => name.clone())
                         .increment(info.record_count as u64);
                     metrics::counter!("streamforge_bytes_in_total", "topic" => name.clone())
-                        .increment(p.records.as_ref().map_or(0, |b| b.len()) as u64);
+                        .increment(records_bytes as u64);
                 }
                 Err((code, msg)) => {
                     any_error = true;
@@ -80,25 +128,47 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             Ok(None)
         };
     }
-    Ok(Some(req.respond(&resp)?))
+    let frame =
+        streamforge_protocol::frame::encode_response(api_key, api_version, correlation_id, &resp)?;
+    Ok(Some(frame))
 }
 
 fn append(
     partition: &Partition,
-    records: Option<&[u8]>,
+    body: &mut Body,
+    records: Option<Range<usize>>,
 ) -> Result<streamforge_log::AppendInfo, (i16, Option<String>)> {
-    let records = records.unwrap_or_default();
-    if records.len() < RECORD_BATCH_HEADER_BYTES {
+    let range = records.unwrap_or(0..0);
+    if range.len() < RECORD_BATCH_HEADER_BYTES {
         return Err((
             ErrorCode::InvalidRecord.code(),
             Some("produce request without a complete record batch".into()),
         ));
     }
-    let mut batches = records.to_vec();
-    let info = partition
-        .append(&mut batches)
-        .map_err(|e| (e.kafka_code(), Some(e.to_string())))?;
+    let result = match body {
+        Body::Owned(buf) => partition.append(&mut buf[range]),
+        Body::Shared(bytes) => partition.append(&mut bytes[range].to_vec()),
+    };
     // acks=all on one broker: the only in-sync replica (us) has it once appended; fsync
     // follows the log's flush policy (flush.messages / flush.ms), as in Kafka.
-    Ok(info)
+    result.map_err(|e| (e.kafka_code(), Some(e.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, BytesMut};
+
+    #[test]
+    fn a_frozen_frame_comes_back_mutable_once_slices_are_dropped() {
+        let mut m = BytesMut::new();
+        m.put_slice(&[1u8; 128]);
+        let frame = m.freeze();
+        let mut body = frame.clone();
+        let _ = bytes::Buf::advance(&mut body, 8);
+        let slice = body.slice(10..20);
+        drop(frame);
+        let body = body.try_into_mut().unwrap_err();
+        drop(slice);
+        assert!(body.try_into_mut().is_ok());
+    }
 }
