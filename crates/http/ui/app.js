@@ -101,14 +101,18 @@ SF.every = (ms, fn) => {
 // ---------- live stream ----------
 SF.onLive = (fn) => { SF.liveHandlers.add(fn); return () => SF.liveHandlers.delete(fn); };
 
-SF.startLive = async () => {
+SF.loadLiveHistory = async () => {
   try {
     const initial = await SF.api("/api/live");
     SF.liveHistory = initial.history.slice(-LIVE_KEEP);
-  } catch (_) { /* the stream below fills the history */ }
+  } catch (_) { /* the stream fills the history */ }
+};
+
+SF.startLive = () => {
   const dot = document.getElementById("live-dot");
   const label = document.getElementById("live-label");
   const source = new EventSource("/api/live/stream");
+  source.onopen = () => { dot.className = "dot dot-live"; label.textContent = "live"; };
   source.addEventListener("live", (ev) => {
     const snap = JSON.parse(ev.data);
     SF.liveHistory.push(snap);
@@ -219,7 +223,7 @@ SF.refreshClusterFoot = async () => {
   } catch (_) { /* shown on the next refresh */ }
 };
 
-SF.boot = () => {
+SF.boot = async () => {
   document.addEventListener("click", (e) => {
     const a = e.target.closest("a[data-link]");
     if (!a || e.ctrlKey || e.metaKey || e.shiftKey || a.target === "_blank") return;
@@ -230,8 +234,10 @@ SF.boot = () => {
   document.getElementById("modal").addEventListener("click", (e) => {
     if (e.target.id === "modal") { e.target.classList.add("hidden"); document.getElementById("modal-box").innerHTML = ""; }
   });
+  // Charts draw the recent history first, then follow the stream.
+  await SF.loadLiveHistory();
+  SF.render();
   SF.startLive();
   SF.refreshClusterFoot();
   setInterval(SF.refreshClusterFoot, 10000);
-  SF.render();
 };

@@ -79,14 +79,15 @@ describe('dashboard in headless Chromium', () => {
     await broker.start();
     await until('the dashboard', async () => (await fetch(`${broker.url}/healthz`)).ok);
     kafka = new Kafka({ clientId: 'dash-test', brokers: [broker.bootstrap], logLevel: logLevel.NOTHING, retry: { retries: 8 } });
-    browser = await chromium.launch({
+    // A fresh profile directory per run (Playwright passes it as --user-data-dir).
+    browser = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(os.tmpdir(), 'sf-chromium-')), {
       executablePath: CHROMIUM,
       headless: true,
+      viewport: { width: 1440, height: 960 },
       args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync',
-        `--user-data-dir=${fs.mkdtempSync(path.join(os.tmpdir(), 'sf-chromium-'))}`],
+        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     });
-    page = await browser.newPage({ viewport: { width: 1440, height: 960 } });
+    page = browser.pages()[0] || await browser.newPage();
     page.setDefaultTimeout(UI_TIMEOUT_MS);
     page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${page.url()}: ${m.text()}`); });
     page.on('pageerror', (e) => consoleErrors.push(`${page.url()}: ${e.message}`));
