@@ -190,7 +190,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    let config = broker_config(args)?;
+    let mut config = broker_config(args)?;
+    config.http.bench_runner = Some(crate::dashboard_bench::runner());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("streamforge")

@@ -5,6 +5,7 @@ mod bench_cmd;
 mod broker_cmd;
 mod cluster_cmd;
 mod consume_cmd;
+mod dashboard_bench;
 mod dump_log_cmd;
 mod groups_cmd;
 mod produce_cmd;

@@ -169,7 +169,7 @@ pub async fn bench_start(
     let Json(request) = body
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {}", e.body_text())))?;
     let params = request.validate().map_err(ApiError::bad_request)?;
-    let id = state.bench.start(state.view.bootstrap_address(), params)?;
+    let id = state.bench.start(state.view.clone(), params)?;
     Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id }))))
 }
 

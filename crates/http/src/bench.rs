@@ -14,7 +14,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::facade::ViewError;
+use crate::facade::{ClusterView, CreateTopic, ViewError};
 use crate::now_ms;
 
 /// Past runs kept (oldest dropped first).
@@ -22,6 +22,8 @@ pub const BENCH_HISTORY_MAX: usize = 50;
 /// Progress points kept per run for the live chart.
 pub const BENCH_PROGRESS_POINTS_MAX: usize = 1200;
 
+/// Benchmark topics are named `<prefix><run id>-<start ms>`.
+pub const BENCH_TOPIC_PREFIX: &str = "streamforge-bench-";
 pub const BENCH_MESSAGES_MAX: u64 = 50_000_000;
 pub const BENCH_PARTITIONS_MAX: u32 = 1000;
 pub const BENCH_BATCH_SIZE_MAX: u32 = 100_000;
@@ -78,11 +80,19 @@ pub struct BenchReport {
 pub type BenchProgressSink = Arc<dyn Fn(BenchProgress) + Send + Sync>;
 pub type BenchFuture = Pin<Box<dyn Future<Output = Result<BenchReport, String>> + Send>>;
 
-/// Runs one benchmark against a Kafka bootstrap address.
+/// Where a benchmark runs: the broker's own Kafka address and a fresh topic the hub created
+/// with `params.partitions` partitions (deleted again when the run ends).
+#[derive(Debug, Clone)]
+pub struct BenchTarget {
+    pub bootstrap: String,
+    pub topic: String,
+}
+
+/// Runs one benchmark against a topic of this broker.
 pub trait BenchRunner: Send + Sync + 'static {
     fn run(
         &self,
-        bootstrap: String,
+        target: BenchTarget,
         params: BenchParams,
         progress: BenchProgressSink,
     ) -> BenchFuture;
@@ -155,7 +165,7 @@ impl BenchHub {
     /// Starts a benchmark in the background and returns its id.
     pub fn start(
         self: &Arc<Self>,
-        bootstrap: String,
+        view: Arc<dyn ClusterView>,
         params: BenchParams,
     ) -> Result<u64, ViewError> {
         let Some(runner) = self.runner.clone() else {
@@ -199,10 +209,29 @@ impl BenchHub {
             Arc::new(move |p: BenchProgress| sink_hub.record_progress(id, p));
         tokio::spawn(async move {
             tracing::info!(bench_id = id, ?params, "dashboard benchmark started");
-            let task = tokio::spawn(runner.run(bootstrap, params, sink));
-            let outcome = match task.await {
-                Ok(result) => result,
-                Err(e) => Err(format!("benchmark task failed: {e}")),
+            let topic = format!("{BENCH_TOPIC_PREFIX}{id}-{}", now_ms());
+            let create = CreateTopic {
+                name: topic.clone(),
+                partitions: params.partitions as i32,
+                replication_factor: 1,
+                configs: Default::default(),
+            };
+            let outcome = match view.create_topic(create).await {
+                Ok(()) => {
+                    let target = BenchTarget {
+                        bootstrap: view.bootstrap_address(),
+                        topic: topic.clone(),
+                    };
+                    let outcome = match tokio::spawn(runner.run(target, params, sink)).await {
+                        Ok(result) => result,
+                        Err(e) => Err(format!("benchmark task failed: {e}")),
+                    };
+                    if let Err(error) = view.delete_topic(topic.clone()).await {
+                        tracing::warn!(bench_id = id, %topic, %error, "could not delete the benchmark topic");
+                    }
+                    outcome
+                }
+                Err(e) => Err(format!("could not create the benchmark topic {topic}: {e}")),
             };
             hub.finish(id, outcome);
         });

@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 pub use api_topics::validate_topic_name;
 pub use bench::{
-    BenchParams, BenchProgress, BenchProgressSink, BenchReport, BenchRow, BenchRunner, LatencyPoint,
+    BenchFuture, BenchParams, BenchProgress, BenchProgressSink, BenchReport, BenchRow, BenchRunner,
+    BenchTarget, LatencyPoint,
 };
 pub use facade::*;
 pub use metrics_tap::{MetricsHub, install_metrics};

@@ -386,6 +386,15 @@ async fn benchmark_runs_and_is_kept_in_history() {
     assert_eq!(run["status"], "succeeded", "{run}");
     assert_eq!(run["params"]["acks"], -1);
     assert_eq!(run["report"]["rows"][0]["value"], 123.0);
+    // The run used its own topic, which is gone afterwards.
+    assert!(
+        run["report"]["details"]["topic"]
+            .as_str()
+            .unwrap()
+            .starts_with("streamforge-bench-1-")
+    );
+    let (_, topics) = json_of(a, "GET", "/api/topics", None).await;
+    assert_eq!(topics.as_array().unwrap().len(), 0, "{topics}");
     assert_eq!(run["progress"]["messages_done"], 1000);
     assert!(!run["progress_series"].as_array().unwrap().is_empty());
     let (_, list) = json_of(a, "GET", "/api/bench", None).await;

@@ -221,10 +221,10 @@ pub struct FakeBench;
 impl BenchRunner for FakeBench {
     fn run(
         &self,
-        _bootstrap: String,
+        target: BenchTarget,
         params: BenchParams,
         progress: BenchProgressSink,
-    ) -> bench::BenchFuture {
+    ) -> BenchFuture {
         Box::pin(async move {
             for i in 1..=4u64 {
                 progress(BenchProgress {
@@ -246,7 +246,7 @@ impl BenchRunner for FakeBench {
                     percentile: 50.0,
                     latency_ms: 1.5,
                 }],
-                details: json!({"ok": true}),
+                details: json!({"topic": target.topic}),
             })
         })
     }
