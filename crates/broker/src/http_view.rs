@@ -10,13 +10,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder, TimestampType};
 use streamforge_http::{
-    BatchInfo, BrokerInfo, ClusterInfo, ClusterView, ConfigEntry, CreateTopic, Message,
+    BatchInfo, BrokerInfo, ClusterInfo, ClusterView, ConfigEntry, CreateTopic, GroupInfo, Message,
     MessagePage, MessageQuery, PartitionInfo, ReadStart, TopicDetail, TopicInfo, ViewError,
     ViewFuture,
 };
 
 use crate::replica_manager::{LEADER_EPOCH, Topic, TopicError};
-use crate::{BrokerState, topic_config};
+use crate::{BrokerState, http_view_groups, topic_config};
 
 /// Bytes read from a log per round while collecting a page of messages.
 const BROWSE_READ_BYTES: usize = 1024 * 1024;
@@ -311,6 +311,19 @@ impl ClusterView for BrokerView {
     fn read_messages(&self, query: MessageQuery) -> ViewFuture<'_, MessagePage> {
         let state = self.state.clone();
         Box::pin(blocking(move || read_page(&state, &query)))
+    }
+
+    fn groups(&self) -> ViewFuture<'_, Vec<GroupInfo>> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || Ok(http_view_groups::all_groups(&state))))
+    }
+
+    fn group(&self, group_id: String) -> ViewFuture<'_, GroupInfo> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || {
+            http_view_groups::one_group(&state, &group_id)
+                .ok_or_else(|| ViewError::NotFound(format!("group '{group_id}' does not exist")))
+        }))
     }
 
     fn create_topic(&self, request: CreateTopic) -> ViewFuture<'_, ()> {

@@ -7,6 +7,7 @@ mod connection;
 pub mod group_service;
 pub mod handlers;
 pub mod http_view;
+mod http_view_groups;
 pub mod replica_manager;
 pub mod router;
 mod server;
