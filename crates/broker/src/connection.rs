@@ -16,7 +16,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::router::{self, HandlerError, HandlerResult};
@@ -76,6 +76,10 @@ async fn read_requests(
     mut shutdown: watch::Receiver<bool>,
     peer: SocketAddr,
 ) {
+    // Completion of the previously dispatched request: handlers of one connection run one
+    // after another, as in Kafka (which mutes a channel until its response is sent), so
+    // pipelined Produce requests append in request order.
+    let mut previous_done: Option<oneshot::Receiver<()>> = None;
     loop {
         if *shutdown.borrow() {
             return;
@@ -93,7 +97,7 @@ async fn read_requests(
                 return;
             }
         };
-        let pending = match dispatch(state, frame, peer) {
+        let pending = match dispatch(state, frame, peer, &mut previous_done) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "bad request, closing connection");
@@ -155,6 +159,7 @@ fn dispatch(
     state: &Arc<BrokerState>,
     frame: Bytes,
     peer: SocketAddr,
+    previous_done: &mut Option<oneshot::Receiver<()>>,
 ) -> Result<Pending, HandlerError> {
     let prefix = HeaderPrefix::parse(&frame)?;
     let api_key = ApiKey::try_from(prefix.api_key)
@@ -190,9 +195,18 @@ fn dispatch(
     let handler = route.handler;
     let state = state.clone();
     let correlation_id = req.correlation_id;
+    let after = previous_done.take();
+    let (done_tx, done_rx) = oneshot::channel();
+    *previous_done = Some(done_rx);
     let handle = tokio::spawn(async move {
+        if let Some(after) = after {
+            // An error means the previous handler ended without signalling (it failed or
+            // was aborted); either way it is no longer running.
+            let _ = after.await;
+        }
         let started = Instant::now();
         let result = handler(state, req).await;
+        let _ = done_tx.send(());
         let name = api_name(api_key);
         metrics::counter!("streamforge_requests_total", "api" => name).increment(1);
         metrics::histogram!("streamforge_request_duration_seconds", "api" => name)

@@ -283,6 +283,7 @@ fn pipelined_requests_are_answered_in_order() {
         all.put_slice(&frame);
     }
     c.stream.write_all(&all).unwrap();
+    let mut last_base = -1;
     for (id, i) in ids {
         let key = if i == 3 {
             ApiKey::Fetch
@@ -291,10 +292,21 @@ fn pipelined_requests_are_answered_in_order() {
         } else {
             ApiKey::Metadata
         };
-        let (got, _) = c
+        let (got, mut body) = c
             .recv_frame(key, if key == ApiKey::Produce { 9 } else { 12 })
             .unwrap();
         assert_eq!(got, id, "response {i} out of order");
+        if key == ApiKey::Produce {
+            // Appends happen in request order: base offsets grow with the request sequence.
+            let r = <ProduceResponse as kafka_protocol::protocol::Decodable>::decode(&mut body, 9)
+                .unwrap();
+            let base = r.responses[0].partition_responses[0].base_offset;
+            assert!(
+                base > last_base,
+                "request {i} appended at {base}, before {last_base}"
+            );
+            last_base = base;
+        }
     }
 }
 
@@ -462,11 +474,20 @@ fn slow_and_idle_clients_are_disconnected() {
 fn connections_over_the_limit_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut b = BrokerProc::start(&dir.path().join("d"), &["--max-connections", "3"]);
-    // Let the broker notice that the start-up probe connection closed.
-    std::thread::sleep(Duration::from_millis(300));
-    let mut held: Vec<Conn> = (0..3).map(|_| b.connect()).collect();
-    for c in &mut held {
-        let _: MetadataResponse = c.call(ApiKey::Metadata, 12, &MetadataRequest::default());
+    // Take the 3 slots; the start-up probe connection may hold one for a moment.
+    let mut held: Vec<Conn> = Vec::new();
+    let deadline = Instant::now() + WAIT_MAX;
+    while held.len() < 3 {
+        let mut c = b.connect();
+        let id = c.send(ApiKey::Metadata, 12, &MetadataRequest::default());
+        if c.recv_frame(ApiKey::Metadata, 12)
+            .is_ok_and(|(got, _)| got == id)
+        {
+            held.push(c);
+        } else {
+            assert!(Instant::now() < deadline, "could not open 3 connections");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     let mut extra = b.connect();
     assert!(extra.closed_by_peer());
