@@ -55,7 +55,7 @@ impl ClientConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BrokerInfo {
     pub node_id: i32,
     pub host: String,
@@ -73,7 +73,7 @@ impl BrokerInfo {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PartitionInfo {
     pub partition: i32,
     pub leader: i32,
@@ -84,9 +84,10 @@ pub struct PartitionInfo {
     pub error_code: i16,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TopicInfo {
     pub name: String,
+    #[serde(skip)]
     pub topic_id: [u8; 16],
     pub is_internal: bool,
     pub error_code: i16,

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accumulator;
+pub mod admin;
 pub mod assignor;
 pub mod cluster;
 pub mod compression;
@@ -17,6 +18,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod records;
 
+pub use admin::{Admin, NewTopic, ResetTarget};
 pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClientConfig, Cluster, Metadata, PartitionInfo, TopicInfo};
 pub use compression::Compression;
