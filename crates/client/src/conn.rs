@@ -176,6 +176,7 @@ impl Connection {
             let frame = self.encode_request(&req, version)?;
             let mut body = self.round_trip(frame.0, frame.1).await?;
             // ApiVersions responses always use response header v0 (correlation id only).
+            body.advance(4);
             if body.len() < 2 {
                 return Err(ClientError::Protocol("short ApiVersions response".into()));
             }
@@ -255,7 +256,7 @@ impl Connection {
         }
     }
 
-    /// Sends a frame and returns the response body after the correlation id.
+    /// Sends a frame and returns the response (header and body).
     async fn round_trip(&self, frame: Bytes, correlation_id: i32) -> Result<Bytes> {
         self.check_open()?;
         let permit = self
@@ -387,8 +388,9 @@ async fn read_frames(
         }
         let mut buf = BytesMut::zeroed(len);
         read.read_exact(&mut buf).await.map_err(io)?;
-        let mut body = buf.freeze();
-        let correlation_id = body.get_i32();
+        // Peek only: `send` decodes the whole response header (v0 or v1).
+        let body = buf.freeze();
+        let correlation_id = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
         let Some(p) = pending_rx.recv().await else {
             return Err(ClientError::Protocol("response without a request".into()));
         };

@@ -1,0 +1,122 @@
+//! Starts the real `streamforge` binary on a free loopback port for client/CLI tests.
+#![allow(dead_code)]
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest wait for the broker to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn binary() -> PathBuf {
+    std::env::var_os("STREAMFORGE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_streamforge")))
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind port 0")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// One broker child process; killed (by pid) on drop.
+pub struct BrokerProcess {
+    pub port: u16,
+    pub data_dir: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl BrokerProcess {
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        let mut b = BrokerProcess {
+            port: free_port(),
+            data_dir: data_dir.to_path_buf(),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        b.spawn();
+        b
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.data_dir.with_extension("log")).expect("log file");
+        let child = Command::new(binary())
+            .arg("broker")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--advertised-listener")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--http-listen")
+            .arg("off")
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start streamforge broker");
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "broker did not start within {START_TIMEOUT:?}; log: {}",
+            self.log()
+        );
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default()
+    }
+
+    /// SIGKILL (by pid) and wait.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait (bounded), then SIGKILL.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Restart on the same port and data dir.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
