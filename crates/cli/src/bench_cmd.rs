@@ -1,6 +1,278 @@
-#[derive(clap::Args)]
-pub struct Args {}
+//! `streamforge bench`: benchmark a broker — an embedded one on a temporary data dir unless
+//! `--bootstrap` is given — with progress bars and a results table (or `--json`).
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use parking_lot::Mutex;
+use streamforge_bench::{BenchParams, CrashControl, Phase, Progress, ProgressFn};
+use streamforge_broker::{Broker, BrokerConfig};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Benchmark this broker instead of an embedded one (no crash-recovery phase then).
+    #[arg(long)]
+    bootstrap: Option<String>,
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    #[arg(long, default_value_t = 10)]
+    partitions: i32,
+    /// Messages per produce batch.
+    #[arg(long, default_value_t = 2000)]
+    batch_size: usize,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    message_size: usize,
+    /// 0, 1 or all.
+    #[arg(long, default_value = "1")]
+    acks: String,
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    #[arg(long, default_value_t = 1)]
+    consumers: usize,
+    /// none, gzip, snappy, lz4 or zstd.
+    #[arg(long, default_value = "none")]
+    compression: String,
+    /// Idempotent producers (needs --acks all).
+    #[arg(long)]
+    idempotence: bool,
+    /// Messages per second in the rate-limited latency phase (0 skips it).
+    #[arg(long, default_value_t = 10_000)]
+    latency_rate: u64,
+    /// Seconds of the rate-limited latency phase.
+    #[arg(long, default_value_t = 3)]
+    latency_seconds: u64,
+    /// Messages in the full-speed latency phase (0 skips it).
+    #[arg(long, default_value_t = 200_000)]
+    latency_messages: u64,
+    /// Producer linger in ms for the throughput phases.
+    #[arg(long, default_value_t = 2)]
+    linger_ms: u64,
+    /// Topic to use (default: a new unique one).
+    #[arg(long)]
+    topic: Option<String>,
+    /// Data dir of the embedded broker (default: a temporary dir, removed afterwards).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Skip the crash-recovery phase of the embedded broker.
+    #[arg(long)]
+    no_recovery: bool,
+    /// Print one JSON object instead of the table (progress bars go to stderr either way).
+    #[arg(long)]
+    json: bool,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let acks = match args.acks.as_str() {
+        "0" => 0,
+        "1" => 1,
+        "all" | "-1" => -1,
+        o => anyhow::bail!("--acks must be 0, 1 or all, not {o}"),
+    };
+    let params = BenchParams {
+        messages: args.messages,
+        partitions: args.partitions,
+        batch_size: args.batch_size,
+        message_size: args.message_size,
+        acks,
+        producers: args.producers,
+        consumers: args.consumers,
+        compression: args.compression.clone(),
+        idempotence: args.idempotence,
+        latency_rate: args.latency_rate,
+        latency_seconds: args.latency_seconds,
+        latency_full_speed_messages: args.latency_messages,
+        topic: args.topic.clone(),
+        linger_ms: args.linger_ms,
+    };
+    params.validate()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let bars = Bars::new(args.quiet);
+    let progress: ProgressFn = {
+        let bars = bars.clone();
+        Arc::new(move |p: Progress| bars.update(p))
+    };
+    let result = match &args.bootstrap {
+        Some(b) => rt.block_on(streamforge_bench::run(b, &params, progress, None))?,
+        None => {
+            let tmp = tempfile::tempdir()?;
+            let data_dir = args
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| tmp.path().join("data"));
+            let mut embedded = EmbeddedBroker::start(data_dir)?;
+            let bootstrap = embedded.bootstrap();
+            let crash: Option<&mut dyn CrashControl> = if args.no_recovery {
+                None
+            } else {
+                Some(&mut embedded)
+            };
+            let r = rt.block_on(streamforge_bench::run(&bootstrap, &params, progress, crash));
+            embedded.stop();
+            r?
+        }
+    };
+    bars.finish();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", streamforge_bench::report::table(&result));
+    }
+    Ok(())
+}
+
+/// One progress bar per phase.
+#[derive(Clone)]
+struct Bars {
+    multi: Option<MultiProgress>,
+    current: Arc<Mutex<Option<(Phase, ProgressBar)>>>,
+}
+
+impl Bars {
+    fn new(quiet: bool) -> Self {
+        let multi = (!quiet)
+            .then(|| MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::stderr()));
+        Self {
+            multi,
+            current: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn update(&self, p: Progress) {
+        let Some(multi) = &self.multi else { return };
+        let mut cur = self.current.lock();
+        if cur.as_ref().is_none_or(|(ph, _)| *ph != p.phase) {
+            if let Some((_, old)) = cur.take() {
+                old.finish();
+            }
+            let bar = multi.add(ProgressBar::new(p.total.max(1)));
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{prefix:>24} [{bar:40}] {pos}/{len} msgs {per_sec} {elapsed}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_prefix(p.phase.name());
+            *cur = Some((p.phase, bar));
+        }
+        if let Some((_, bar)) = cur.as_ref() {
+            bar.set_length(p.total.max(1));
+            bar.set_position(p.done.min(p.total));
+        }
+    }
+
+    fn finish(&self) {
+        if let Some((_, bar)) = self.current.lock().take() {
+            bar.finish();
+        }
+    }
+}
+
+/// A broker started in this process with `Broker::start`, on its own runtime so that a crash
+/// can be simulated: the runtime is torn down without the broker's shutdown path (no flush,
+/// no clean-shutdown marker), as kill -9 would leave it; written pages stay in the page cache
+/// exactly as after kill -9 of a process.
+struct EmbeddedBroker {
+    data_dir: PathBuf,
+    addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: Option<streamforge_broker::BrokerHandle>,
+}
+
+impl EmbeddedBroker {
+    fn config(data_dir: &std::path::Path, listen: SocketAddr) -> BrokerConfig {
+        BrokerConfig {
+            listen,
+            advertised_listener: None,
+            data_dir: data_dir.to_path_buf(),
+            http_listen: None,
+            ..BrokerConfig::default()
+        }
+    }
+
+    fn start(data_dir: PathBuf) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("embedded-broker")
+            .enable_all()
+            .build()?;
+        let handle = runtime.block_on(Broker::start(Self::config(
+            &data_dir,
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+        )))?;
+        let addr = handle.kafka_addr();
+        Ok(Self {
+            data_dir,
+            addr,
+            runtime: Some(runtime),
+            handle: Some(handle),
+        })
+    }
+
+    fn bootstrap(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Graceful stop at the end of the run.
+    fn stop(&mut self) {
+        if let (Some(rt), Some(h)) = (self.runtime.take(), self.handle.take()) {
+            rt.block_on(h.shutdown());
+            rt.shutdown_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+impl CrashControl for EmbeddedBroker {
+    fn crash_and_restart(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>> {
+        Box::pin(async move {
+            // Crash: drop every broker task mid-flight; nothing runs the shutdown path.
+            let handle = self.handle.take();
+            if let Some(rt) = self.runtime.take() {
+                rt.shutdown_background();
+            }
+            // Dropped only after its runtime is gone, so no task sees the shutdown signal.
+            drop(handle);
+            let data_dir = self.data_dir.clone();
+            let addr = self.addr;
+            // Restart on a fresh runtime (blocking thread: runtimes cannot be built inside async code).
+            let (rt, handle) = tokio::task::spawn_blocking(move || -> Result<_, String> {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("embedded-broker")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                // The old listener's socket may linger briefly; retry the bind (bounded).
+                let mut last = String::new();
+                for _ in 0..100 {
+                    match rt.block_on(Broker::start(Self::config(&data_dir, addr))) {
+                        Ok(h) => return Ok((rt, h)),
+                        Err(e) => {
+                            last = e.to_string();
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                }
+                Err(format!("restart failed: {last}"))
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            self.runtime = Some(rt);
+            self.handle = Some(handle);
+            Ok(addr.to_string())
+        })
+    }
 }

@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod bench_cmd;
 mod broker_cmd;
+mod client_common;
 mod cluster_cmd;
 mod consume_cmd;
 mod dashboard_bench;

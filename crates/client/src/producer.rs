@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -231,6 +231,18 @@ struct Inner {
     producer_epoch: i16,
     /// In-flight request slots per broker.
     broker_slots: Mutex<HashMap<i32, Arc<Semaphore>>>,
+    records_acked: AtomicU64,
+    records_failed: AtomicU64,
+    requests_sent: AtomicU64,
+}
+
+/// Counters of a producer's lifetime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProducerStats {
+    /// Records whose batch the broker acknowledged (or sent, with acks=0).
+    pub records_acked: u64,
+    pub records_failed: u64,
+    pub requests_sent: u64,
 }
 
 /// An async Kafka producer. Clone-free sharing: wrap in `Arc` or share `&Producer`.
@@ -278,6 +290,9 @@ impl Producer {
             producer_id,
             producer_epoch,
             broker_slots: Mutex::new(HashMap::new()),
+            records_acked: AtomicU64::new(0),
+            records_failed: AtomicU64::new(0),
+            requests_sent: AtomicU64::new(0),
         });
         let sender = tokio::spawn(sender_loop(inner.clone()));
         Ok(Self {
@@ -288,6 +303,14 @@ impl Producer {
 
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.inner.cluster
+    }
+
+    pub fn stats(&self) -> ProducerStats {
+        ProducerStats {
+            records_acked: self.inner.records_acked.load(Ordering::Relaxed),
+            records_failed: self.inner.records_failed.load(Ordering::Relaxed),
+            requests_sent: self.inner.requests_sent.load(Ordering::Relaxed),
+        }
     }
 
     /// The producer id and epoch (-1 without idempotence).
@@ -603,6 +626,7 @@ async fn dispatch(inner: &Arc<Inner>, out: Outgoing) {
 type PartitionResults = HashMap<(String, i32), (i16, i64, i64)>;
 
 async fn send_request(inner: &Inner, out: &Outgoing) -> Result<PartitionResults> {
+    inner.requests_sent.fetch_add(1, Ordering::Relaxed);
     let conn = inner.cluster.broker(out.node).await?;
     let version = conn.version_for::<ProduceRequest>(PRODUCE_MAX_VERSION)?;
     let mut topics: Vec<TopicProduceData> = Vec::new();
@@ -752,6 +776,12 @@ fn complete_batch(
     batch: ReadyBatch,
     r: std::result::Result<BatchOffsets, DeliveryFailure>,
 ) {
+    let counter = if r.is_ok() {
+        &inner.records_acked
+    } else {
+        &inner.records_failed
+    };
+    counter.fetch_add(batch.record_count as u64, Ordering::Relaxed);
     batch.completion.complete(r);
     inner.memory.add_permits(batch.reserved_bytes);
     let mut acc = inner.acc.lock();
@@ -773,6 +803,9 @@ fn fail_batch_in_flight(inner: &Inner, batch: ReadyBatch, code: Option<i16>, mes
 
 /// Fails a batch that never went in flight (while draining, accumulator lock held by caller).
 fn fail_batch(inner: &Inner, batch: ReadyBatch, code: Option<i16>, message: String) {
+    inner
+        .records_failed
+        .fetch_add(batch.record_count as u64, Ordering::Relaxed);
     batch
         .completion
         .complete(Err(DeliveryFailure { code, message }));
