@@ -11,6 +11,8 @@ mod group_commit;
 mod index;
 mod log;
 mod mmap;
+mod producer_snapshot;
+mod producer_state;
 mod recovery;
 mod segment;
 #[cfg(test)]
@@ -20,6 +22,7 @@ use bytes::Bytes;
 
 pub use crate::group_commit::{FlushTicket, GroupCommit};
 pub use crate::log::Log;
+pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};
 pub use crate::segment::{BadBatch, file_stem};
 
 /// `message.timestamp.type`.
@@ -55,6 +58,9 @@ pub struct LogConfig {
     pub timestamp_type: TimestampType,
     /// `cleanup.policy` contains `compact`: keyless records are rejected (INVALID_RECORD).
     pub compact: bool,
+    /// `producer.id.expiration.ms` (default 1 day): idempotent-producer state is forgotten
+    /// after this long without a write from the producer.
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -71,6 +77,7 @@ impl Default for LogConfig {
             flush_ms: i64::MAX,
             timestamp_type: TimestampType::CreateTime,
             compact: false,
+            producer_id_expiration_ms: 24 * 3600 * 1000,
         }
     }
 }
@@ -98,6 +105,10 @@ pub enum LogError {
     Io(#[from] std::io::Error),
     #[error("log corrupted on disk: {0}")]
     Corrupted(String),
+    #[error("out of order sequence number: {0}")]
+    OutOfOrderSequence(String),
+    #[error("invalid producer epoch: {0}")]
+    InvalidProducerEpoch(String),
 }
 
 impl LogError {
@@ -111,6 +122,8 @@ impl LogError {
             LogError::InvalidTimestamp(_) => 32,            // INVALID_TIMESTAMP
             LogError::UnsupportedMagic(_) => 2, // CORRUPT_MESSAGE (magic < 2 unsupported)
             LogError::Io(_) | LogError::Corrupted(_) => 56, // KAFKA_STORAGE_ERROR
+            LogError::OutOfOrderSequence(_) => 45, // OUT_OF_ORDER_SEQUENCE_NUMBER
+            LogError::InvalidProducerEpoch(_) => 47, // INVALID_PRODUCER_EPOCH
         }
     }
 }
@@ -130,6 +143,9 @@ pub struct AppendInfo {
     pub log_start_offset: i64,
     /// Number of records appended.
     pub record_count: u32,
+    /// The batch was a retry of one already in the log (idempotent producer): nothing was
+    /// appended and the offsets are the original ones.
+    pub duplicate: bool,
 }
 
 /// The result of a read: whole batches as zero-copy slices of segment files.

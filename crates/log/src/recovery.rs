@@ -20,6 +20,7 @@ use crate::checkpoint::{self, CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POIN
 use crate::epoch::LeaderEpochCache;
 use crate::group_commit::GroupCommit;
 use crate::log::{Log, sizing};
+use crate::producer_state::ProducerStateManager;
 use crate::segment::{BadBatch, Segment};
 use crate::{LogConfig, LogError};
 
@@ -85,6 +86,8 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         segments.insert(base, Segment::create(dir, base, sizing, now_ms)?);
     }
     let mut truncated_at: Option<usize> = None;
+    // Anything rebuilt or cut: the fast clean path (no fsync at open) does not apply.
+    let mut repaired = false;
     for (i, &base) in bases.iter().enumerate() {
         let last = i + 1 == bases.len();
         let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
@@ -107,6 +110,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
                 );
                 seg.truncate_at_position(bad.position)?;
                 truncated_at = Some(i);
+                repaired = true;
             }
             seg
         } else {
@@ -122,6 +126,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
             if let Some(problem) = problem {
                 tracing::warn!(dir = %dir.display(), segment = base, %problem, "rebuilding segment index");
                 seg = Segment::open(dir, base, sizing, true, last, now_ms)?;
+                repaired = true;
                 // Flushed data: validate fully; anything bad here is reported, not cut off.
                 let outcome = seg.scan(i64::MIN);
                 if let Some(bad) = outcome.bad {
@@ -192,22 +197,36 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         epochs,
         unflushed_messages: 0,
         last_flush_ms: now_ms,
-        group: GroupCommit::new(0),
+        group: GroupCommit::new(if clean { next_offset } else { 0 }),
+        producers: ProducerStateManager::new(),
+        dirty_pending: false,
     };
     if log_start_offset > next_offset {
         // The tail holding the log start was lost: nothing below it may be served.
         log.truncate_fully_and_start_at(log_start_offset)?;
+        repaired = true;
     }
-    log.epochs.truncate_from_end(log.next_offset)?;
-    log.epochs.truncate_from_start(log.log_start_offset)?;
-    // What was scanned came from the page cache: make it durable before trusting it as flushed.
-    log.flush()?;
-    log.write_recovery_checkpoint()?;
+    if !log.epochs.entries().is_empty() {
+        log.epochs.truncate_from_end(log.next_offset)?;
+        log.epochs.truncate_from_start(log.log_start_offset)?;
+    }
+    log.rebuild_producer_state()?;
+    if bases.is_empty() || (clean && !repaired) {
+        // A new log, or a clean one loaded as it was: nothing to make durable, and the
+        // checkpoints on disk are current. The marker goes on the first change (`mark_dirty`).
+        log.recovery_point_checkpointed = log.recovery_point;
+        log.dirty_pending = clean;
+    } else {
+        // What was scanned came from the page cache: make it durable before trusting it as
+        // flushed.
+        log.flush()?;
+        log.write_recovery_checkpoint()?;
+        if clean {
+            fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE))?;
+        }
+        checkpoint::sync_dir(dir)?;
+    }
     log.refresh_group_files()?;
-    if clean {
-        fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE))?;
-    }
-    checkpoint::sync_dir(dir)?;
     tracing::debug!(
         dir = %dir.display(),
         clean,

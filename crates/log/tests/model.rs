@@ -64,13 +64,20 @@ fn config() -> LogConfig {
     }
 }
 
+/// Read everything from `from`, in as many reads as needed (one read touches a bounded number
+/// of segments).
 fn read_all(log: &Log, from: i64) -> Vec<(i64, i64, Vec<u8>)> {
-    let info = log.read(from, usize::MAX, i64::MAX, true).unwrap();
-    let mut out = Vec::new();
-    for slice in &info.slices {
-        for item in BatchIter::new(slice) {
-            let (_, b) = item.unwrap();
-            out.push((b.base_offset(), b.last_offset(), b.as_bytes().to_vec()));
+    let mut out: Vec<(i64, i64, Vec<u8>)> = Vec::new();
+    let mut at = from;
+    while at < log.log_end_offset() {
+        let info = log.read(at, usize::MAX, i64::MAX, true).unwrap();
+        assert!(!info.slices.is_empty(), "read at {at} returned nothing");
+        for slice in &info.slices {
+            for item in BatchIter::new(slice) {
+                let (_, b) = item.unwrap();
+                out.push((b.base_offset(), b.last_offset(), b.as_bytes().to_vec()));
+                at = b.last_offset() + 1;
+            }
         }
     }
     out

@@ -185,9 +185,9 @@ impl Segment {
             created_ms: now_ms,
             sizing,
         };
-        if active {
-            segment.offset_index.expand(sizing.index_max_bytes)?;
-            segment.time_index.expand(sizing.index_max_bytes)?;
+        if active && rebuild {
+            // (A loaded active segment is expanded on its first append: `Log::mark_dirty`.)
+            segment.unseal()?;
         }
         Ok(segment)
     }

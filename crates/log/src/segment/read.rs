@@ -119,4 +119,22 @@ impl Segment {
         self.record_at_or_after(&pos, self.max_timestamp, pos.base_offset)
             .or(Some((self.offset_of_max_timestamp, self.max_timestamp)))
     }
+
+    /// Call `f` for every batch from the one containing `offset` to the end (header view;
+    /// producer-state replay).
+    pub fn for_each_batch_from(&self, offset: i64, mut f: impl FnMut(&RecordBatch<'_>)) {
+        let Some(first) = self.translate_offset(offset) else {
+            return;
+        };
+        let mut position = first.position;
+        while position < self.size_bytes {
+            let Ok(pos) = self.header_at(position) else {
+                return;
+            };
+            if let Ok(view) = RecordBatch::parse(self.batch_bytes(&pos)) {
+                f(&view);
+            }
+            position += pos.size_bytes;
+        }
+    }
 }

@@ -82,6 +82,7 @@ impl Segment {
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = -1;
         self.rolling_base_timestamp = None;
+        self.map.populate(self.size_bytes as usize);
         let mut position = 0u64;
         let mut valid_batches = 0u64;
         while position < self.size_bytes {

@@ -1,0 +1,185 @@
+//! Producer-state snapshot files: `<offset>.snapshot` holds the producer state as of `offset`
+//! (every batch below it applied). Taken when a segment rolls and on clean close, so reopening
+//! replays only the batches after the latest snapshot.
+//!
+//! Format (big-endian): magic `SFPS`, version u16 (= 1), entry count u32, entries, then a
+//! CRC-32C of everything before it. Entry: producer id i64, epoch i16, last timestamp i64, batch
+//! count u8, then per batch: first seq i32, last seq i32, first offset i64, last offset i64,
+//! timestamp i64. Unlike Kafka's snapshot (last batch only) all 5 retained batches are kept, so
+//! duplicates of any of them are still recognised after a restart.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::producer_state::{
+    BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry, ProducerStateManager,
+};
+use crate::segment::file_stem;
+
+const MAGIC: &[u8; 4] = b"SFPS";
+const VERSION: u16 = 1;
+const HEADER_BYTES: usize = 4 + 2 + 4;
+const ENTRY_FIXED_BYTES: usize = 8 + 2 + 8 + 1;
+const BATCH_BYTES: usize = 4 + 4 + 8 + 8 + 8;
+
+pub fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
+    dir.join(format!("{}.snapshot", file_stem(offset)))
+}
+
+/// Offsets of the snapshot files in `dir`, ascending.
+pub fn list(dir: &Path) -> io::Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".snapshot"))
+            && let Ok(offset) = stem.parse::<i64>()
+        {
+            out.push(offset);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Write the state as of `offset` (temp file + rename; not fsynced: a lost or torn snapshot is
+/// detected by its CRC and recovery replays from an older one).
+pub fn write(dir: &Path, offset: i64, state: &ProducerStateManager) -> io::Result<()> {
+    let entries = state.entries();
+    let mut buf = Vec::with_capacity(
+        HEADER_BYTES + entries.len() * (ENTRY_FIXED_BYTES + BATCHES_TO_RETAIN * BATCH_BYTES) + 4,
+    );
+    buf.extend_from_slice(MAGIC);
+    buf.extend_from_slice(&VERSION.to_be_bytes());
+    buf.extend_from_slice(&(entries.len() as u32).to_be_bytes());
+    for e in entries {
+        buf.extend_from_slice(&e.producer_id.to_be_bytes());
+        buf.extend_from_slice(&e.epoch.to_be_bytes());
+        buf.extend_from_slice(&e.last_timestamp.to_be_bytes());
+        buf.push(e.batches().len() as u8);
+        for b in e.batches() {
+            buf.extend_from_slice(&b.first_seq.to_be_bytes());
+            buf.extend_from_slice(&b.last_seq.to_be_bytes());
+            buf.extend_from_slice(&b.first_offset.to_be_bytes());
+            buf.extend_from_slice(&b.last_offset.to_be_bytes());
+            buf.extend_from_slice(&b.timestamp.to_be_bytes());
+        }
+    }
+    let crc = crc32c::crc32c(&buf);
+    buf.extend_from_slice(&crc.to_be_bytes());
+    let path = snapshot_path(dir, offset);
+    let tmp = path.with_extension("snapshot.tmp");
+    fs::write(&tmp, &buf)?;
+    fs::rename(&tmp, &path)
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let bytes = self.buf.get(self.at..self.at + N)?;
+        self.at += N;
+        bytes.try_into().ok()
+    }
+    fn i64(&mut self) -> Option<i64> {
+        self.take::<8>().map(i64::from_be_bytes)
+    }
+    fn i32(&mut self) -> Option<i32> {
+        self.take::<4>().map(i32::from_be_bytes)
+    }
+    fn i16(&mut self) -> Option<i16> {
+        self.take::<2>().map(i16::from_be_bytes)
+    }
+}
+
+/// Read a snapshot; `Err` with a reason if it is damaged.
+pub fn read(dir: &Path, offset: i64) -> io::Result<Vec<ProducerEntry>> {
+    let bytes = fs::read(snapshot_path(dir, offset))?;
+    let bad = |why: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("snapshot {offset}: {why}"),
+        )
+    };
+    if bytes.len() < HEADER_BYTES + 4 || &bytes[..4] != MAGIC {
+        return Err(bad("bad magic or too short"));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    let stored = u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    if crc32c::crc32c(body) != stored {
+        return Err(bad("CRC mismatch"));
+    }
+    let mut r = Reader { buf: body, at: 4 };
+    let version = r
+        .take::<2>()
+        .map(u16::from_be_bytes)
+        .ok_or_else(|| bad("short"))?;
+    if version != VERSION {
+        return Err(bad("unknown version"));
+    }
+    let count = r.i32().ok_or_else(|| bad("short"))? as u32 as usize;
+    // Each entry takes at least ENTRY_FIXED_BYTES: a count beyond that is corrupt.
+    if count > body.len() / ENTRY_FIXED_BYTES {
+        return Err(bad("entry count exceeds file"));
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let short = || bad("truncated entry");
+        let producer_id = r.i64().ok_or_else(short)?;
+        let epoch = r.i16().ok_or_else(short)?;
+        let last_timestamp = r.i64().ok_or_else(short)?;
+        let n = r.take::<1>().ok_or_else(short)?[0] as usize;
+        if n > BATCHES_TO_RETAIN {
+            return Err(bad("too many batches"));
+        }
+        let mut batches = [BatchMetadata::default(); BATCHES_TO_RETAIN];
+        for b in batches.iter_mut().take(n) {
+            *b = BatchMetadata {
+                first_seq: r.i32().ok_or_else(short)?,
+                last_seq: r.i32().ok_or_else(short)?,
+                first_offset: r.i64().ok_or_else(short)?,
+                last_offset: r.i64().ok_or_else(short)?,
+                timestamp: r.i64().ok_or_else(short)?,
+            };
+        }
+        out.push(ProducerEntry::restore(
+            producer_id,
+            epoch,
+            last_timestamp,
+            &batches[..n],
+        ));
+    }
+    Ok(out)
+}
+
+/// Delete snapshots whose offset is above `offset` (log truncated).
+pub fn delete_above(dir: &Path, offset: i64) -> io::Result<()> {
+    for o in list(dir)? {
+        if o > offset {
+            remove(dir, o)?;
+        }
+    }
+    Ok(())
+}
+
+/// Delete snapshots whose offset is below `offset` (segments deleted), keeping the newest one.
+pub fn delete_below(dir: &Path, offset: i64) -> io::Result<()> {
+    let all = list(dir)?;
+    let newest = all.last().copied();
+    for o in all {
+        if o < offset && Some(o) != newest {
+            remove(dir, o)?;
+        }
+    }
+    Ok(())
+}
+
+fn remove(dir: &Path, offset: i64) -> io::Result<()> {
+    match fs::remove_file(snapshot_path(dir, offset)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
