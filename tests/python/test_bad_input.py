@@ -146,7 +146,10 @@ def test_random_garbage_in_a_valid_frame(victim, seed):
             except (ConnectionResetError, BrokenPipeError):
                 break
         # Whatever the broker made of it (errors or a close), it must end the exchange promptly.
-        sock.shutdown(socket.SHUT_WR)
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # already closed by the broker
         assert wire.wait_closed(sock, CLOSE_TIMEOUT_S)
     assert_serves_normal_client(broker, topic)
 
@@ -258,11 +261,10 @@ def test_slow_client_that_never_finishes_a_frame(broker_factory):
 
 def test_connection_limit(broker_factory):
     broker = broker_factory(extra_args=["--max-connections", "4"])
-    create_topic(broker.bootstrap, "conn-limit", partitions=1)
     held = []
     try:
         deadline = time.monotonic() + 10
-        # Fill the broker up with 4 working connections (earlier clients may still be closing).
+        # Fill the broker up with 4 working connections (the readiness probe may still be closing).
         while len(held) < 4 and time.monotonic() < deadline:
             s = wire.connect(broker.port)
             try:
@@ -280,4 +282,15 @@ def test_connection_limit(broker_factory):
     finally:
         for s in held:
             s.close()
+    # Once the held connections are gone, new clients get in again.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with wire.connect(broker.port) as s:
+                assert wire.api_versions(s).error_code == 0
+            break
+        except (wire.WireError, OSError):
+            assert time.monotonic() < deadline, "broker did not accept connections after the held ones closed"
+            time.sleep(0.2)
+    create_topic(broker.bootstrap, "conn-limit", partitions=1)
     assert_serves_normal_client(broker, "conn-limit")
