@@ -19,6 +19,9 @@ pub const LIVE_HISTORY_LEN: usize = 600;
 /// Snapshots buffered per SSE subscriber before a slow one skips ahead.
 pub const LIVE_CHANNEL_CAPACITY: usize = 16;
 pub const LIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// Latency percentiles cover this many ticks (rates cover one): a quiet second does not blank
+/// the latency table, and a percentile needs more than one second of samples to mean much.
+pub const LATENCY_WINDOW_TICKS: usize = 10;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LiveSnapshot {
@@ -48,7 +51,7 @@ pub struct ApiLive {
     pub api: String,
     pub requests_per_sec: f64,
     pub requests_total: u64,
-    /// Latency percentiles over the last interval (None when the API had no requests).
+    /// Latency percentiles over the last `LATENCY_WINDOW_TICKS` seconds (None without requests).
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
     pub p999_ms: Option<f64>,
@@ -74,7 +77,8 @@ struct TopicTotals {
 
 struct ApiPrevious {
     requests: u64,
-    latency_us: Histogram<u64>,
+    /// Cumulative latency histograms of the last `LATENCY_WINDOW_TICKS` ticks, oldest first.
+    latency_us: VecDeque<Histogram<u64>>,
 }
 
 /// What the previous tick saw, to compute deltas.
@@ -200,24 +204,29 @@ impl LiveSampler {
                 .requests
                 .load(Ordering::Relaxed)
                 .max(latency_now.len());
-            let (requests_before, window) = match previous.apis.get(&api) {
-                Some(before) => {
-                    let mut window = latency_now.clone();
-                    // Subtraction fails only if the histograms' ranges differ, which they don't.
-                    if window.subtract(&before.latency_us).is_err() {
-                        window.reset();
-                    }
-                    (before.requests, window)
-                }
-                None => (0, latency_now.clone()),
-            };
-            previous.apis.insert(
-                api.clone(),
+            let entry = previous.apis.entry(api.clone()).or_insert_with(|| {
+                // An API seen for the first time had nothing before: its base is empty.
+                let mut empty = latency_now.clone();
+                empty.reset();
+                let mut history = VecDeque::with_capacity(LATENCY_WINDOW_TICKS + 1);
+                history.push_back(empty);
                 ApiPrevious {
-                    requests: requests_now,
-                    latency_us: latency_now,
-                },
-            );
+                    requests: 0,
+                    latency_us: history,
+                }
+            });
+            let requests_before = std::mem::replace(&mut entry.requests, requests_now);
+            let mut window = latency_now.clone();
+            if let Some(oldest) = entry.latency_us.front() {
+                // Subtraction fails only if the histograms' ranges differ, which they don't.
+                if window.subtract(oldest).is_err() {
+                    window.reset();
+                }
+            }
+            entry.latency_us.push_back(latency_now);
+            while entry.latency_us.len() > LATENCY_WINDOW_TICKS {
+                entry.latency_us.pop_front();
+            }
             let percentile =
                 |q: f64| (!window.is_empty()).then(|| window.value_at_quantile(q) as f64 / 1000.0);
             let requests_per_sec = rate(requests_now.saturating_sub(requests_before));
@@ -234,5 +243,47 @@ impl LiveSampler {
             });
         }
         snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics_tap::{MESSAGES_IN, REQUEST_DURATION, install_metrics};
+
+    #[test]
+    fn rates_per_interval_and_latency_over_the_window() {
+        let hub = install_metrics();
+        let sampler = LiveSampler::new(Arc::clone(&hub.tap));
+        metrics::counter!(MESSAGES_IN, "topic" => "live-test").increment(100);
+        metrics::histogram!(REQUEST_DURATION, "api" => "LiveTest").record(0.004);
+        std::thread::sleep(Duration::from_millis(20));
+        let first = sampler.sample();
+        let topic = first
+            .topics
+            .iter()
+            .find(|t| t.topic == "live-test")
+            .unwrap();
+        assert!(topic.messages_in_per_sec > 0.0);
+        let api = first.apis.iter().find(|a| a.api == "LiveTest").unwrap();
+        let p50 = api.p50_ms.unwrap();
+        assert!((3.9..=4.1).contains(&p50), "{p50}");
+        assert!(api.requests_per_sec > 0.0);
+
+        std::thread::sleep(Duration::from_millis(20));
+        let quiet = sampler.sample();
+        let topic = quiet
+            .topics
+            .iter()
+            .find(|t| t.topic == "live-test")
+            .unwrap();
+        assert_eq!(topic.messages_in_per_sec, 0.0);
+        let api = quiet.apis.iter().find(|a| a.api == "LiveTest").unwrap();
+        assert_eq!(api.requests_per_sec, 0.0);
+        assert!(
+            api.p50_ms.is_some(),
+            "latency stays visible within the window"
+        );
+        assert_eq!(quiet.totals.messages_in - first.totals.messages_in, 0);
     }
 }

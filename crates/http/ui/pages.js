@@ -12,7 +12,7 @@ SF.route(/^\/$/, "overview", (params, el) => {
     </section>
     <section class="grid2">
       <div class="card chart" id="ov-reqs"></div>
-      <div class="card"><div class="card-title">Requests by API <span class="muted">(last second)</span></div><div id="ov-apis"></div></div>
+      <div class="card"><div class="card-title">Requests by API <span class="muted">(rate: last second · latency: last 10 s)</span></div><div id="ov-apis"></div></div>
     </section>
     <section class="card"><div class="card-title">Topics <span class="spacer"></span>
       <button class="btn btn-primary" id="ov-create">Create topic</button></div><div id="ov-topics"></div></section>`;

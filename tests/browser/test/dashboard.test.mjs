@@ -230,7 +230,9 @@ describe('dashboard in headless Chromium', () => {
     await page.fill('input[name=message_size]', '100');
     await page.selectOption('select[name=acks]', 'all');
     await page.click('#bn-start');
-    await page.waitForSelector('#bn-current .badge-ok', { timeout: 180_000 });
+    await page.waitForSelector('#bn-current .badge-ok, #bn-current .badge-bad', { timeout: 180_000 });
+    const failed = await page.locator('#bn-current .badge-bad').count();
+    assert.equal(failed, 0, `the benchmark failed: ${await page.textContent('#bn-current')}`);
     const results = await page.$$eval('table.results tr', (trs) => trs.map((tr) => tr.textContent));
     assert.ok(results.length > 0, 'a results table');
     assert.match(await page.textContent('#bn-history'), /20,000 msgs · 2 partitions · batch 500 · 100 B · acks=all/);
