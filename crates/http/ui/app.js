@@ -170,7 +170,10 @@ SF.staticChart = (el, title, xs, series, opts = {}) => {
     height: opts.height || 220,
     cursor: { drag: { x: false, y: false } },
     legend: { show: series.length > 1, live: false },
-    scales: { x: { time: !!opts.time }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] } },
+    scales: {
+      x: opts.minSpan ? { time: !!opts.time, range: (u, min, max) => [Math.min(min, max - opts.minSpan), max] } : { time: !!opts.time },
+      y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] },
+    },
     axes: [
       { stroke: "#64748b", grid: { stroke: "#eef2f7" }, label: opts.xLabel, values: opts.xValues },
       { stroke: "#64748b", grid: { stroke: "#eef2f7" }, size: 70, label: opts.yLabel, values: (u, vals) => vals.map((v) => (opts.fmt || SF.compact)(v)) },

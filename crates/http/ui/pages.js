@@ -313,7 +313,7 @@ SF.route(/^\/groups\/([^/]+)$/, "groups", ([id], el) => {
     if (lagHistory.length > 300) lagHistory.shift();
     if (lagChart) lagChart();
     lagChart = SF.staticChart(el.querySelector("#gd-chart"), "Total lag (since this page opened)", lagHistory.map((p) => p[0]),
-      [{ label: "lag", values: lagHistory.map((p) => p[1]) }], { time: true, height: 180 });
+      [{ label: "lag", values: lagHistory.map((p) => p[1]) }], { time: true, height: 180, minSpan: 60 });
     const maxLag = Math.max(1, ...g.offsets.map((o) => o.lag || 0));
     const owner = {};
     g.members.forEach((m) => m.assignment.forEach((a) => a.partitions.forEach((p) => { owner[a.topic + "/" + p] = m.client_id || m.member_id; })));
