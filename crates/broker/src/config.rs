@@ -28,6 +28,9 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     /// Requests read from one connection but not yet answered (pipelining bound).
     pub max_in_flight_requests_per_connection: usize,
+    /// `queued.max.request.bytes`: request bytes read but not yet handled, over all
+    /// connections. Reading waits when it is used up (at least one maximal frame fits).
+    pub queued_max_request_bytes: usize,
     /// `max.connections`: further connections are closed right after accept.
     pub max_connections: usize,
     /// `connections.max.idle.ms`: a connection with no request for this long is closed.
@@ -58,6 +61,7 @@ impl Default for BrokerConfig {
             log_defaults: LogConfig::default(),
             socket_request_max_bytes: 100 * 1024 * 1024,
             max_in_flight_requests_per_connection: 128,
+            queued_max_request_bytes: 1024 * 1024 * 1024,
             max_connections: 10_000,
             connections_max_idle_ms: 600_000,
             request_read_timeout_ms: 60_000,

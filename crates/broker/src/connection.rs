@@ -16,15 +16,12 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::router::{self, HandlerError, HandlerResult};
 use crate::{BrokerState, ms};
 
-/// First allocation for a frame body; it grows as bytes arrive, so a client announcing a huge
-/// frame and sending nothing does not pin that much memory.
-const FRAME_BUFFER_INITIAL_BYTES: usize = 64 * 1024;
 /// Responses gathered into one vectored write at most.
 const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
 /// IoSlices per `write_vectored` call (Linux IOV_MAX is 1024).
@@ -89,7 +86,7 @@ async fn read_requests(
             _ = tx.closed() => return, // the writer gave up on this connection
             f = read_frame(state, &mut rd) => f,
         };
-        let frame = match frame {
+        let (frame, permit) = match frame {
             Ok(Some(f)) => f,
             Ok(None) => return, // clean EOF between frames
             Err(e) => {
@@ -97,7 +94,7 @@ async fn read_requests(
                 return;
             }
         };
-        let pending = match dispatch(state, frame, peer, &mut previous_done) {
+        let pending = match dispatch(state, frame, permit, peer, &mut previous_done) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "bad request, closing connection");
@@ -114,7 +111,7 @@ async fn read_requests(
 async fn read_frame(
     state: &BrokerState,
     rd: &mut OwnedReadHalf,
-) -> Result<Option<Bytes>, ReadError> {
+) -> Result<Option<(Bytes, OwnedSemaphorePermit)>, ReadError> {
     let mut prefix = [0u8; FRAME_PREFIX_BYTES];
     let idle = ms(state.config.connections_max_idle_ms);
     let first = tokio::time::timeout(idle, rd.read(&mut prefix[..1]))
@@ -129,18 +126,24 @@ async fn read_frame(
             .await
             .map_err(eof_as_truncated)?;
         let len = frame_len(prefix, state.config.socket_request_max_bytes)?;
-        let mut body = BytesMut::with_capacity(len.min(FRAME_BUFFER_INITIAL_BYTES));
+        // Reserve the frame's memory before allocating it; released when its handler is done.
+        let kib = (len.div_ceil(1024) as u32).max(1);
+        let permit = state
+            .request_memory
+            .clone()
+            .acquire_many_owned(kib)
+            .await
+            .map_err(|_| ReadError::Io(std::io::ErrorKind::Other.into()))?;
+        // One allocation of the exact size: record bytes are not moved again before the log.
+        let mut body = BytesMut::with_capacity(len);
         while body.len() < len {
             let missing = len - body.len();
-            if body.capacity() == body.len() {
-                body.reserve(missing.min(body.len().max(FRAME_BUFFER_INITIAL_BYTES)));
-            }
             let n = (&mut *rd).take(missing as u64).read_buf(&mut body).await?;
             if n == 0 {
                 return Err(ReadError::Truncated);
             }
         }
-        Ok(Some(body.freeze()))
+        Ok(Some((body.freeze(), permit)))
     })
     .await
     .map_err(|_| ReadError::SlowFrame)?
@@ -158,6 +161,7 @@ fn eof_as_truncated(e: std::io::Error) -> ReadError {
 fn dispatch(
     state: &Arc<BrokerState>,
     frame: Bytes,
+    permit: OwnedSemaphorePermit,
     peer: SocketAddr,
     previous_done: &mut Option<oneshot::Receiver<()>>,
 ) -> Result<Pending, HandlerError> {
@@ -206,6 +210,7 @@ fn dispatch(
         }
         let started = Instant::now();
         let result = handler(state, req).await;
+        drop(permit);
         let _ = done_tx.send(());
         let name = api_name(api_key);
         metrics::counter!("streamforge_requests_total", "api" => name).increment(1);

@@ -57,6 +57,8 @@ pub struct BrokerState {
     pub groups: Arc<group_service::GroupService>,
     /// Open client connections.
     pub connections: AtomicUsize,
+    /// Memory for request frames being read or handled, in KiB permits.
+    pub request_memory: Arc<tokio::sync::Semaphore>,
     /// Flips to `true` when the broker shuts down (long polls return early).
     pub shutdown: watch::Receiver<bool>,
 }
@@ -107,6 +109,7 @@ impl Broker {
         .await
         .map_err(|e| BrokerError::Storage(e.to_string()))??;
 
+        let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let state = Arc::new(BrokerState {
             config,
@@ -116,6 +119,7 @@ impl Broker {
             replicas,
             groups,
             connections: AtomicUsize::new(0),
+            request_memory: Arc::new(tokio::sync::Semaphore::new(request_memory_kib)),
             shutdown: shutdown_rx.clone(),
         });
         tracing::info!(
@@ -240,6 +244,16 @@ fn advertised(config: &BrokerConfig, bound: SocketAddr) -> Result<(String, i32),
             Ok((host, bound.port() as i32))
         }
     }
+}
+
+/// KiB permits for request memory: at least one largest frame must fit.
+fn request_memory_kib(config: &BrokerConfig) -> usize {
+    let bytes = config
+        .queued_max_request_bytes
+        .max(config.socket_request_max_bytes);
+    bytes
+        .div_ceil(1024)
+        .min(tokio::sync::Semaphore::MAX_PERMITS)
 }
 
 fn new_cluster_id() -> String {

@@ -52,6 +52,9 @@ pub struct Args {
     /// `socket.request.max.bytes` [default: 104857600].
     #[arg(long, env = "STREAMFORGE_SOCKET_REQUEST_MAX_BYTES")]
     pub socket_request_max_bytes: Option<usize>,
+    /// `queued.max.request.bytes`: request bytes read but not yet handled [default: 1073741824].
+    #[arg(long, env = "STREAMFORGE_QUEUED_MAX_REQUEST_BYTES")]
+    pub queued_max_request_bytes: Option<usize>,
     /// `max.connections` [default: 10000].
     #[arg(long, env = "STREAMFORGE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
@@ -98,6 +101,7 @@ struct FileConfig {
     flush_ms: Option<i64>,
     max_message_bytes: Option<u64>,
     socket_request_max_bytes: Option<usize>,
+    queued_max_request_bytes: Option<usize>,
     max_connections: Option<usize>,
     connections_max_idle_ms: Option<u64>,
     request_read_timeout_ms: Option<u64>,
@@ -146,6 +150,7 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(flush_ms => c.log_defaults.flush_ms);
     set!(max_message_bytes => c.log_defaults.max_message_bytes);
     set!(socket_request_max_bytes);
+    set!(queued_max_request_bytes);
     set!(max_connections);
     set!(connections_max_idle_ms);
     set!(request_read_timeout_ms);

@@ -3,11 +3,11 @@ mod client_support;
 
 use std::time::Duration;
 
+use client_support::BrokerProcess;
 use streamforge_client::{
     Acks, Admin, ClientConfig, Compression, Consumer, ConsumerConfig, Header, NewTopic,
     OffsetReset, Producer, ProducerConfig, ProducerRecord,
 };
-use client_support::BrokerProcess;
 
 /// Bound on any poll loop in these tests.
 const POLL_DEADLINE: Duration = Duration::from_secs(30);
