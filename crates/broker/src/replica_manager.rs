@@ -168,7 +168,7 @@ pub struct Topic {
 
 impl Topic {
     pub fn is_internal(&self) -> bool {
-        self.name == "__consumer_offsets" || self.name == "__transaction_state"
+        is_internal_topic(&self.name)
     }
 
     fn record(&self) -> TopicRecord {
@@ -179,6 +179,11 @@ impl Topic {
             configs: self.configs.clone(),
         }
     }
+}
+
+/// Topics only the broker itself writes (Kafka's internal topics).
+pub fn is_internal_topic(name: &str) -> bool {
+    name == "__consumer_offsets" || name == "__transaction_state"
 }
 
 /// Kafka's topic name rule: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.` or `..`.

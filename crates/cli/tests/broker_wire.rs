@@ -432,6 +432,17 @@ fn bad_crc_and_oversized_batches_get_kafka_error_codes() {
         produce(&mut c, "nope", 0, batch(&kv("a", 1), Compression::None)).0,
         3
     );
+    // Clients may not write the broker's internal topics.
+    assert_eq!(
+        produce(
+            &mut c,
+            "__consumer_offsets",
+            0,
+            batch(&kv("a", 1), Compression::None)
+        )
+        .0,
+        17
+    );
     // Nothing was stored by the rejected batches.
     assert_eq!(
         produce(&mut c, "crc", 0, batch(&kv("ok", 1), Compression::None)),

@@ -16,7 +16,7 @@ use streamforge_protocol::{ErrorCode, RequestFrame};
 
 use crate::BrokerState;
 use crate::handlers::{message, topic_name};
-use crate::replica_manager::Partition;
+use crate::replica_manager::{Partition, is_internal_topic};
 use crate::router::{HandlerError, HandlerResult};
 
 /// Smallest possible RecordBatch v2 (header without records).
@@ -91,6 +91,12 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
             let result = if !acks_valid {
                 Err((ErrorCode::InvalidRequiredAcks.code(), None))
+            } else if is_internal_topic(&name) {
+                // Only the broker writes its internal topics (Kafka: InvalidTopicException).
+                Err((
+                    ErrorCode::InvalidTopicException.code(),
+                    Some(format!("Cannot append to internal topic {name}")),
+                ))
             } else {
                 match state.replicas.partition(&name, p.index) {
                     None => Err((ErrorCode::UnknownTopicOrPartition.code(), None)),
