@@ -27,6 +27,7 @@ pub const BENCH_TOPIC_PREFIX: &str = "streamforge-bench-";
 pub const BENCH_MESSAGES_MAX: u64 = 50_000_000;
 pub const BENCH_PARTITIONS_MAX: u32 = 1000;
 pub const BENCH_BATCH_SIZE_MAX: u32 = 100_000;
+pub const BENCH_MESSAGE_SIZE_MIN: u32 = 8;
 pub const BENCH_MESSAGE_SIZE_MAX: u32 = 1024 * 1024;
 
 /// What to benchmark (the knobs the dashboard offers).
@@ -106,6 +107,15 @@ pub enum BenchStatus {
     Failed,
 }
 
+/// One progress sample: time since the run started (the hub's clock, so phases that restart
+/// their own clocks still line up) and the phase's count.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProgressPoint {
+    pub t_ms: u64,
+    pub phase: String,
+    pub messages_done: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchRun {
     pub id: u64,
@@ -114,8 +124,8 @@ pub struct BenchRun {
     pub started_at_ms: i64,
     pub finished_at_ms: Option<i64>,
     pub progress: BenchProgress,
-    /// (elapsed_ms, messages_done) samples for the live progress chart.
-    pub progress_series: Vec<(u64, u64)>,
+    /// Progress samples for the live chart.
+    pub progress_series: Vec<ProgressPoint>,
     pub report: Option<BenchReport>,
     pub error: Option<String>,
 }
@@ -242,8 +252,11 @@ impl BenchHub {
         let mut state = self.state.lock();
         if let Some(run) = state.runs.iter_mut().find(|r| r.id == id) {
             if run.progress_series.len() < BENCH_PROGRESS_POINTS_MAX {
-                run.progress_series
-                    .push((progress.elapsed_ms, progress.messages_done));
+                run.progress_series.push(ProgressPoint {
+                    t_ms: (now_ms() - run.started_at_ms).max(0) as u64,
+                    phase: progress.phase.clone(),
+                    messages_done: progress.messages_done,
+                });
             }
             run.progress = progress;
         }
@@ -348,9 +361,10 @@ impl BenchRequest {
             ));
         }
         let message_size = self.message_size.unwrap_or(100);
-        if message_size == 0 || message_size > BENCH_MESSAGE_SIZE_MAX {
+        // The benchmark embeds the send time (8 bytes) in each value to measure latency.
+        if !(BENCH_MESSAGE_SIZE_MIN..=BENCH_MESSAGE_SIZE_MAX).contains(&message_size) {
             return Err(format!(
-                "message_size must be between 1 and {BENCH_MESSAGE_SIZE_MAX} bytes, got {message_size}"
+                "message_size must be between {BENCH_MESSAGE_SIZE_MIN} and {BENCH_MESSAGE_SIZE_MAX} bytes, got {message_size}"
             ));
         }
         let acks = match &self.acks {

@@ -9,7 +9,7 @@ SF.route(/^\/bench(?:\/(\d+))?$/, "bench", ([selected], el) => {
           <div class="row"><label>Messages<input name="messages" type="number" min="1" value="100000" required></label>
           <label>Partitions<input name="partitions" type="number" min="1" max="1000" value="3" required></label></div>
           <div class="row"><label>Batch size (messages)<input name="batch_size" type="number" min="1" value="1000" required></label>
-          <label>Message size (bytes)<input name="message_size" type="number" min="1" value="100" required></label></div>
+          <label>Message size (bytes)<input name="message_size" type="number" min="8" value="100" required></label></div>
           <label>Acks<select name="acks"><option value="1">1 (leader)</option><option value="all">all</option><option value="0">0 (none)</option></select></label>
           <button class="btn btn-primary" type="submit" id="bn-start">Start benchmark</button>
           <div id="bn-unavailable" class="muted hidden">This broker was started without a benchmark runner.</div>
@@ -60,10 +60,16 @@ SF.route(/^\/bench(?:\/(\d+))?$/, "bench", ([selected], el) => {
         <details><summary>Full result</summary><pre>${SF.esc(JSON.stringify(run.report.details, null, 2))}</pre></details>` : ""}`;
     const series = run.progress_series || [];
     if (series.length > 1) {
-      const xs = series.map((s) => s[0] / 1000);
-      const rates = series.map((s, i) => (i === 0 ? (s[0] > 0 ? s[1] / (s[0] / 1000) : 0) : (s[1] - series[i - 1][1]) / Math.max(0.001, (s[0] - series[i - 1][0]) / 1000)));
-      cleanupCharts.push(SF.staticChart(box.querySelector("#bn-progress-chart"), "Progress (messages per second)", xs,
-        [{ label: "msg/s", values: rates }], { xLabel: "seconds", height: 180 }));
+      // Rate between consecutive samples of the same phase; a new phase counts from zero.
+      const xs = series.map((s) => s.t_ms / 1000);
+      const rates = series.map((s, i) => {
+        const prev = i > 0 ? series[i - 1] : null;
+        const base = prev && prev.phase === s.phase ? prev.messages_done : 0;
+        const dt = prev ? Math.max(0.05, (s.t_ms - prev.t_ms) / 1000) : Math.max(0.05, s.t_ms / 1000);
+        return Math.max(0, s.messages_done - base) / dt;
+      });
+      cleanupCharts.push(SF.staticChart(box.querySelector("#bn-progress-chart"), "Progress (messages per second, all phases)", xs,
+        [{ label: "msg/s", values: rates }], { xLabel: "seconds since start", height: 180 }));
     }
     if (run.report && run.report.latency_percentiles.length > 0) {
       const lp = run.report.latency_percentiles;
