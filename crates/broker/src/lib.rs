@@ -8,6 +8,7 @@ pub mod group_service;
 pub mod handlers;
 pub mod http_view;
 mod http_view_groups;
+pub mod producer_ids;
 pub mod replica_manager;
 pub mod router;
 mod server;
@@ -55,6 +56,8 @@ pub struct BrokerState {
     pub replicas: ReplicaManager,
     /// The consumer-group coordinator and its `__consumer_offsets` storage.
     pub groups: Arc<group_service::GroupService>,
+    /// Producer ids for InitProducerId (blocks persisted in the data dir).
+    pub producer_ids: Arc<producer_ids::ProducerIdManager>,
     /// Open client connections.
     pub connections: AtomicUsize,
     /// Memory for request frames being read or handled, in KiB permits.
@@ -95,7 +98,7 @@ impl Broker {
         let data_dir = config.data_dir.clone();
         let log_defaults = config.log_defaults.clone();
         let groups_config = config.groups.clone();
-        let (replicas, cluster_id, groups) = tokio::task::spawn_blocking(move || {
+        let (replicas, cluster_id, groups, producer_ids) = tokio::task::spawn_blocking(move || {
             let replicas = ReplicaManager::open(&data_dir, log_defaults)
                 .map_err(|e| BrokerError::Storage(e.to_string()))?;
             let cluster_id = replicas
@@ -104,7 +107,14 @@ impl Broker {
                 .map_err(|e| BrokerError::Storage(e.to_string()))?;
             let groups = group_service::GroupService::open(&replicas, groups_config)
                 .map_err(|e| BrokerError::Storage(e.to_string()))?;
-            Ok::<_, BrokerError>((replicas, cluster_id, Arc::new(groups)))
+            let producer_ids = producer_ids::ProducerIdManager::open(&data_dir)
+                .map_err(|e| BrokerError::Storage(e.to_string()))?;
+            Ok::<_, BrokerError>((
+                replicas,
+                cluster_id,
+                Arc::new(groups),
+                Arc::new(producer_ids),
+            ))
         })
         .await
         .map_err(|e| BrokerError::Storage(e.to_string()))??;
@@ -118,6 +128,7 @@ impl Broker {
             advertised_port,
             replicas,
             groups,
+            producer_ids,
             connections: AtomicUsize::new(0),
             request_memory: Arc::new(tokio::sync::Semaphore::new(request_memory_kib)),
             shutdown: shutdown_rx.clone(),

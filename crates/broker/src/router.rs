@@ -12,7 +12,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    admin, api_versions, cluster, configs, fetch, groups, metadata, offsets, produce,
+    admin, api_versions, cluster, configs, fetch, groups, metadata, offsets, produce, producer,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -99,6 +99,9 @@ pub static ROUTES: &[Route] = &[
     route!(ListGroups, 0, 5, groups::handle_list_groups),
     route!(DeleteGroups, 0, 2, groups::handle_delete_groups),
     route!(OffsetDelete, 0, 0, groups::handle_offset_delete),
+    // Idempotent producers.
+    route!(InitProducerId, 0, 5, producer::handle_init_producer_id),
+    route!(DescribeProducers, 0, 0, producer::handle_describe_producers),
 ];
 
 /// The route serving `api_key`, if any.

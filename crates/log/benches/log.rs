@@ -56,7 +56,21 @@ fn open_partitions(root: &Path) -> Vec<Log> {
         .collect()
 }
 
-/// Heap allocations per append on the hot path, printed (not timed).
+/// Where the benchmark logs live: the system temp dir (disk), and tmpfs when available (the
+/// append path without the disk's writeback throttling).
+fn bench_dirs() -> Vec<(&'static str, tempfile::TempDir)> {
+    let mut dirs = vec![("disk", tempfile::tempdir().unwrap())];
+    if Path::new("/dev/shm").is_dir()
+        && let Ok(d) = tempfile::tempdir_in("/dev/shm")
+    {
+        dirs.push(("tmpfs", d));
+    }
+    dirs
+}
+
+/// Heap allocations per append on the hot path, and the CPU time an append costs (thread CPU
+/// time, user + system: independent of how busy the machine is), printed (not timed by
+/// criterion).
 fn count_allocations() {
     const APPENDS: u64 = 1_000;
     let dir = tempfile::tempdir().unwrap();
@@ -76,6 +90,24 @@ fn count_allocations() {
         logs[p].set_high_watermark(hw);
     }
     let stats = region.change();
+    let cpu = cpu_time::ThreadTime::now();
+    let wall = Instant::now();
+    for i in 0..APPENDS as usize {
+        let p = i % PARTITIONS;
+        let info = logs[p].append_as_leader(&mut bufs[p], 0, 0).unwrap();
+        logs[p].set_high_watermark(info.last_offset + 1);
+    }
+    let cpu = cpu.elapsed();
+    let wall = wall.elapsed();
+    let bytes = bufs[0].len() as f64 * APPENDS as f64;
+    eprintln!(
+        "log/append cost: {:.1} us CPU per {}-byte batch = {:.2} GB/s per CPU core ({:.2} GB/s wall clock, {} appends)",
+        cpu.as_secs_f64() * 1e6 / APPENDS as f64,
+        bufs[0].len(),
+        bytes / cpu.as_secs_f64() / 1e9,
+        bytes / wall.as_secs_f64() / 1e9,
+        APPENDS
+    );
     let segments_after: usize = logs.iter().map(Log::segment_count).sum();
     eprintln!(
         "log/append allocations: {} allocations, {} bytes over {APPENDS} appends = {:.3} allocations per append (segments rolled in window: {})",
@@ -88,28 +120,28 @@ fn count_allocations() {
 
 fn bench_append(c: &mut Criterion) {
     count_allocations();
-    let dir = tempfile::tempdir().unwrap();
-    let mut logs = open_partitions(dir.path());
-    let mut bufs: Vec<Vec<u8>> = (0..PARTITIONS).map(|_| reference_batch()).collect();
-    let batch_bytes = bufs[0].len() as u64;
     let mut group = c.benchmark_group("append");
-    group.throughput(Throughput::Bytes(batch_bytes));
     group.measurement_time(Duration::from_secs(8));
-    let mut i = 0u64;
-    group.bench_function("2000x100B_batch_10_partitions", |b| {
-        b.iter(|| {
-            let p = (i % PARTITIONS as u64) as usize;
-            let info = logs[p].append_as_leader(&mut bufs[p], 0, 0).unwrap();
-            logs[p].set_high_watermark(info.last_offset + 1);
-            i += 1;
-            if i.is_multiple_of(RETENTION_EVERY_APPENDS) {
-                for log in logs.iter_mut() {
-                    log.tick(0).unwrap();
+    for (name, dir) in bench_dirs() {
+        let mut logs = open_partitions(dir.path());
+        let mut bufs: Vec<Vec<u8>> = (0..PARTITIONS).map(|_| reference_batch()).collect();
+        group.throughput(Throughput::Bytes(bufs[0].len() as u64));
+        let mut i = 0u64;
+        group.bench_function(format!("{name}/2000x100B_batch_10_partitions"), |b| {
+            b.iter(|| {
+                let p = (i % PARTITIONS as u64) as usize;
+                let info = logs[p].append_as_leader(&mut bufs[p], 0, 0).unwrap();
+                logs[p].set_high_watermark(info.last_offset + 1);
+                i += 1;
+                if i.is_multiple_of(RETENTION_EVERY_APPENDS) {
+                    for log in logs.iter_mut() {
+                        log.tick(0).unwrap();
+                    }
                 }
-            }
-            black_box(info)
-        })
-    });
+                black_box(info)
+            })
+        });
+    }
     group.finish();
 }
 

@@ -10,6 +10,7 @@ pub mod groups;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+pub mod producer;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

@@ -1,0 +1,93 @@
+//! InitProducerId (22) and DescribeProducers (61): producer ids for idempotent producers, and a
+//! view of each partition's producer state.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeProducersResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ProducerId,
+};
+use streamforge_protocol::{ErrorCode, RequestFrame};
+
+use crate::BrokerState;
+use crate::handlers::message;
+use crate::router::HandlerResult;
+
+pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: InitProducerIdRequest = req.decode()?;
+    let mut resp = InitProducerIdResponse::default();
+    resp.producer_id = ProducerId(-1);
+    resp.producer_epoch = -1;
+    resp.ongoing_txn_producer_id = ProducerId(-1);
+    resp.ongoing_txn_producer_epoch = -1;
+    let ids = state.producer_ids.clone();
+    let transactional_id = request.transactional_id.map(|t| t.0.to_string());
+    let expected = (request.producer_id.0 >= 0 && request.producer_epoch >= 0)
+        .then_some((request.producer_id.0, request.producer_epoch));
+    let timeout_ms = request.transaction_timeout_ms;
+    // Allocating a new block persists it (fsync): keep that off the async workers.
+    let result = tokio::task::spawn_blocking(move || match transactional_id {
+        None => ids.init_idempotent(),
+        Some(tid) => ids.init_transactional(&tid, timeout_ms, expected),
+    })
+    .await;
+    match result {
+        Ok(Ok((producer_id, epoch))) => {
+            resp.producer_id = ProducerId(producer_id);
+            resp.producer_epoch = epoch;
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "InitProducerId rejected");
+            resp.error_code = e.kafka_code();
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "InitProducerId task failed");
+            resp.error_code = ErrorCode::UnknownServerError.code();
+        }
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_describe_producers(
+    state: Arc<BrokerState>,
+    req: RequestFrame,
+) -> HandlerResult {
+    let request: DescribeProducersRequest = req.decode()?;
+    let mut resp = DescribeProducersResponse::default();
+    for t in request.topics {
+        let mut tr = TopicResponse::default();
+        for &index in &t.partition_indexes {
+            let mut pr = PartitionResponse::default();
+            pr.partition_index = index;
+            let producers = state
+                .replicas
+                .partition(&t.name.0, index)
+                .and_then(|p| p.with_log(|log| log.producers()).ok());
+            match producers {
+                None => {
+                    pr.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                    pr.error_message = message("This server does not host this topic-partition.");
+                }
+                Some(entries) => {
+                    for e in entries {
+                        let mut ps = ProducerState::default();
+                        ps.producer_id = ProducerId(e.producer_id);
+                        ps.producer_epoch = i32::from(e.epoch);
+                        ps.last_sequence = e.last_seq();
+                        ps.last_timestamp = e.last_timestamp;
+                        ps.coordinator_epoch = -1;
+                        ps.current_txn_start_offset = -1;
+                        pr.active_producers.push(ps);
+                    }
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        resp.topics.push(tr);
+    }
+    Ok(Some(req.respond(&resp)?))
+}
