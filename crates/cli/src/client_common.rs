@@ -7,10 +7,15 @@ use streamforge_client::ClientConfig;
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnArgs {
     /// Broker(s) to bootstrap from, comma-separated HOST:PORT.
-    #[arg(long, default_value = "localhost:9092", env = "STREAMFORGE_BOOTSTRAP")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "localhost:9092",
+        env = "STREAMFORGE_BOOTSTRAP"
+    )]
     pub bootstrap: String,
     /// Machine-readable JSON output instead of tables.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
 }
 

@@ -1,0 +1,361 @@
+//! The CLI tools end to end against the real broker binary: topics, produce from stdin,
+//! consume back, cluster, dump-log, and a small `streamforge bench` whose JSON is checked.
+mod client_support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use client_support::{BrokerProcess, binary};
+use serde_json::Value;
+
+fn sf(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut child = Command::new(binary())
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run streamforge");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(args: &[&str], stdin: Option<&str>) -> String {
+    let (success, out, err) = sf(args, stdin);
+    assert!(success, "streamforge {args:?} failed:\n{out}\n{err}");
+    out
+}
+
+#[test]
+fn produce_from_stdin_and_consume_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = BrokerProcess::start(&dir.path().join("data"), &[]);
+    let bs = b.bootstrap();
+    let bs = bs.as_str();
+    ok(
+        &[
+            "topics",
+            "create",
+            "lines",
+            "--partitions",
+            "3",
+            "--config",
+            "retention.ms=86400000",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    let (dup, _, err) = sf(
+        &[
+            "topics",
+            "create",
+            "lines",
+            "--partitions",
+            "3",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    assert!(!dup && err.contains("TopicAlreadyExists"), "{err}");
+    let list: Value =
+        serde_json::from_str(&ok(&["topics", "list", "--json", "--bootstrap", bs], None)).unwrap();
+    assert!(list.as_array().unwrap().iter().any(|t| t == "lines"));
+    let desc: Value = serde_json::from_str(&ok(
+        &["topics", "describe", "lines", "--json", "--bootstrap", bs],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(desc[0]["partitions"].as_array().unwrap().len(), 3);
+    assert!(
+        desc[0]["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "retention.ms" && c["value"] == "86400000")
+    );
+    let human = ok(&["topics", "describe", "lines", "--bootstrap", bs], None);
+    assert!(
+        human.contains("PARTITION") && human.contains("retention.ms=86400000"),
+        "{human}"
+    );
+
+    let input: String = (0..500)
+        .map(|i| format!("key{}:value number {i}\n", i % 7))
+        .collect();
+    let produced: Value = serde_json::from_str(&ok(
+        &[
+            "produce",
+            "lines",
+            "--key-separator",
+            ":",
+            "--header",
+            "source=cli",
+            "--json",
+            "--bootstrap",
+            bs,
+        ],
+        Some(&input),
+    ))
+    .unwrap();
+    assert_eq!(produced["records"], 500);
+
+    let out = ok(
+        &[
+            "consume",
+            "lines",
+            "--from",
+            "beginning",
+            "-n",
+            "500",
+            "--format",
+            "kv",
+            "--key-separator",
+            ":",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    let mut got: Vec<&str> = out.lines().collect();
+    let mut want: Vec<&str> = input.lines().collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "consumed lines equal produced lines");
+
+    // JSON format carries partition, offset, timestamp and headers.
+    let out = ok(
+        &[
+            "consume",
+            "lines",
+            "--from",
+            "beginning",
+            "-n",
+            "5",
+            "--partition",
+            "0",
+            "--json",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    for line in out.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["partition"], 0);
+        assert_eq!(v["headers"]["source"], "cli");
+        assert!(v["timestamp"].as_i64().unwrap() > 0);
+    }
+    // From an offset.
+    let out = ok(
+        &[
+            "consume",
+            "lines",
+            "--from",
+            "offset:3",
+            "--partition",
+            "1",
+            "-n",
+            "1",
+            "--json",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    let v: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(v["offset"], 3);
+    // From the end with an idle timeout: nothing new arrives.
+    let out = ok(
+        &[
+            "consume",
+            "lines",
+            "--from",
+            "end",
+            "--idle-timeout-ms",
+            "500",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    assert!(out.is_empty());
+
+    let cluster: Value =
+        serde_json::from_str(&ok(&["cluster", "--json", "--bootstrap", bs], None)).unwrap();
+    assert_eq!(cluster["brokers"].as_array().unwrap().len(), 1);
+    assert_eq!(cluster["controller_id"], cluster["brokers"][0]["node_id"]);
+
+    ok(
+        &[
+            "topics",
+            "alter",
+            "lines",
+            "--set",
+            "retention.ms=1000000",
+            "--partitions",
+            "4",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    let desc: Value = serde_json::from_str(&ok(
+        &["topics", "describe", "lines", "--json", "--bootstrap", bs],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(desc[0]["partitions"].as_array().unwrap().len(), 4);
+
+    // dump-log works offline on the data dir once the broker is stopped.
+    b.stop();
+    let seg = dir
+        .path()
+        .join("data")
+        .join("lines-0")
+        .join("00000000000000000000.log");
+    let out = ok(
+        &[
+            "dump-log",
+            seg.to_str().unwrap(),
+            "--records",
+            "--index",
+            "--json",
+        ],
+        None,
+    );
+    let summary: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["crc_errors"], 0);
+    let records_in_p0 = out
+        .lines()
+        .filter(|l| l.contains("\"type\":\"record\""))
+        .count();
+    assert!(records_in_p0 > 0);
+    assert_eq!(summary["records"].as_u64().unwrap() as usize, records_in_p0);
+    // Flip one byte in the last batch: dump-log reports it and fails.
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let n = bytes.len();
+    bytes[n - 2] ^= 0x55;
+    std::fs::write(&seg, &bytes).unwrap();
+    let (good, out, _) = sf(&["dump-log", seg.to_str().unwrap()], None);
+    assert!(!good);
+    assert!(out.contains("isValid: false"), "{out}");
+}
+
+#[test]
+fn small_bench_reports_sane_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(
+        &[
+            "bench",
+            "--messages",
+            "20000",
+            "--partitions",
+            "4",
+            "--batch-size",
+            "500",
+            "--latency-messages",
+            "2000",
+            "--latency-rate",
+            "2000",
+            "--latency-seconds",
+            "1",
+            "--json",
+            "--quiet",
+            "--data-dir",
+            dir.path().join("bench").to_str().unwrap(),
+        ],
+        None,
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    for k in ["producer", "consumer"] {
+        assert!(v[k]["msgs_per_sec"].as_f64().unwrap() > 0.0, "{k}: {v}");
+        assert!(v[k]["mb_per_sec"].as_f64().unwrap() > 0.0, "{k}: {v}");
+    }
+    assert_eq!(v["producer"]["messages"], 20000);
+    for k in ["latency_ms", "latency_at_rate_ms"] {
+        let l = &v[k];
+        let p = |q: &str| l[q].as_f64().unwrap();
+        assert!(
+            p("p50") > 0.0
+                && p("p50") <= p("p95")
+                && p("p95") <= p("p99")
+                && p("p99") <= p("p999")
+                && p("p999") <= p("max"),
+            "{k}: {l}"
+        );
+    }
+    assert!(v["recovery"]["ms"].as_f64().unwrap() > 0.0);
+    assert!(
+        v["recovery"]["validated_messages"].as_u64().unwrap() >= 24_000,
+        "{v}"
+    );
+}
+
+#[test]
+fn bench_against_a_running_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = BrokerProcess::start(&dir.path().join("data"), &[]);
+    let out = ok(
+        &[
+            "bench",
+            "--bootstrap",
+            &b.bootstrap(),
+            "--messages",
+            "5000",
+            "--partitions",
+            "2",
+            "--latency-messages",
+            "0",
+            "--latency-rate",
+            "0",
+            "--compression",
+            "lz4",
+            "--json",
+            "--quiet",
+        ],
+        None,
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["consumer"]["messages"].as_u64().unwrap() >= 5000);
+    assert!(
+        v["recovery"].is_null(),
+        "no crash phase against an external broker"
+    );
+    let table = ok(
+        &[
+            "bench",
+            "--bootstrap",
+            &b.bootstrap(),
+            "--messages",
+            "2000",
+            "--latency-messages",
+            "0",
+            "--latency-rate",
+            "0",
+            "--quiet",
+        ],
+        None,
+    );
+    assert!(
+        table.contains("Producer Throughput") && table.contains("Consumer Throughput"),
+        "{table}"
+    );
+}
