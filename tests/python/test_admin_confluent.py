@@ -177,6 +177,7 @@ def test_incremental_alter_configs_set_and_delete(admin, shared_broker, topic_na
     assert error_code(admin.incremental_alter_configs([bad], request_timeout=T_S)[bad]) == KafkaError.INVALID_CONFIG
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
 def test_legacy_alter_configs(admin, shared_broker, topic_name):
     create_topic(shared_broker.bootstrap, topic_name, partitions=1)
     res = ConfigResource(ConfigResource.Type.TOPIC, topic_name, set_config={"max.message.bytes": "2000000"})

@@ -8,7 +8,7 @@ import { Broker } from '../lib/broker.mjs';
 import { CODECS, registerCodecs } from '../lib/codecs.mjs';
 import { MESSAGES, PARTITIONS, makeMessage, verifyRoundTrip } from '../lib/verify.mjs';
 
-const { Kafka, logLevel } = kafkajs;
+const { Kafka, Partitioners, logLevel } = kafkajs;
 
 const SEND_BATCH = 500;
 const CONSUME_TIMEOUT_MS = 120_000;
@@ -54,7 +54,7 @@ async function roundTrip(kafka, codec, compression) {
   }
 
   // Produce in batches; remember which seqs went into each send and the base offsets returned.
-  const producer = kafka.producer({ allowAutoTopicCreation: false });
+  const producer = kafka.producer({ allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
   await producer.connect();
   const sends = [];
   try {
