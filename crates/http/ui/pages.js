@@ -134,7 +134,7 @@ SF.route(/^\/topics\/([^/]+)$/, "topics", ([name], el) => {
     <section class="stats" id="t-stats"></section>
     <section class="card chart" id="t-chart"></section>
     <section class="card"><div class="card-title">Partitions</div><div id="t-parts"></div></section>
-    <section class="card"><div class="card-title">Configuration <span class="muted">(bold = set on this topic)</span></div><div id="t-configs"></div></section>`;
+    <section class="card"><div class="card-title">Configuration</div><div id="t-configs"></div></section>`;
   const rate = (s, field) => { const t = (s.topics || []).find((x) => x.topic === name); return t ? t[field] : 0; };
   const cleanups = [SF.liveChart(el.querySelector("#t-chart"), "Messages per second", [
     { label: "in", value: (s) => rate(s, "messages_in_per_sec") },
@@ -164,9 +164,15 @@ SF.route(/^\/topics\/([^/]+)$/, "topics", ([name], el) => {
         <td class="r"><a class="btn btn-small" href="/topics/${encodeURIComponent(name)}/partitions/${p.partition}" data-link>Browse</a></td></tr>`).join("")}</tbody></table>`;
     if (!configsShown) {
       configsShown = true;
+      const LONG_MAX = "9223372036854775807";
+      const value = (c) => c.sensitive ? "••••••" : c.value === LONG_MAX ? `<span title="${LONG_MAX}">unlimited</span>` : SF.esc(c.value ?? "null");
+      const rows = (list) => list.map((c) => `<tr class="${c.is_default ? "" : "strong"}"><td>${SF.esc(c.name)}</td><td class="mono">${value(c)}</td><td class="muted">${SF.esc(c.source)}</td></tr>`).join("");
+      const set = t.configs.filter((c) => !c.is_default);
+      const defaults = t.configs.filter((c) => c.is_default);
+      const head = `<thead><tr><th>Name</th><th>Value</th><th>Source</th></tr></thead>`;
       el.querySelector("#t-configs").innerHTML = t.configs.length === 0 ? `<div class="empty">No configs reported.</div>` :
-        `<table class="configs"><thead><tr><th>Name</th><th>Value</th><th>Source</th></tr></thead><tbody>
-        ${t.configs.map((c) => `<tr class="${c.is_default ? "" : "strong"}"><td>${SF.esc(c.name)}</td><td class="mono">${c.sensitive ? "••••••" : SF.esc(c.value ?? "null")}</td><td class="muted">${SF.esc(c.source)}</td></tr>`).join("")}</tbody></table>`;
+        (set.length ? `<table class="configs">${head}<tbody>${rows(set)}</tbody></table>` : `<div class="muted">Every config has its broker default.</div>`) +
+        (defaults.length ? `<details class="config-defaults"><summary>Broker defaults (${defaults.length})</summary><table class="configs">${head}<tbody>${rows(defaults)}</tbody></table></details>` : "");
     }
   }));
   return () => cleanups.forEach((c) => c());
@@ -238,6 +244,21 @@ SF.messageBrowser = (el, topic, partition, query) => {
 SF.payload = (p) => (p == null ? `<span class="muted">null</span>` :
   `<span class="payload ${p.encoding === "hex" ? "hex" : ""}" title="${p.size_bytes} bytes${p.encoding === "hex" ? ", hex" : ""}">${SF.esc(p.data.length > 160 ? p.data.slice(0, 160) + "…" : p.data)}</span>`);
 
+SF.messageDetail = (m) => {
+  const b = m.batch;
+  const kv = (k, v) => `<div class="kv-k">${k}</div><div class="kv-v">${v}</div>`;
+  const full = (p) => (p == null ? `<span class="muted">null</span>` :
+    `<pre>${SF.esc(p.data)}</pre><div class="muted small">${p.encoding}, ${SF.num(p.size_bytes)} bytes${p.truncated ? ", cut for display" : ""}</div>`);
+  return `<div class="detail-grid">
+    <div><div class="detail-title">Key</div>${full(m.key)}<div class="detail-title">Value</div>${full(m.value)}
+      <div class="detail-title">Headers</div>${m.headers.length ? m.headers.map((h) => `<div><code>${SF.esc(h.key)}</code> = ${h.value ? SF.esc(h.value.data) : "null"}</div>`).join("") : `<span class="muted">none</span>`}</div>
+    <div><div class="detail-title">Record batch</div><div class="kv">
+      ${kv("offsets", `${b.base_offset} – ${b.last_offset}`)}${kv("size", SF.bytes(b.size_bytes))}${kv("compression", SF.esc(b.compression))}
+      ${kv("timestamp type", SF.esc(b.timestamp_type))}${kv("timestamp", `${SF.esc(SF.time(m.timestamp_ms))} (${m.timestamp_ms})`)}
+      ${kv("leader epoch", b.partition_leader_epoch)}${kv("producer id / epoch", `${b.producer_id} / ${b.producer_epoch}`)}
+      ${kv("base sequence", b.base_sequence)}${kv("transactional", b.transactional)}</div></div></div>`;
+};
+
 SF.messagesTable = (el, messages) => {
   if (messages.length === 0) { el.innerHTML = ""; return; }
   el.innerHTML = `<table class="messages"><thead><tr><th class="r">Offset</th><th>Timestamp</th><th>Key</th><th>Value</th><th>Headers</th><th>Batch</th></tr></thead><tbody>
@@ -245,7 +266,7 @@ SF.messagesTable = (el, messages) => {
       <td>${SF.payload(m.key)}</td><td>${SF.payload(m.value)}</td>
       <td>${m.headers.length ? m.headers.map((h) => `<span class="hdr">${SF.esc(h.key)}=${h.value ? SF.esc(h.value.data.slice(0, 40)) : "null"}</span>`).join(" ") : `<span class="muted">–</span>`}</td>
       <td class="nowrap muted">${m.batch.base_offset}${m.batch.last_offset !== m.batch.base_offset ? "–" + m.batch.last_offset : ""} · ${SF.esc(m.batch.compression)}</td></tr>
-      <tr class="msg-detail hidden" data-d="${i}"><td colspan="6"><pre>${SF.esc(JSON.stringify(m, null, 2))}</pre></td></tr>`).join("")}</tbody></table>`;
+      <tr class="msg-detail hidden" data-d="${i}"><td colspan="6">${SF.messageDetail(m)}</td></tr>`).join("")}</tbody></table>`;
   el.querySelectorAll("tr.msg").forEach((tr) => tr.addEventListener("click", () =>
     el.querySelector(`tr[data-d="${tr.dataset.i}"]`).classList.toggle("hidden")));
 };
