@@ -6,7 +6,7 @@
 //! latency histograms. The live sampler ([`crate::live`]) reads those once a second. The broker
 //! needs no dashboard-specific code: it only has to use the metric names in COMMON.md.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -18,7 +18,7 @@ use metrics::{
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 pub const MESSAGES_IN: &str = "streamforge_messages_in_total";
 pub const BYTES_IN: &str = "streamforge_bytes_in_total";
@@ -140,6 +140,8 @@ pub fn install_metrics() -> &'static MetricsHub {
         let prometheus = recorder.handle();
         let tap = Arc::new(Tap::default());
         let installed = metrics::set_global_recorder(TapRecorder {
+            counters: RwLock::new(HashMap::new()),
+            histograms: RwLock::new(HashMap::new()),
             inner: recorder,
             tap: Arc::clone(&tap),
         })
@@ -181,6 +183,10 @@ fn describe_families() {
 struct TapRecorder {
     inner: PrometheusRecorder,
     tap: Arc<Tap>,
+    /// Tapped handles by key: the broker calls `counter!(...)` per request, and this keeps that
+    /// a read-locked map lookup instead of a registry lookup plus an allocation each time.
+    counters: RwLock<HashMap<Key, Counter>>,
+    histograms: RwLock<HashMap<Key, MetricsHistogram>>,
 }
 
 impl Recorder for TapRecorder {
@@ -197,6 +203,9 @@ impl Recorder for TapRecorder {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        if let Some(counter) = self.counters.read().get(key) {
+            return counter.clone();
+        }
         let inner = self.inner.register_counter(key, metadata);
         let slot = match key.name() {
             MESSAGES_IN => CounterSlot::Topic(self.tap.topic(key), TopicField::MessagesIn),
@@ -206,7 +215,12 @@ impl Recorder for TapRecorder {
             REQUESTS => CounterSlot::Requests(self.tap.api(key)),
             _ => return inner,
         };
-        Counter::from_arc(Arc::new(TapCounter { inner, slot }))
+        let counter = Counter::from_arc(Arc::new(TapCounter { inner, slot }));
+        self.counters
+            .write()
+            .entry(key.clone())
+            .or_insert(counter)
+            .clone()
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
@@ -221,14 +235,22 @@ impl Recorder for TapRecorder {
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> MetricsHistogram {
-        let inner = self.inner.register_histogram(key, metadata);
-        if key.name() == REQUEST_DURATION {
-            return MetricsHistogram::from_arc(Arc::new(TapHistogram {
-                inner,
-                api: self.tap.api(key),
-            }));
+        if let Some(histogram) = self.histograms.read().get(key) {
+            return histogram.clone();
         }
-        inner
+        let inner = self.inner.register_histogram(key, metadata);
+        if key.name() != REQUEST_DURATION {
+            return inner;
+        }
+        let histogram = MetricsHistogram::from_arc(Arc::new(TapHistogram {
+            inner,
+            api: self.tap.api(key),
+        }));
+        self.histograms
+            .write()
+            .entry(key.clone())
+            .or_insert(histogram)
+            .clone()
     }
 }
 

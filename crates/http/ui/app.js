@@ -141,7 +141,8 @@ SF.liveChart = (el, title, series, fmt) => {
     height: 220,
     cursor: { drag: { x: false, y: false } },
     legend: { show: true, live: false },
-    scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] } },
+    // At least a minute wide, so a freshly started broker does not get sub-second ticks.
+    scales: { x: { time: true, range: (u, min, max) => (max == null ? [min, max] : [Math.min(min, max - 60), max]) }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] } },
     axes: [
       { stroke: "#64748b", grid: { stroke: "#eef2f7" } },
       { stroke: "#64748b", grid: { stroke: "#eef2f7" }, size: 86, values: (u, vals) => vals.map((v) => (fmt || SF.compact)(v)) },
@@ -171,7 +172,7 @@ SF.staticChart = (el, title, xs, series, opts = {}) => {
     cursor: { drag: { x: false, y: false } },
     legend: { show: series.length > 1, live: false },
     scales: {
-      x: opts.minSpan ? { time: !!opts.time, range: (u, min, max) => [Math.min(min, max - opts.minSpan), max] } : { time: !!opts.time },
+      x: opts.minSpan ? { time: !!opts.time, range: (u, min, max) => (max == null ? [min, max] : [Math.min(min, max - opts.minSpan), max]) } : { time: !!opts.time },
       y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] },
     },
     axes: [
