@@ -45,6 +45,9 @@ pub struct BrokerConfig {
     pub groups: crate::group_service::GroupsConfig,
     /// Dashboard + /metrics listener (`None` = off). Wired by the http crate.
     pub http_listen: Option<SocketAddr>,
+    /// Tiered storage (object store, cache, upload settings). `None` = a local directory
+    /// `<data_dir>/remote-storage`; topics tier only with `remote.storage.enable=true`.
+    pub tiered: Option<streamforge_tiered::TieredConfig>,
     /// Dashboard extras (benchmark runner, history file; the history defaults to the data dir).
     pub http: streamforge_http::HttpOptions,
 }
@@ -70,6 +73,7 @@ impl Default for BrokerConfig {
             groups: Default::default(),
             http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
             http: streamforge_http::HttpOptions::default(),
+            tiered: None,
         }
     }
 }

@@ -59,11 +59,20 @@ impl BrokerView {
                         leader_epoch: LEADER_EPOCH,
                         replicas: vec![node],
                         isr: vec![node],
-                        log_start_offset: log.log_start_offset(),
+                        log_start_offset: crate::tiered::log_start_offset(
+                            &self.state,
+                            &topic.name,
+                            p.index,
+                            log.log_start_offset(),
+                        ),
                         log_end_offset: log.log_end_offset(),
                         high_watermark: log.high_watermark(),
                         size_bytes: log.size_bytes(),
-                        remote_size_bytes: None,
+                        remote_size_bytes: crate::tiered::remote_size_bytes(
+                            &self.state,
+                            &topic.name,
+                            p.index,
+                        ),
                     })
                     .ok()
                 })

@@ -12,6 +12,7 @@ pub mod producer_ids;
 pub mod replica_manager;
 pub mod router;
 mod server;
+pub mod tiered;
 pub mod topic_config;
 pub mod topic_store;
 pub mod util;
@@ -64,6 +65,8 @@ pub struct BrokerState {
     pub request_memory: Arc<tokio::sync::Semaphore>,
     /// Flips to `true` when the broker shuts down (long polls return early).
     pub shutdown: watch::Receiver<bool>,
+    /// Tiered storage: uploads, remote reads, tiered retention.
+    pub tiering: Arc<streamforge_tiered::TieringManager>,
 }
 
 impl BrokerState {
@@ -120,8 +123,23 @@ impl Broker {
         .map_err(|e| BrokerError::Storage(e.to_string()))??;
 
         let request_memory_kib = request_memory_kib(&config);
+        let tiered_config = match &config.tiered {
+            Some(c) => c.clone(),
+            None => streamforge_tiered::TieredConfig {
+                store: streamforge_tiered::StoreSpec::Local {
+                    path: config.data_dir.join("remote-storage"),
+                },
+                fail_point: streamforge_tiered::FailPoint::from_env(),
+                ..Default::default()
+            },
+        };
+        let tiering = streamforge_tiered::TieringManager::new(
+            streamforge_tiered::TieredStorage::new(tiered_config)
+                .map_err(|e| BrokerError::Config(e.to_string()))?,
+        );
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let state = Arc::new(BrokerState {
+            tiering,
             config,
             cluster_id,
             advertised_host,
@@ -141,6 +159,7 @@ impl Broker {
             data_dir = %state.config.data_dir.display(),
             "broker listening"
         );
+        tiered::startup(&state).await;
         let http = match state.config.http_listen {
             Some(addr) => Some(start_dashboard(addr, &state).await?),
             None => None,
@@ -150,6 +169,7 @@ impl Broker {
             shutdown_rx.clone(),
         ));
         let housekeeping = tokio::spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
+        tokio::spawn(tiered::run(state.clone(), shutdown_rx.clone()));
         let serving = tokio::spawn(server::run(
             state.clone(),
             listener,

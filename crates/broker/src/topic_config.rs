@@ -353,6 +353,12 @@ pub fn log_config(defaults: &LogConfig, overrides: &BTreeMap<String, String>) ->
             _ => {}
         }
     }
+    if crate::tiered::remote_enabled(overrides) {
+        // Tiered topics: the tiering pass owns retention (local copies go only after their
+        // upload is confirmed; retention.* then applies to remote + local).
+        c.retention_ms = -1;
+        c.retention_bytes = -1;
+    }
     c
 }
 

@@ -82,6 +82,9 @@ pub struct Args {
     /// `offsets.retention.minutes` [default: 10080].
     #[arg(long, env = "STREAMFORGE_OFFSETS_RETENTION_MINUTES")]
     pub offsets_retention_minutes: Option<i64>,
+    /// Tiered storage: --remote-storage URL or --s3-endpoint/--s3-bucket (+ AWS_* env).
+    #[command(flatten)]
+    pub tiered: streamforge_tiered::TieredArgs,
 }
 
 /// The TOML file: every key optional.
@@ -111,6 +114,8 @@ struct FileConfig {
     group_min_session_timeout_ms: Option<i32>,
     group_max_session_timeout_ms: Option<i32>,
     offsets_retention_minutes: Option<i64>,
+    /// `[tiered]` table: a `streamforge_tiered::TieredConfig` (store, cache, upload settings).
+    tiered: Option<streamforge_tiered::TieredConfig>,
 }
 
 /// Resolve flags/env over the file over defaults.
@@ -179,6 +184,25 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
             )
         };
     }
+    let a = &args.tiered;
+    let tiered_flags = a.remote_storage.is_some()
+        || a.s3_bucket.is_some()
+        || a.s3_endpoint.is_some()
+        || a.remote_prefix.is_some()
+        || a.remote_cache_bytes.is_some()
+        || a.remote_chunk_bytes.is_some()
+        || a.remote_upload_concurrency.is_some()
+        || a.remote_task_interval_ms.is_some();
+    c.tiered = match file.tiered {
+        Some(t) if !tiered_flags => Some(streamforge_tiered::TieredConfig {
+            fail_point: streamforge_tiered::FailPoint::from_env(),
+            ..t
+        }),
+        _ => Some(
+            a.to_config(&c.data_dir)
+                .context("tiered storage settings")?,
+        ),
+    };
     anyhow::ensure!(c.num_partitions > 0, "num-partitions must be at least 1");
     anyhow::ensure!(
         c.log_defaults.segment_bytes >= 14,

@@ -95,6 +95,7 @@ type PassInput = (
 );
 
 struct Registered {
+    id: PartitionId,
     part: Arc<RemotePartition>,
     log: Arc<dyn LocalLog>,
     policy: TierPolicy,
@@ -104,7 +105,8 @@ struct Registered {
 /// Drives uploads and retention for all tiered partitions.
 pub struct TieringManager {
     storage: TieredStorage,
-    partitions: parking_lot::Mutex<HashMap<PartitionId, Registered>>,
+    /// Keyed by (topic name, partition): what Fetch and ListOffsets look up by.
+    partitions: parking_lot::Mutex<HashMap<(String, i32), Registered>>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -130,8 +132,9 @@ impl TieringManager {
     ) -> Result<Arc<RemotePartition>> {
         let part = self.storage.open_partition(id.clone()).await?;
         self.partitions.lock().insert(
-            id,
+            (id.topic.clone(), id.partition),
             Registered {
+                id,
                 part: part.clone(),
                 log,
                 policy,
@@ -142,27 +145,41 @@ impl TieringManager {
     }
 
     /// The remote state of a registered partition.
-    pub fn partition(&self, id: &PartitionId) -> Option<Arc<RemotePartition>> {
-        self.partitions.lock().get(id).map(|r| r.part.clone())
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<Arc<RemotePartition>> {
+        self.partitions
+            .lock()
+            .get(&(topic.to_string(), partition))
+            .map(|r| r.part.clone())
+    }
+
+    /// Every registered partition with its policy.
+    pub fn registered(&self) -> Vec<(PartitionId, TierPolicy)> {
+        self.partitions
+            .lock()
+            .values()
+            .map(|r| (r.id.clone(), r.policy))
+            .collect()
     }
 
     /// Apply changed topic configs.
     pub fn update_policy(&self, topic: &str, policy: TierPolicy) {
-        for (id, r) in self.partitions.lock().iter_mut() {
-            if id.topic == topic {
+        for ((t, _), r) in self.partitions.lock().iter_mut() {
+            if t == topic {
                 r.policy = policy;
             }
         }
     }
 
     pub fn unregister(&self, id: &PartitionId) {
-        self.partitions.lock().remove(id);
+        self.partitions
+            .lock()
+            .remove(&(id.topic.clone(), id.partition));
     }
 
     /// The offset clients see as the log start: the remote start when remote data reaches
     /// the local log start, else the local start.
-    pub fn log_start_offset(&self, id: &PartitionId, local_start: i64) -> i64 {
-        let Some(part) = self.partition(id) else {
+    pub fn log_start_offset(&self, topic: &str, partition: i32, local_start: i64) -> i64 {
+        let Some(part) = self.partition(topic, partition) else {
             return local_start;
         };
         let m = part.manifest();
@@ -173,22 +190,32 @@ impl TieringManager {
     }
 
     pub fn sizes(&self) -> Vec<PartitionSizes> {
-        let mut out: Vec<PartitionSizes> = self
+        // Snapshot first: the log's own lock is never taken under ours.
+        let regs: Vec<(PassInput, u64)> = self
             .partitions
             .lock()
-            .iter()
-            .map(|(id, r)| {
-                let m = r.part.manifest();
+            .values()
+            .map(|r| {
+                (
+                    (r.id.clone(), r.part.clone(), r.log.clone(), r.policy),
+                    r.lag_bytes,
+                )
+            })
+            .collect();
+        let mut out: Vec<PartitionSizes> = regs
+            .into_iter()
+            .map(|((id, part, log, _), lag_bytes)| {
+                let m = part.manifest();
                 PartitionSizes {
                     topic: id.topic.clone(),
                     partition: id.partition,
-                    local_bytes: local::local_size_bytes(&r.log.dir()),
+                    local_bytes: local::local_size_bytes(&log.dir()),
                     remote_bytes: m.size_bytes(),
                     remote_segments: m.segments.len(),
-                    local_log_start_offset: r.log.local_log_start_offset(),
+                    local_log_start_offset: log.local_log_start_offset(),
                     remote_log_start_offset: m.start_offset(),
                     remote_next_offset: m.next_offset(),
-                    upload_lag_bytes: r.lag_bytes,
+                    upload_lag_bytes: lag_bytes,
                 }
             })
             .collect();
@@ -222,13 +249,17 @@ impl TieringManager {
         let work: Vec<PassInput> = self
             .partitions
             .lock()
-            .iter()
-            .filter(|(_, r)| r.policy.remote_storage_enable)
-            .map(|(id, r)| (id.clone(), r.part.clone(), r.log.clone(), r.policy))
+            .values()
+            .filter(|r| r.policy.remote_storage_enable)
+            .map(|r| (r.id.clone(), r.part.clone(), r.log.clone(), r.policy))
             .collect();
         let passes = work.into_iter().map(|(id, part, log, policy)| async move {
             let lag = self.pass(&part, log.as_ref(), policy, now_ms).await;
-            if let Some(r) = self.partitions.lock().get_mut(&id) {
+            if let Some(r) = self
+                .partitions
+                .lock()
+                .get_mut(&(id.topic.clone(), id.partition))
+            {
                 r.lag_bytes = lag;
             }
         });

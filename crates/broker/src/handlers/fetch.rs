@@ -42,7 +42,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
                 }
             }
         }
-        let read = read_all(&state, &request);
+        let read = read_all(&state, &request).await;
         let satisfied = read.bytes >= min_bytes || read.errors || max_wait_ms == 0;
         if satisfied || watchers.is_empty() || Instant::now() >= deadline || *shutdown.borrow() {
             return Ok(Some(respond(&req, read)));
@@ -54,7 +54,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             _ = shutdown.changed() => {}
         }
         if Instant::now() >= deadline {
-            let read = read_all(&state, &request);
+            let read = read_all(&state, &request).await;
             return Ok(Some(respond(&req, read)));
         }
     }
@@ -66,7 +66,7 @@ struct ReadResult {
     errors: bool,
 }
 
-fn read_all(state: &BrokerState, request: &FetchRequest) -> ReadResult {
+async fn read_all(state: &BrokerState, request: &FetchRequest) -> ReadResult {
     let response_max_bytes = if request.max_bytes <= 0 {
         i32::MAX as usize
     } else {
@@ -111,6 +111,47 @@ fn read_all(state: &BrokerState, request: &FetchRequest) -> ReadResult {
                 };
                 (hw, start, read)
             });
+            // Below the local log start of a tiered partition: read from remote storage.
+            let result = match result {
+                Ok((hw, start, Err(e))) if e.kafka_code() == 1 && p.fetch_offset < start => {
+                    match crate::tiered::fetch(
+                        state,
+                        &topic.name,
+                        p.partition,
+                        p.fetch_offset,
+                        partition_max,
+                        hw,
+                        min_one_message,
+                    )
+                    .await
+                    {
+                        Some(Ok(bytes)) => {
+                            let n = bytes.len();
+                            Ok((
+                                hw,
+                                start,
+                                Ok(streamforge_log::ReadInfo {
+                                    slices: vec![bytes],
+                                    bytes: n,
+                                }),
+                            ))
+                        }
+                        Some(Err(code)) => {
+                            fp.error_code = code;
+                            Ok((hw, start, Err(e)))
+                        }
+                        None => Ok((hw, start, Err(e))),
+                    }
+                }
+                other => other,
+            };
+            let result = result.map(|(hw, start, r)| {
+                (
+                    hw,
+                    crate::tiered::log_start_offset(state, &topic.name, p.partition, start),
+                    r,
+                )
+            });
             match result {
                 Ok((hw, start, Ok(read))) => {
                     fp.high_watermark = hw;
@@ -123,7 +164,9 @@ fn read_all(state: &BrokerState, request: &FetchRequest) -> ReadResult {
                     fp.high_watermark = hw;
                     fp.last_stable_offset = hw;
                     fp.log_start_offset = start;
-                    fp.error_code = e.kafka_code();
+                    if fp.error_code == 0 {
+                        fp.error_code = e.kafka_code();
+                    }
                     out.errors = true;
                 }
                 Err(PartitionError::Gone) | Err(PartitionError::Log(_)) => {

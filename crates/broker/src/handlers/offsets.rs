@@ -61,10 +61,25 @@ pub async fn handle_list_offsets(state: Arc<BrokerState>, req: RequestFrame) -> 
                 Some(_) if check_leader_epoch(p.current_leader_epoch).is_err() => {
                     Err(check_leader_epoch(p.current_leader_epoch).unwrap_err())
                 }
-                Some(part) => part
-                    .with_log(|log| list_offset(log, p.timestamp))
-                    .map_err(|e| e.kafka_code())
-                    .and_then(|r| r),
+                Some(part) => {
+                    let local = part
+                        .with_log(|log| (list_offset(log, p.timestamp), log.log_start_offset()))
+                        .map_err(|e| e.kafka_code());
+                    match local {
+                        Err(code) => Err(code),
+                        Ok((found, local_start)) => {
+                            crate::tiered::list_offset(
+                                &state,
+                                &t.name.0,
+                                p.partition_index,
+                                p.timestamp,
+                                found,
+                                local_start,
+                            )
+                            .await
+                        }
+                    }
+                }
             };
             match found {
                 Ok((timestamp, offset)) => {
@@ -126,13 +141,30 @@ pub async fn handle_delete_records(state: Arc<BrokerState>, req: RequestFrame) -
                             if target < 0 || target > hw {
                                 return Err(ErrorCode::OffsetOutOfRange.code());
                             }
+                            if target < log.log_start_offset() {
+                                // Below the local log: only remote data moves (tiered).
+                                return Ok((target, log.log_start_offset()));
+                            }
                             log.delete_records_before(target)
+                                .map(|start| (target, start))
                                 .map_err(|e| e.kafka_code())
                         })
                         .map_err(|e| e.kafka_code())
                         .and_then(|r| r);
                     part.notify();
-                    r
+                    match r {
+                        Ok((target, local_start)) => {
+                            crate::tiered::delete_records(
+                                &state,
+                                &t.name.0,
+                                p.partition_index,
+                                target,
+                                local_start,
+                            )
+                            .await
+                        }
+                        Err(code) => Err(code),
+                    }
                 }
             };
             match result {
