@@ -150,8 +150,9 @@ fn read_varlong(b: &[u8]) -> Option<(i64, usize)> {
     None
 }
 
-#[cfg(test)]
-pub(crate) mod test_util {
+/// Valid batches for tests and benchmarks.
+#[doc(hidden)]
+pub mod fixture {
     /// Build a valid uncompressed RecordBatch v2 with `count` records of `value_len` bytes.
     pub fn make_batch(base_offset: i64, count: i32, base_ts: i64, value_len: usize) -> Vec<u8> {
         let mut records = Vec::new();
@@ -199,7 +200,7 @@ pub(crate) mod test_util {
 
 #[cfg(test)]
 mod tests {
-    use super::test_util::make_batch;
+    use super::fixture::make_batch;
     use super::*;
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
-use crate::batch::test_util::make_batch;
+use crate::batch::fixture::make_batch;
 use crate::local::list_segments;
 use crate::retry::RetryPolicy;
 use crate::tiering::{LocalLog, TierPolicy, TieringManager};
