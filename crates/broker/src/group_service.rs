@@ -124,12 +124,17 @@ impl GroupService {
             groups = coordinator.group_count(),
             "replayed {OFFSETS_TOPIC}"
         );
-        let partitions_count = topic.partitions.len();
+        // What is already in each partition counts towards its next snapshot.
+        let appended_since_snapshot_bytes = topic
+            .partitions
+            .iter()
+            .map(|p| p.with_log(|log| log.size_bytes()).unwrap_or(0))
+            .collect();
         Ok(GroupService {
             inner: Mutex::new(Inner {
                 coordinator,
                 waiters: HashMap::new(),
-                appended_since_snapshot_bytes: vec![0; partitions_count],
+                appended_since_snapshot_bytes,
             }),
             partitions: topic.partitions.clone(),
             next_token: AtomicU64::new(1),

@@ -110,3 +110,52 @@ async fn group_forms_and_survives_broker_restart() {
     );
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_topic_stays_bounded_by_snapshot_and_truncate() {
+    const COMMITS: i64 = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let small = |dir: &std::path::Path| {
+        let mut c = config(dir);
+        c.groups.coordinator.offsets_topic_partitions = 1;
+        c.groups.offsets_segment_bytes = 16 * 1024;
+        c.groups.offsets_snapshot_trigger_bytes = 32 * 1024;
+        c
+    };
+    let broker = Broker::start(small(dir.path())).await.unwrap();
+    broker
+        .state()
+        .replicas
+        .create_topic(TOPIC, 2, Default::default(), false)
+        .unwrap();
+    let mut c = RawClient::connect(broker.kafka_addr()).await;
+    for i in 0..COMMITS {
+        assert_eq!(c.commit("bounded", TOPIC, (i % 2) as i32, i).await, 0);
+        assert_eq!(c.commit(&format!("other-{}", i % 7), TOPIC, 0, i).await, 0);
+    }
+    let offsets = broker
+        .state()
+        .replicas
+        .partition("__consumer_offsets", 0)
+        .unwrap();
+    let (log_start, size_bytes) = offsets
+        .with_log(|log| (log.log_start_offset(), log.size_bytes()))
+        .unwrap();
+    // 6000 commits of ~100 bytes each were appended; old segments are gone.
+    assert!(log_start > 0, "the log start moved past superseded records");
+    assert!(size_bytes < 200 * 1024, "kept {size_bytes} bytes");
+    broker.shutdown().await;
+
+    let broker = Broker::start(small(dir.path())).await.unwrap();
+    let mut c = RawClient::connect(broker.kafka_addr()).await;
+    assert_eq!(
+        c.fetch("bounded", TOPIC, 1).await,
+        (COMMITS - 1, format!("m{}", COMMITS - 1))
+    );
+    assert_eq!(c.fetch("bounded", TOPIC, 0).await.0, COMMITS - 2);
+    for g in 0..7 {
+        let last = (0..COMMITS).filter(|i| i % 7 == g).max().unwrap();
+        assert_eq!(c.fetch(&format!("other-{g}"), TOPIC, 0).await.0, last);
+    }
+    broker.shutdown().await;
+}

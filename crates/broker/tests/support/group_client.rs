@@ -6,10 +6,15 @@ use std::net::SocketAddr;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     ApiKey, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
-    RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -127,6 +132,45 @@ impl RawClient {
             .call(ApiKey::Heartbeat, HEARTBEAT_VERSION, &request)
             .await;
         response.error_code
+    }
+}
+
+impl RawClient {
+    /// OffsetCommit v8 as a simple consumer (generation -1); returns the partition's error.
+    pub async fn commit(&mut self, group: &str, topic: &str, partition: i32, offset: i64) -> i16 {
+        let mut p = OffsetCommitRequestPartition::default();
+        p.partition_index = partition;
+        p.committed_offset = offset;
+        p.committed_leader_epoch = -1;
+        p.committed_metadata = Some(StrBytes::from_string(format!("m{offset}")));
+        let mut t = OffsetCommitRequestTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partitions = vec![p];
+        let mut request = OffsetCommitRequest::default();
+        request.group_id = GroupId(StrBytes::from_string(group.to_string()));
+        request.generation_id_or_member_epoch = -1;
+        request.topics = vec![t];
+        let response: OffsetCommitResponse = self.call(ApiKey::OffsetCommit, 8, &request).await;
+        response.topics[0].partitions[0].error_code
+    }
+
+    /// OffsetFetch v7 of one partition: (offset, metadata).
+    pub async fn fetch(&mut self, group: &str, topic: &str, partition: i32) -> (i64, String) {
+        let mut t = OffsetFetchRequestTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partition_indexes = vec![partition];
+        let mut request = OffsetFetchRequest::default();
+        request.group_id = GroupId(StrBytes::from_string(group.to_string()));
+        request.topics = Some(vec![t]);
+        let response: OffsetFetchResponse = self.call(ApiKey::OffsetFetch, 7, &request).await;
+        let p = &response.topics[0].partitions[0];
+        (
+            p.committed_offset,
+            p.metadata
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default(),
+        )
     }
 }
 
