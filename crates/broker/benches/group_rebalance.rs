@@ -6,6 +6,7 @@
 //! `cargo bench -p streamforge-broker --bench group_rebalance -- [members] [rounds]`
 
 #[path = "../tests/support/group_client.rs"]
+#[allow(dead_code)] // shared with the integration tests, which use more of it
 mod group_client;
 
 use std::time::{Duration, Instant};
