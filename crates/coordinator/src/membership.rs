@@ -145,6 +145,12 @@ impl GroupCoordinator {
                         request.assignments.into_iter().collect();
                     set_and_propagate_assignment(group, &assignments, now_ms, out);
                     group.transition(GroupState::Stable, now_ms);
+                    tracing::info!(
+                        group = %group.group_id,
+                        generation = group.generation_id,
+                        members = group.members.len(),
+                        "group stable"
+                    );
                     ctx.store_group(group, now_ms, out);
                 }
             }
