@@ -180,6 +180,15 @@ def test_admin_lists_describes_deletes_groups_and_offsets(gbroker, topic_name):
     member = Member(gbroker.bootstrap, group, topic_name, commit="manual")
     try:
         wait_for(lambda: balanced([member], 4), SETTLE_TIMEOUT_S, "the member to own everything")
+
+        def all_committed():
+            res = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, [TopicPartition(topic_name, p)
+                                                      for p in range(4)])])
+            tps = res[group].result(timeout=30).topic_partitions
+            return all(tp.offset == 10 for tp in tps)
+
+        wait_for(all_committed, SETTLE_TIMEOUT_S, "the member to commit everything it consumed")
         listed = admin.list_consumer_groups().result(timeout=30)
         assert group in {g.group_id for g in listed.valid}
         desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
