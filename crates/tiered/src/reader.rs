@@ -30,6 +30,8 @@ struct SegmentReader<'a> {
     /// Chunks touched by this read (for prefetch decisions).
     first_chunk: Option<u64>,
     last_chunk: u64,
+    /// Whether any chunk this read needed had to be fetched from the store.
+    missed: bool,
 }
 
 impl<'a> SegmentReader<'a> {
@@ -41,6 +43,7 @@ impl<'a> SegmentReader<'a> {
             id: seg.segment_id.as_str().into(),
             first_chunk: None,
             last_chunk: 0,
+            missed: false,
         }
     }
 
@@ -59,13 +62,15 @@ impl<'a> SegmentReader<'a> {
         self.first_chunk.get_or_insert(first);
         self.last_chunk = self.last_chunk.max(last);
         if first == last {
-            let c = chunk(self.sh, self.part, self.seg, &self.id, first, true).await?;
+            let (c, hit) = chunk(self.sh, self.part, self.seg, &self.id, first).await?;
+            self.missed |= !hit;
             let base = first * cb;
             return Ok(c.slice((start - base) as usize..(end - base) as usize));
         }
         let mut out = BytesMut::with_capacity((end - start) as usize);
         for n in first..=last {
-            let c = chunk(self.sh, self.part, self.seg, &self.id, n, true).await?;
+            let (c, hit) = chunk(self.sh, self.part, self.seg, &self.id, n).await?;
+            self.missed |= !hit;
             let base = n * cb;
             let from = start.saturating_sub(base) as usize;
             let to = ((end - base) as usize).min(c.len());
@@ -150,36 +155,25 @@ async fn index(
     Ok(idx)
 }
 
-/// One chunk of a segment's `.log` object: from the cache, from an in-flight GET of it, or by
-/// a new ranged GET. `count` says whether this is a reader's request (cache statistics) or a
-/// prefetch.
+/// One chunk of a segment's `.log` object: from the cache (`true`: a hit), or from an
+/// in-flight GET of it (a prefetch) or a new ranged GET (`false`: the caller waited for the
+/// store).
 async fn chunk(
     sh: &Arc<Shared>,
     part: &RemotePartition,
     seg: &RemoteSegment,
     id: &Arc<str>,
     n: u64,
-    count: bool,
-) -> Result<Bytes> {
+) -> Result<(Bytes, bool)> {
     let key: ChunkKey = (id.clone(), n);
     if let Some(c) = sh.chunks.lock().get(&key) {
-        if count {
-            sh.stats.record_cache(true);
-        }
-        return Ok(c);
+        return Ok((c, true));
     }
     let fut = {
         let mut in_flight = sh.in_flight.lock();
         if let Some(f) = in_flight.get(&key) {
-            if count {
-                // Someone (usually the prefetcher) is already fetching it: no new GET.
-                sh.stats.record_cache(true);
-            }
             f.clone()
         } else {
-            if count {
-                sh.stats.record_cache(false);
-            }
             let cb = sh.config.chunk_bytes.max(1);
             let range = n * cb..((n + 1) * cb).min(seg.size_bytes);
             let path = sh.layout.segment_object(
@@ -210,12 +204,13 @@ async fn chunk(
             f
         }
     };
-    fut.await.map_err(|e| {
+    let bytes = fut.await.map_err(|e| {
         TieredError::Store(object_store::Error::Generic {
             store: "remote",
             source: e.into(),
         })
-    })
+    })?;
+    Ok((bytes, false))
 }
 
 pub(crate) async fn read(
@@ -277,6 +272,8 @@ pub(crate) async fn read(
             batch::verify(&data[at..]).map_err(|e| r.corrupt(start + at as u64, e.to_string()))?;
         at += info.size_bytes;
     }
+    // One cache access per read: a hit when no byte of it had to wait for the store.
+    sh.stats.record_cache(!r.missed);
     prefetch(sh, part, &r, seg, &manifest);
     let micros = started.elapsed().as_micros() as u64;
     add(&sh.stats.read_requests, 1);
@@ -344,7 +341,7 @@ fn prefetch(
             if n == 0 {
                 let _ = index(&sh2, &p, &s).await;
             }
-            if let Err(e) = chunk(&sh2, &p, &s, &id, n, false).await {
+            if let Err(e) = chunk(&sh2, &p, &s, &id, n).await {
                 tracing::debug!(partition = %pid, chunk = n, error = %e, "prefetch failed");
             }
         });
