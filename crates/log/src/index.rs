@@ -70,8 +70,11 @@ impl SparseIndex {
             entries,
             max_entries: 0,
         };
-        if reset || len == 0 {
+        if reset {
             index.resize_bytes((max_bytes / entry).max(1) * entry)?;
+        } else if len == 0 {
+            // A sealed segment with no entries: nothing to map (`expand` maps when needed).
+            index.max_entries = 0;
         } else {
             // An existing file keeps its length (a sealed segment's index stays trimmed); the
             // active segment's owner calls `expand`.
@@ -250,7 +253,7 @@ mod tests {
     fn append_floor_trim_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.index");
-        let mut idx = SparseIndex::open(IndexKind::Offset, &path, 80, false).unwrap();
+        let mut idx = SparseIndex::open(IndexKind::Offset, &path, 80, true).unwrap();
         for i in 0..10 {
             assert!(idx.append(i * 10 + 5, (i * 100) as u32));
         }
@@ -271,7 +274,7 @@ mod tests {
     fn time_index_entries() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.timeindex");
-        let mut idx = SparseIndex::open(IndexKind::Time, &path, 1200, false).unwrap();
+        let mut idx = SparseIndex::open(IndexKind::Time, &path, 1200, true).unwrap();
         assert!(idx.append(1000, 3));
         assert!(idx.append(1000, 4));
         assert!(idx.append(2000, 9));

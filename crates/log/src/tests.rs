@@ -274,3 +274,56 @@ fn flush_messages_policy_advances_recovery_point() {
     log.tick(1000).unwrap();
     assert_eq!(log.recovery_point(), 6);
 }
+
+#[test]
+fn clean_marker_survives_an_untouched_open_and_goes_on_first_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join(crate::checkpoint::CLEAN_SHUTDOWN_FILE);
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..20 {
+        log.append_as_leader(&mut batch(3, i), 0, 0).unwrap();
+    }
+    log.close().unwrap();
+    assert!(marker.exists());
+    // Open and drop without changes: still clean (nothing changed on disk).
+    drop(Log::open(dir.path(), small_config(), 0).unwrap());
+    assert!(marker.exists());
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    log.append_as_leader(&mut batch(3, 99), 0, 0).unwrap();
+    assert!(!marker.exists(), "the first append removes the marker");
+    let end = log.log_end_offset();
+    drop(log); // crash
+    // Unclean now: the tail is scanned, and more appends work.
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(
+        offsets_of(&log.read(0, usize::MAX, i64::MAX, true).unwrap()).len(),
+        21
+    );
+    log.append_as_leader(&mut batch(1, 0), 0, 0).unwrap();
+}
+
+#[test]
+fn sealed_segments_without_index_entries_reopen_without_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    // Tiny batches far below index.interval.bytes, one segment per batch (segment.ms = 0).
+    let config = LogConfig {
+        segment_ms: 0,
+        ..small_config()
+    };
+    let mut log = Log::open(dir.path(), config.clone(), 0).unwrap();
+    for i in 0..5 {
+        log.append_as_leader(&mut batch(1, i), 0, 1_000_000)
+            .unwrap();
+    }
+    assert_eq!(log.segment_count(), 5);
+    log.close().unwrap();
+    for _ in 0..2 {
+        let log = Log::open(dir.path(), config.clone(), 0).unwrap();
+        assert_eq!(log.log_end_offset(), 5);
+        log.close().unwrap();
+    }
+    // Sealed segments' index files stay trimmed (empty), not preallocated.
+    let first = dir.path().join(format!("{}.index", crate::file_stem(0)));
+    assert_eq!(std::fs::metadata(first).unwrap().len(), 0);
+}
