@@ -1,9 +1,11 @@
 //! `streamforge consume`: print records from the beginning, the end, an offset or a
 //! timestamp, with or without a consumer group.
+use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use streamforge_client::offsets::CommittedOffset;
 use streamforge_client::{Admin, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 
 use crate::client_common::{ConnArgs, block_on};
@@ -79,10 +81,12 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Start::Beginning => OffsetReset::Earliest,
         _ => OffsetReset::Latest,
     };
+    // Offsets are committed explicitly at exit, for exactly the records printed.
     let mut consumer = Consumer::new(ConsumerConfig {
         client: args.conn.client_config(),
         group_id: args.group.clone(),
         auto_offset_reset: reset,
+        enable_auto_commit: false,
         ..Default::default()
     });
     if args.group.is_some() {
@@ -117,6 +121,8 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut count = 0u64;
+    // Next offset per partition after the records printed: what a group commits.
+    let mut printed: HashMap<(String, i32), CommittedOffset> = HashMap::new();
     let mut last_record = Instant::now();
     let max = args.max_messages.unwrap_or(u64::MAX);
     'outer: while count < max {
@@ -133,6 +139,13 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         last_record = Instant::now();
         for r in &recs {
             print_record(&mut out, r, &format, &args)?;
+            printed.insert(
+                (r.topic.to_string(), r.partition),
+                CommittedOffset {
+                    offset: r.offset + 1,
+                    metadata: None,
+                },
+            );
             count += 1;
             if count >= max {
                 break 'outer;
@@ -142,7 +155,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
     out.flush()?;
     drop(out);
     if args.group.is_some() {
-        consumer.commit().await?;
+        consumer.commit_offsets(&printed).await?;
     }
     consumer.close().await?;
     Ok(())

@@ -198,6 +198,94 @@ fn produce_from_stdin_and_consume_back() {
     );
     assert!(out.is_empty());
 
+    // A group consumes 200 of the 500 records and commits exactly those: describe shows lag 300.
+    ok(
+        &[
+            "topics",
+            "create",
+            "glines",
+            "--partitions",
+            "1",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    ok(&["produce", "glines", "--bootstrap", bs], Some(&input));
+    let out = ok(
+        &[
+            "consume",
+            "glines",
+            "--group",
+            "cli-group",
+            "--from",
+            "beginning",
+            "-n",
+            "200",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    assert_eq!(out.lines().count(), 200);
+    let g: Value = serde_json::from_str(&ok(
+        &[
+            "groups",
+            "describe",
+            "cli-group",
+            "--json",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(g["total_lag"], 300, "{g}");
+    let human = ok(
+        &["groups", "describe", "cli-group", "--bootstrap", bs],
+        None,
+    );
+    assert!(
+        human.contains("LAG") && human.contains("Total lag: 300"),
+        "{human}"
+    );
+    let groups: Value =
+        serde_json::from_str(&ok(&["groups", "list", "--json", "--bootstrap", bs], None)).unwrap();
+    assert!(
+        groups
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["group_id"] == "cli-group")
+    );
+    ok(
+        &[
+            "groups",
+            "reset-offsets",
+            "cli-group",
+            "--topic",
+            "glines",
+            "--to-earliest",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    );
+    let g: Value = serde_json::from_str(&ok(
+        &[
+            "groups",
+            "describe",
+            "cli-group",
+            "--json",
+            "--bootstrap",
+            bs,
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(g["total_lag"], 500, "{g}");
+    ok(&["groups", "delete", "cli-group", "--bootstrap", bs], None);
+
     let cluster: Value =
         serde_json::from_str(&ok(&["cluster", "--json", "--bootstrap", bs], None)).unwrap();
     assert_eq!(cluster["brokers"].as_array().unwrap().len(), 1);

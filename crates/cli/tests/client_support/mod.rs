@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// Longest wait for the broker to accept connections.
@@ -56,10 +56,11 @@ impl BrokerProcess {
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--data-dir")
             .arg(&self.data_dir)
+            .env("RUST_LOG", "info")
             .arg("--http-listen")
             .arg("off")
             .args(&self.extra)
-            .stdout(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
             .stderr(log)
             .spawn()
             .expect("start streamforge broker");
