@@ -152,13 +152,22 @@ impl GroupService {
         &self,
         f: impl FnOnce(&mut GroupCoordinator, i64, &mut Effects) -> R,
     ) -> R {
+        self.with_coordinator_durable(f).0
+    }
+
+    /// Like [`Self::with_coordinator`], and also tells whether every record the event produced
+    /// reached `__consumer_offsets`: an OffsetCommit must not be acknowledged when it did not.
+    pub fn with_coordinator_durable<R>(
+        &self,
+        f: impl FnOnce(&mut GroupCoordinator, i64, &mut Effects) -> R,
+    ) -> (R, bool) {
         let mut inner = self.inner.lock();
         let mut out = Effects::default();
         let result = f(&mut inner.coordinator, now_ms(), &mut out);
-        self.apply(&mut inner, out);
+        let durable = self.apply(&mut inner, out);
         drop(inner);
         self.timer_wakeup.notify_one();
-        result
+        (result, durable)
     }
 
     /// Read-only access (describe, list, fetch offsets).
@@ -244,16 +253,20 @@ impl GroupService {
 
     /// Appends records first (nothing is acknowledged before it is in the log), then answers
     /// parked requests.
-    fn apply(&self, inner: &mut Inner, out: Effects) {
+    /// Returns false if any append failed.
+    fn apply(&self, inner: &mut Inner, out: Effects) -> bool {
+        let mut durable = true;
         for append in out.appends {
             let index = append.partition as usize;
             let Some(partition) = self.partitions.get(index) else {
                 tracing::error!(partition = append.partition, "no such offsets partition");
+                durable = false;
                 continue;
             };
             match append_records(partition, &append.records) {
                 Ok(bytes) => inner.appended_since_snapshot_bytes[index] += bytes,
                 Err(e) => {
+                    durable = false;
                     tracing::error!(partition = append.partition, error = %e, "appending to {OFFSETS_TOPIC} failed")
                 }
             }
@@ -264,6 +277,7 @@ impl GroupService {
                 let _ = tx.send(reply);
             }
         }
+        durable
     }
 
     /// Fires due timers, then snapshots partitions that grew past the trigger.

@@ -316,9 +316,12 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
         api_version: req.api_version,
         topics,
     };
-    let results = state
+    let (results, durable) = state
         .groups
-        .with_coordinator(|c, now, out| c.commit_offsets(now, domain, out));
+        .with_coordinator_durable(|c, now, out| c.commit_offsets(now, domain, out));
+    if !durable {
+        tracing::warn!(group = ?request.group_id, "offset commit not stored; answering COORDINATOR_NOT_AVAILABLE so the client retries");
+    }
     // Answer in request order.
     let mut resp = OffsetCommitResponse::default();
     for t in &request.topics {
@@ -333,6 +336,12 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
                 committed
                     .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
                     .map_or(codes::UNKNOWN_TOPIC_OR_PARTITION, |(_, c)| *c)
+            };
+            // Nothing is acknowledged that did not reach the log: a retriable error instead.
+            let code = if code == codes::NONE && !durable {
+                codes::COORDINATOR_NOT_AVAILABLE
+            } else {
+                code
             };
             let mut partition = OffsetCommitResponsePartition::default();
             partition.partition_index = p.partition_index;
