@@ -397,6 +397,41 @@ fn small_bench_reports_sane_json() {
     );
 }
 
+/// An idempotent producer must put a partition's batches on the wire in sequence order: when
+/// requests raced each other, a later sequence could reach a new producer id first and the
+/// earlier batch was then refused (OUT_OF_ORDER_SEQUENCE_NUMBER) until its retries ran out.
+#[test]
+fn idempotent_bench_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(
+        &[
+            "bench",
+            "--messages",
+            "200000",
+            "--partitions",
+            "10",
+            "--batch-size",
+            "2000",
+            "--acks",
+            "all",
+            "--idempotence",
+            "--latency-messages",
+            "0",
+            "--latency-rate",
+            "0",
+            "--json",
+            "--quiet",
+            "--data-dir",
+            dir.path().join("bench").to_str().unwrap(),
+        ],
+        None,
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["producer"]["messages"], 200000, "{v}");
+    assert_eq!(v["consumer"]["messages"], 200000, "{v}");
+    assert_eq!(v["recovery"]["validated_messages"], 200000, "{v}");
+}
+
 #[test]
 fn bench_against_a_running_broker() {
     let dir = tempfile::tempdir().unwrap();

@@ -256,8 +256,46 @@ impl Connection {
         }
     }
 
+    /// Puts `req` on the connection now and returns a future for its response. Requests go out in
+    /// the order of the calls to this method (each awaited before the next), while their
+    /// responses may be awaited concurrently: an idempotent producer needs a partition's batches
+    /// to reach the broker in sequence order.
+    pub async fn send_in_order<R>(
+        &self,
+        req: &R,
+        version: i16,
+    ) -> Result<impl std::future::Future<Output = Result<R::Response>> + Send + 'static + use<R>>
+    where
+        R: Request,
+        R::Response: Send + 'static,
+    {
+        let (frame, correlation_id) = self.encode_request(req, version)?;
+        let rx = self.enqueue(frame, correlation_id).await?;
+        let addr = self.addr.clone();
+        let timeout_ms = self.config.request_timeout_ms;
+        Ok(async move {
+            let mut body = await_response(rx, addr, timeout_ms).await?;
+            ResponseHeader::decode(
+                &mut body,
+                <R::Response as HeaderVersion>::header_version(version),
+            )
+            .map_err(proto_err)?;
+            <R::Response as Decodable>::decode(&mut body, version).map_err(proto_err)
+        })
+    }
+
     /// Sends a frame and returns the response (header and body).
     async fn round_trip(&self, frame: Bytes, correlation_id: i32) -> Result<Bytes> {
+        let rx = self.enqueue(frame, correlation_id).await?;
+        await_response(rx, self.addr.clone(), self.config.request_timeout_ms).await
+    }
+
+    /// Registers the response slot and hands the frame to the writer task.
+    async fn enqueue(
+        &self,
+        frame: Bytes,
+        correlation_id: i32,
+    ) -> Result<oneshot::Receiver<Result<Bytes>>> {
         self.check_open()?;
         let permit = self
             .in_flight
@@ -278,12 +316,19 @@ impl Connection {
             })
             .await
             .map_err(|_| ClientError::ConnectionClosed(self.addr.clone()))?;
-        let timeout_ms = self.config.request_timeout_ms;
-        match tokio::time::timeout(Duration::from_millis(timeout_ms), rx).await {
-            Err(_) => Err(ClientError::Timeout(timeout_ms)),
-            Ok(Err(_)) => Err(ClientError::ConnectionClosed(self.addr.clone())),
-            Ok(Ok(r)) => r,
-        }
+        Ok(rx)
+    }
+}
+
+async fn await_response(
+    rx: oneshot::Receiver<Result<Bytes>>,
+    addr: String,
+    timeout_ms: u64,
+) -> Result<Bytes> {
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), rx).await {
+        Err(_) => Err(ClientError::Timeout(timeout_ms)),
+        Ok(Err(_)) => Err(ClientError::ConnectionClosed(addr)),
+        Ok(Ok(r)) => r,
     }
 }
 

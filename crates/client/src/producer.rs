@@ -615,9 +615,15 @@ async fn dispatch(inner: &Arc<Inner>, out: Outgoing) {
     let Ok(permit) = slots.acquire_owned().await else {
         return;
     };
+    // Put the request on the connection here, in drain order, so that a partition's batches
+    // reach the broker in sequence order; only the wait for the response runs in its own task.
+    let response = send_request(inner, &out).await;
     let inner = inner.clone();
     tokio::spawn(async move {
-        let result = send_request(&inner, &out).await;
+        let result = match response {
+            Ok(response) => response.await,
+            Err(e) => Err(e),
+        };
         drop(permit);
         handle_response(&inner, out.batches, result);
     });
@@ -625,7 +631,10 @@ async fn dispatch(inner: &Arc<Inner>, out: Outgoing) {
 
 type PartitionResults = HashMap<(String, i32), (i16, i64, i64)>;
 
-async fn send_request(inner: &Inner, out: &Outgoing) -> Result<PartitionResults> {
+type PendingResults = Pin<Box<dyn Future<Output = Result<PartitionResults>> + Send>>;
+
+/// Sends the request and returns a future for its results.
+async fn send_request(inner: &Inner, out: &Outgoing) -> Result<PendingResults> {
     inner.requests_sent.fetch_add(1, Ordering::Relaxed);
     let conn = inner.cluster.broker(out.node).await?;
     let version = conn.version_for::<ProduceRequest>(PRODUCE_MAX_VERSION)?;
@@ -657,19 +666,22 @@ async fn send_request(inner: &Inner, out: &Outgoing) -> Result<PartitionResults>
         .with_topic_data(topics);
     if inner.config.acks == Acks::None {
         conn.send_no_response(&req, version).await?;
-        return Ok(HashMap::new());
+        return Ok(Box::pin(async { Ok(HashMap::new()) }));
     }
-    let resp = conn.send(&req, version).await?;
-    let mut results = HashMap::new();
-    for t in resp.responses {
-        for p in t.partition_responses {
-            results.insert(
-                (t.name.0.to_string(), p.index),
-                (p.error_code, p.base_offset, p.log_append_time_ms),
-            );
+    let response = conn.send_in_order(&req, version).await?;
+    Ok(Box::pin(async move {
+        let resp = response.await?;
+        let mut results = HashMap::new();
+        for t in resp.responses {
+            for p in t.partition_responses {
+                results.insert(
+                    (t.name.0.to_string(), p.index),
+                    (p.error_code, p.base_offset, p.log_append_time_ms),
+                );
+            }
         }
-    }
-    Ok(results)
+        Ok(results)
+    }))
 }
 
 fn handle_response(inner: &Inner, batches: Vec<ReadyBatch>, result: Result<PartitionResults>) {
