@@ -88,12 +88,14 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
     let mut truncated_at: Option<usize> = None;
     // Anything rebuilt or cut: the fast clean path (no fsync at open) does not apply.
     let mut repaired = false;
+    let mut rebuilt = 0usize;
     for (i, &base) in bases.iter().enumerate() {
         let last = i + 1 == bases.len();
         let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
         let unflushed = next_base > recovery_point;
         let mut seg = if unflushed {
             let mut seg = Segment::open(dir, base, sizing, true, last, now_ms)?;
+            rebuilt += 1;
             let outcome = seg.scan(recovery_point);
             tracing::debug!(dir = %dir.display(), segment = base, batches = outcome.valid_batches, "scanned segment");
             if let Some(bad) = outcome.bad {
@@ -127,6 +129,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
                 tracing::warn!(dir = %dir.display(), segment = base, %problem, "rebuilding segment index");
                 seg = Segment::open(dir, base, sizing, true, last, now_ms)?;
                 repaired = true;
+                rebuilt += 1;
                 // Flushed data: validate fully; anything bad here is reported, not cut off.
                 let outcome = seg.scan(i64::MIN);
                 if let Some(bad) = outcome.bad {
@@ -200,6 +203,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         group: GroupCommit::new(if clean { next_offset } else { 0 }),
         producers: ProducerStateManager::new(),
         dirty_pending: false,
+        segments_rebuilt_at_open: rebuilt,
     };
     if log_start_offset > next_offset {
         // The tail holding the log start was lost: nothing below it may be served.

@@ -327,3 +327,66 @@ fn sealed_segments_without_index_entries_reopen_without_rebuild() {
     let first = dir.path().join(format!("{}.index", crate::file_stem(0)));
     assert_eq!(std::fs::metadata(first).unwrap().len(), 0);
 }
+
+/// Counts WARN and ERROR events emitted on the current thread (a scoped `tracing` subscriber).
+#[derive(Default)]
+struct WarnCounter(std::sync::atomic::AtomicUsize);
+
+impl tracing::Subscriber for WarnCounter {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() <= tracing::Level::WARN {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn clean_close_and_reopen_neither_rebuilds_nor_warns() {
+    // Multi-record batches: the first batch's last offset differs from the segment's base
+    // offset (a clean reopen used to mistake that for a bad index entry when the segment had
+    // no offset-index entry yet, and rebuild it with a warning).
+    let counter = std::sync::Arc::new(WarnCounter::default());
+    let dispatch = tracing::Dispatch::from(std::sync::Arc::clone(&counter));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for (records, batches) in [(245, 1), (10, 3), (50, 40)] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = LogConfig {
+                index_interval_bytes: 4096,
+                ..LogConfig::default()
+            };
+            let mut log = Log::open(dir.path(), config.clone(), 0).unwrap();
+            for i in 0..batches {
+                log.append_as_leader(&mut batch(records, 1000 + i), 0, 0)
+                    .unwrap();
+            }
+            let mut end = log.log_end_offset();
+            log.close().unwrap();
+            for round in 0..2 {
+                let mut log = Log::open(dir.path(), config.clone(), 0).unwrap();
+                assert_eq!(log.segments_rebuilt_at_open(), 0, "round {round}");
+                assert_eq!(log.log_end_offset(), end);
+                assert!(log.max_timestamp_and_offset().is_some());
+                let mut more = batch(records, 5000);
+                let info = log.append_as_leader(&mut more, 0, 0).unwrap();
+                assert_eq!(info.first_offset, end);
+                end = log.log_end_offset();
+                log.close().unwrap();
+            }
+        }
+    });
+    assert_eq!(
+        counter.0.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "no warning on a clean reopen"
+    );
+}

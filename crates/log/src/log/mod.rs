@@ -43,6 +43,9 @@ pub struct Log {
     /// disk and the active segment's indexes are still trimmed. The first mutation fixes both
     /// (`mark_dirty`), so a clean open costs no fsync.
     pub(crate) dirty_pending: bool,
+    /// Segments whose indexes `open` rebuilt from a walk of their batches (unclean-shutdown
+    /// scan, or a missing/inconsistent index). 0 after a clean shutdown with intact files.
+    pub(crate) segments_rebuilt_at_open: usize,
 }
 
 pub(crate) fn sizing(config: &LogConfig) -> SegmentSizing {
@@ -197,6 +200,11 @@ impl Log {
     /// Bytes on disk (all segments).
     pub fn size_bytes(&self) -> u64 {
         self.segments.values().map(Segment::size_bytes).sum()
+    }
+    /// Segments whose indexes were rebuilt when this log was opened (0 after a clean shutdown
+    /// with intact files; recovery logs each rebuild at WARN or DEBUG).
+    pub fn segments_rebuilt_at_open(&self) -> usize {
+        self.segments_rebuilt_at_open
     }
     /// Number of segments.
     pub fn segment_count(&self) -> usize {

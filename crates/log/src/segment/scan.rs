@@ -9,7 +9,12 @@ impl Segment {
     /// `next_offset`, max timestamp and the rolling timestamp. Returns the first structurally bad
     /// batch, if any.
     pub fn load_tail(&mut self) -> Option<BadBatch> {
-        let (mut position, mut expected) = match self.offset_index.last() {
+        // With an index entry, the walk starts at the indexed batch, whose *last* offset is the
+        // entry's offset. Without one (a segment smaller than `index.interval.bytes`) it starts
+        // at byte 0 with the segment's base offset, which the first batch's *base* offset must
+        // not precede (the general rule below), whatever its last offset.
+        let last_entry = self.offset_index.last();
+        let (mut position, mut expected) = match last_entry {
             Some(e) => (u64::from(e.value), self.base_offset + e.key),
             None => (0, self.base_offset),
         };
@@ -25,7 +30,7 @@ impl Segment {
                 _ => {}
             }
         }
-        let mut first = true;
+        let mut first = last_entry.is_some();
         let mut since_entry = 0;
         while position < self.size_bytes {
             let pos = match self.header_at(position) {
