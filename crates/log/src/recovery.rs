@@ -93,6 +93,8 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         let last = i + 1 == bases.len();
         let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
         let unflushed = next_base > recovery_point;
+        // Indexes rebuilt from the log start out preallocated like an active segment's.
+        let mut seg_rebuilt = unflushed;
         let mut seg = if unflushed {
             let mut seg = Segment::open(dir, base, sizing, true, last, now_ms)?;
             rebuilt += 1;
@@ -130,6 +132,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
                 seg = Segment::open(dir, base, sizing, true, last, now_ms)?;
                 repaired = true;
                 rebuilt += 1;
+                seg_rebuilt = true;
                 // Flushed data: validate fully; anything bad here is reported, not cut off.
                 let outcome = seg.scan(i64::MIN);
                 if let Some(bad) = outcome.bad {
@@ -149,6 +152,10 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         };
         if !last && truncated_at.is_some() {
             seg.unseal()?;
+        } else if !last && seg_rebuilt {
+            // A sealed segment's indexes are trimmed to their entries, as on roll: later
+            // readers (a clean open, the tiered uploader) take the file length as the entries.
+            seg.seal()?;
         }
         segments.insert(base, seg);
         if truncated_at.is_some() {

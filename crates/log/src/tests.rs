@@ -88,6 +88,59 @@ fn append_read_reopen() {
     assert_eq!(log.end_offset_for_epoch(1), Some((1, 300)));
 }
 
+/// Index files of the sealed segments under `dir`, with their lengths (the active one excluded).
+fn sealed_index_lengths(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".index") || n.ends_with(".timeindex"))
+        .collect();
+    names.sort();
+    let last_base = names
+        .iter()
+        .map(|n| n.split('.').next().unwrap())
+        .max()
+        .unwrap()
+        .to_string();
+    names
+        .into_iter()
+        .filter(|n| !n.starts_with(&last_base))
+        .map(|n| {
+            let len = std::fs::metadata(dir.join(&n)).unwrap().len();
+            (n, len)
+        })
+        .collect()
+}
+
+#[test]
+fn unclean_recovery_trims_the_rebuilt_indexes_of_sealed_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..200 {
+        log.append_as_leader(&mut batch(2, i), 0, 0).unwrap();
+    }
+    assert!(log.segment_count() > 2);
+    drop(log); // unclean: every segment is past the recovery point and rebuilt
+    let log = Log::open(dir.path(), small_config(), 0).unwrap();
+    let sealed = sealed_index_lengths(dir.path());
+    assert!(!sealed.is_empty());
+    for (name, len) in &sealed {
+        // Preallocated would be `segment_index_bytes` (4096); trimmed is a few entries.
+        assert!(*len < 4096 - 12, "{name} left preallocated: {len} bytes");
+        let entry = if name.ends_with(".timeindex") { 12 } else { 8 };
+        assert_eq!(len % entry, 0, "{name}: {len} is not whole entries");
+    }
+    log.close().unwrap();
+    // A clean open trusts those trimmed indexes and reads everything back.
+    let log = Log::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 400);
+    assert_eq!(
+        offsets_of(&log.read(0, usize::MAX, i64::MAX, true).unwrap()).len(),
+        200
+    );
+    assert_eq!(sealed_index_lengths(dir.path()), sealed);
+}
+
 #[test]
 fn unclean_reopen_recovers_everything() {
     let dir = tempfile::tempdir().unwrap();
