@@ -353,67 +353,20 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
     Ok(Some(req.respond(&resp)?))
 }
 
-pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
-    let request: OffsetFetchRequest = req.decode()?;
-    let mut resp = OffsetFetchResponse::default();
-    if req.api_version >= 8 {
-        for g in &request.groups {
-            let topics: Option<Vec<(String, Vec<i32>)>> = g.topics.as_ref().map(|ts| {
-                ts.iter()
-                    .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
-                    .collect()
-            });
-            let result = state
-                .groups
-                .read(|c| c.fetch_offsets(&g.group_id, topics.as_deref()));
-            let mut group = OffsetFetchResponseGroup::default();
-            group.group_id = g.group_id.clone();
-            group.error_code = result.error_code;
-            group.topics = result
-                .topics
-                .into_iter()
-                .map(|t| {
-                    let mut topic = OffsetFetchResponseTopics::default();
-                    topic.name = topic_name(&t.name);
-                    topic.partitions = t
-                        .partitions
-                        .into_iter()
-                        .map(|p| {
-                            let mut out = OffsetFetchResponsePartitions::default();
-                            out.partition_index = p.partition;
-                            out.committed_offset = p.offset;
-                            out.committed_leader_epoch = p.leader_epoch;
-                            out.metadata = Some(s(&p.metadata));
-                            out.error_code = p.error_code;
-                            out
-                        })
-                        .collect();
-                    topic
-                })
-                .collect();
-            resp.groups.push(group);
-        }
-    } else {
-        let topics: Option<Vec<(String, Vec<i32>)>> = request.topics.as_ref().map(|ts| {
-            ts.iter()
-                .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
-                .collect()
-        });
-        let result = state
-            .groups
-            .read(|c| c.fetch_offsets(&request.group_id, topics.as_deref()));
-        resp.error_code = result.error_code;
-        resp.topics = result
-            .topics
+/// The coordinator's offset-fetch result as one response version family's topic list (v8+
+/// groups and v0-7 share the fields but not the generated types).
+macro_rules! offset_fetch_topics {
+    ($topics:expr, $topic_ty:ty, $partition_ty:ty) => {
+        $topics
             .into_iter()
             .map(|t| {
-                let mut topic = OffsetFetchResponseTopic::default();
+                let mut topic = <$topic_ty>::default();
                 topic.name = topic_name(&t.name);
                 topic.partitions = t
                     .partitions
                     .into_iter()
                     .map(|p| {
-                        let mut out = OffsetFetchResponsePartition::default();
+                        let mut out = <$partition_ty>::default();
                         out.partition_index = p.partition;
                         out.committed_offset = p.offset;
                         out.committed_leader_epoch = p.leader_epoch;
@@ -424,7 +377,52 @@ pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> 
                     .collect();
                 topic
             })
-            .collect();
+            .collect()
+    };
+}
+
+/// The requested (topic, partitions) of an OffsetFetch; `None` asks for all of the group's.
+fn requested_offsets<T>(
+    topics: Option<&Vec<T>>,
+    parts: impl Fn(&T) -> (String, Vec<i32>),
+) -> Option<Vec<(String, Vec<i32>)>> {
+    topics.map(|ts| ts.iter().map(parts).collect())
+}
+
+pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: OffsetFetchRequest = req.decode()?;
+    let mut resp = OffsetFetchResponse::default();
+    if req.api_version >= 8 {
+        for g in &request.groups {
+            let topics = requested_offsets(g.topics.as_ref(), |t| {
+                (t.name.to_string(), t.partition_indexes.clone())
+            });
+            let result = state
+                .groups
+                .read(|c| c.fetch_offsets(&g.group_id, topics.as_deref()));
+            let mut group = OffsetFetchResponseGroup::default();
+            group.group_id = g.group_id.clone();
+            group.error_code = result.error_code;
+            group.topics = offset_fetch_topics!(
+                result.topics,
+                OffsetFetchResponseTopics,
+                OffsetFetchResponsePartitions
+            );
+            resp.groups.push(group);
+        }
+    } else {
+        let topics = requested_offsets(request.topics.as_ref(), |t| {
+            (t.name.to_string(), t.partition_indexes.clone())
+        });
+        let result = state
+            .groups
+            .read(|c| c.fetch_offsets(&request.group_id, topics.as_deref()));
+        resp.error_code = result.error_code;
+        resp.topics = offset_fetch_topics!(
+            result.topics,
+            OffsetFetchResponseTopic,
+            OffsetFetchResponsePartition
+        );
     }
     Ok(Some(req.respond(&resp)?))
 }
