@@ -21,8 +21,9 @@ pub fn now_us() -> u64 {
     epoch().elapsed().as_micros() as u64
 }
 
-pub fn stamp(value: &mut [u8]) {
-    value[..TIMESTAMP_BYTES].copy_from_slice(&now_us().to_be_bytes());
+/// Writes `at_us` (from [`now_us`]) into the start of `value`.
+pub fn stamp_at(value: &mut [u8], at_us: u64) {
+    value[..TIMESTAMP_BYTES].copy_from_slice(&at_us.to_be_bytes());
 }
 
 pub fn read_stamp(value: &[u8]) -> Option<u64> {
@@ -75,7 +76,7 @@ mod tests {
     #[test]
     fn stamps_round_trip_and_summaries_are_ordered() {
         let mut v = vec![0u8; 16];
-        stamp(&mut v);
+        stamp_at(&mut v, now_us());
         let t = read_stamp(&v).unwrap();
         assert!(t <= now_us());
         let mut h = new_histogram();

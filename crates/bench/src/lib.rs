@@ -6,8 +6,10 @@
 //! adapter). Progress is reported through a callback; the result is serializable.
 #![forbid(unsafe_code)]
 
+mod consume;
 mod latency;
 mod phases;
+mod produce;
 pub mod report;
 
 use std::future::Future;

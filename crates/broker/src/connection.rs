@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use kafka_protocol::messages::ApiKey;
 use streamforge_protocol::api_versions::unsupported_api_versions_response;
 use streamforge_protocol::frame::{FRAME_PREFIX_BYTES, HeaderPrefix, api_name, frame_len};
@@ -134,8 +134,9 @@ async fn read_frame(
             .acquire_many_owned(kib)
             .await
             .map_err(|_| ReadError::Io(std::io::ErrorKind::Other.into()))?;
-        // One allocation of the exact size: record bytes are not moved again before the log.
-        let mut body = BytesMut::with_capacity(len);
+        // One buffer of at least the frame's size (reused for large frames): record bytes are
+        // not moved again before the log.
+        let mut body = state.frame_pool.take(len);
         while body.len() < len {
             let missing = len - body.len();
             let n = (&mut *rd).take(missing as u64).read_buf(&mut body).await?;

@@ -4,6 +4,7 @@
 
 pub mod config;
 mod connection;
+pub mod frame_pool;
 pub mod group_service;
 pub mod handlers;
 pub mod http_view;
@@ -63,6 +64,8 @@ pub struct BrokerState {
     pub connections: AtomicUsize,
     /// Memory for request frames being read or handled, in KiB permits.
     pub request_memory: Arc<tokio::sync::Semaphore>,
+    /// Reused buffers for large request frames.
+    pub frame_pool: frame_pool::FramePool,
     /// Flips to `true` when the broker shuts down (long polls return early).
     pub shutdown: watch::Receiver<bool>,
     /// Tiered storage: uploads, remote reads, tiered retention.
@@ -149,6 +152,7 @@ impl Broker {
             producer_ids,
             connections: AtomicUsize::new(0),
             request_memory: Arc::new(tokio::sync::Semaphore::new(request_memory_kib)),
+            frame_pool: frame_pool::FramePool::default(),
             shutdown: shutdown_rx.clone(),
         });
         tracing::info!(

@@ -133,6 +133,34 @@ pub struct Appended {
     pub timestamp_ms: i64,
 }
 
+/// One record of a multi-record append (topic and partition are given per call).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchRecord<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [Header],
+    /// Create time; `None` means the call's time.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl<'a> BatchRecord<'a> {
+    pub fn value(value: &'a [u8]) -> Self {
+        Self {
+            value: Some(value),
+            ..Default::default()
+        }
+    }
+}
+
+/// Consecutive records of one multi-record append that went into the same batch.
+#[derive(Debug, Clone)]
+pub struct AppendedRun {
+    pub partition: i32,
+    pub completion: Arc<BatchCompletion>,
+    pub first_index_in_batch: i32,
+    pub count: i32,
+}
+
 /// Settings the accumulator needs.
 #[derive(Debug, Clone, Copy)]
 pub struct AccumulatorConfig {
@@ -148,6 +176,11 @@ pub struct Accumulator {
     pub partitioner: Partitioner,
     /// Reusable buffers from sent batches.
     spare_buffers: Vec<bytes::BytesMut>,
+}
+
+/// Buffer memory a record of `record_bytes` holds while buffered (at least 1, at most all).
+pub fn reserved_bytes(record_bytes: usize, buffer_memory_bytes: usize) -> usize {
+    record_bytes.min(buffer_memory_bytes).max(1)
 }
 
 /// Buffers kept for reuse.
@@ -255,6 +288,89 @@ impl Accumulator {
             became_ready = true;
         }
         Some((appended, became_ready))
+    }
+
+    /// Appends many records under one call: the topic is looked up once, the partition once
+    /// per record run (explicit, keyed, or the sticky partition until its batch closes).
+    /// Each record's reserved buffer memory is [`reserved_bytes`] of it (the caller took that
+    /// much in total). Returns the runs of records per batch and whether a batch became ready.
+    /// `None` if the topic is unknown or an explicit partition is out of range (nothing is
+    /// appended then).
+    pub fn append_many(
+        &mut self,
+        topic: &str,
+        partition: Option<i32>,
+        records: &[BatchRecord<'_>],
+        timestamp_ms: i64,
+        buffer_memory_bytes: usize,
+    ) -> Option<(Vec<AppendedRun>, bool)> {
+        let config = self.config;
+        let t = self.topics.get_mut(topic)?;
+        let n = t.partitions.len() as i32;
+        if let Some(p) = partition
+            && !(0..n).contains(&p)
+        {
+            return None;
+        }
+        let topic_name = t.name.clone();
+        let mut runs: Vec<AppendedRun> = Vec::new();
+        let mut became_ready = false;
+        let mut sticky: Option<i32> = None;
+        for r in records {
+            let p = match (partition, r.key) {
+                (Some(p), _) => p,
+                (None, Some(k)) => crate::partitioner::partition_for_key(k, n),
+                (None, None) => {
+                    *sticky.get_or_insert_with(|| self.partitioner.partition(topic, None, n))
+                }
+            };
+            let q = &mut t.partitions[p as usize];
+            let record_bytes = BatchBuilder::estimate_record_bytes(r.key, r.value, r.headers);
+            let ts = r.timestamp_ms.unwrap_or(timestamp_ms);
+            if let Some(open) = &q.open
+                && !open.builder.is_empty()
+                && open.builder.size_bytes() + record_bytes > config.batch_size_bytes
+            {
+                let open = q.open.take().expect("checked above");
+                q.ready.push_back(close(topic_name.clone(), p, open));
+                self.partitioner.on_batch_closed(topic, p, n);
+                sticky = None;
+                became_ready = true;
+            }
+            let open = q.open.get_or_insert_with(|| {
+                let cap = config.batch_size_bytes.max(record_bytes + 128);
+                let builder = match self.spare_buffers.pop() {
+                    Some(buf) => BatchBuilder::with_buffer(config.compression, buf),
+                    None => BatchBuilder::new(config.compression, cap),
+                };
+                OpenBatch {
+                    builder,
+                    completion: Arc::new(BatchCompletion::default()),
+                    created: Instant::now(),
+                    reserved_bytes: 0,
+                }
+            });
+            let index_in_batch = open.builder.record_count();
+            open.builder.append(ts, r.key, r.value, r.headers);
+            open.reserved_bytes += reserved_bytes(record_bytes, buffer_memory_bytes);
+            match runs.last_mut() {
+                Some(run) if Arc::ptr_eq(&run.completion, &open.completion) => run.count += 1,
+                _ => runs.push(AppendedRun {
+                    partition: p,
+                    completion: open.completion.clone(),
+                    first_index_in_batch: index_in_batch,
+                    count: 1,
+                }),
+            }
+            if open.builder.size_bytes() >= config.batch_size_bytes {
+                let open = q.open.take().expect("just inserted");
+                q.ready.push_back(close(topic_name.clone(), p, open));
+                self.partitioner.on_batch_closed(topic, p, n);
+                sticky = None;
+                became_ready = true;
+            }
+        }
+        Some((runs, became_ready))
     }
 
     /// Closes open batches older than the linger time (all of them when `flush`), returning

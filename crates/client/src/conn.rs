@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes};
 use kafka_protocol::messages::{
     ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
 };
@@ -16,6 +16,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
+use crate::buffers::BufferPool;
 use crate::error::{ClientError, Result, codes};
 
 /// Largest response frame we accept (fetch responses are bounded by `fetch.max.bytes`).
@@ -72,6 +73,8 @@ pub struct Connection {
     versions: HashMap<i16, (i16, i16)>,
     closed: Arc<AtomicBool>,
     shutdown_tx: Arc<watch::Sender<bool>>,
+    /// Reused buffers for large request and response frames.
+    pool: Arc<BufferPool>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -109,18 +112,26 @@ impl Connection {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let shutdown_tx = Arc::new(shutdown_tx);
         let closed = Arc::new(AtomicBool::new(false));
+        let pool = Arc::new(BufferPool::default());
         let w = WriterCtx {
             addr: addr.to_string(),
             shutdown_tx: shutdown_tx.clone(),
             closed: closed.clone(),
         };
-        tokio::spawn(write_loop(w, write, rx, pending_tx, shutdown_rx.clone()));
+        tokio::spawn(write_loop(
+            w,
+            write,
+            rx,
+            pending_tx,
+            shutdown_rx.clone(),
+            pool.clone(),
+        ));
         let r = WriterCtx {
             addr: addr.to_string(),
             shutdown_tx: shutdown_tx.clone(),
             closed: closed.clone(),
         };
-        tokio::spawn(read_loop(r, read, pending_rx, shutdown_rx));
+        tokio::spawn(read_loop(r, read, pending_rx, shutdown_rx, pool.clone()));
         let mut conn = Self {
             addr: addr.to_string(),
             in_flight: Arc::new(Semaphore::new(config.max_in_flight_requests.max(1))),
@@ -130,6 +141,7 @@ impl Connection {
             versions: HashMap::new(),
             closed,
             shutdown_tx,
+            pool,
         };
         conn.versions = conn.negotiate_versions().await?;
         debug!(addr, apis = conn.versions.len(), "connected");
@@ -216,7 +228,7 @@ impl Connection {
         let header_version = R::header_version(version);
         let size = header.compute_size(header_version).map_err(proto_err)?
             + req.compute_size(version).map_err(proto_err)?;
-        let mut buf = BytesMut::with_capacity(size + 4);
+        let mut buf = self.pool.take(size + 4);
         buf.put_u32(size as u32);
         header.encode(&mut buf, header_version).map_err(proto_err)?;
         req.encode(&mut buf, version).map_err(proto_err)?;
@@ -356,6 +368,7 @@ async fn write_loop(
     mut rx: mpsc::Receiver<Outgoing>,
     pending_tx: mpsc::UnboundedSender<Pending>,
     mut shutdown: watch::Receiver<bool>,
+    pool: Arc<BufferPool>,
 ) {
     let addr = &ctx.addr;
     let mut w = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write);
@@ -378,6 +391,7 @@ async fn write_loop(
                 failed = true;
                 break;
             }
+            pool.give(msg.frame);
             match rx.try_recv() {
                 Ok(next) => msg = next,
                 Err(_) => break,
@@ -396,10 +410,11 @@ async fn read_loop(
     mut read: OwnedReadHalf,
     mut pending_rx: mpsc::UnboundedReceiver<Pending>,
     mut shutdown: watch::Receiver<bool>,
+    pool: Arc<BufferPool>,
 ) {
     let addr = &ctx.addr;
     let result = tokio::select! {
-        r = read_frames(&mut read, &mut pending_rx) => r,
+        r = read_frames(&mut read, &mut pending_rx, &pool) => r,
         _ = shutdown.changed() => Ok(()),
     };
     if let Err(e) = &result {
@@ -415,6 +430,7 @@ async fn read_loop(
 async fn read_frames(
     read: &mut OwnedReadHalf,
     pending_rx: &mut mpsc::UnboundedReceiver<Pending>,
+    pool: &BufferPool,
 ) -> Result<()> {
     let io = |source| ClientError::Io {
         addr: "broker".into(),
@@ -431,10 +447,22 @@ async fn read_frames(
                 "response frame of {len} bytes"
             )));
         }
-        let mut buf = BytesMut::zeroed(len);
-        read.read_exact(&mut buf).await.map_err(io)?;
+        // Read into spare capacity: no zero-fill of large fetch responses.
+        let mut buf = pool.take(len);
+        while buf.len() < len {
+            let missing = (len - buf.len()) as u64;
+            let n = (&mut *read)
+                .take(missing)
+                .read_buf(&mut buf)
+                .await
+                .map_err(io)?;
+            if n == 0 {
+                return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
         // Peek only: `send` decodes the whole response header (v0 or v1).
         let body = buf.freeze();
+        pool.watch(&body);
         let correlation_id = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
         let Some(p) = pending_rx.recv().await else {
             return Err(ClientError::Protocol("response without a request".into()));

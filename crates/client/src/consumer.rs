@@ -19,6 +19,10 @@ use crate::group::{self, GroupConfig, Membership};
 use crate::offsets::{self, CommittedOffset, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition};
 use crate::records::{Header, split_batches};
 
+mod batches;
+
+pub use batches::ConsumedBatch;
+
 const FETCH_MAX_VERSION: i16 = 12;
 
 /// Where to start when there is no committed offset (`auto.offset.reset`).
@@ -127,6 +131,10 @@ pub struct Consumer {
     /// Bumped on every seek or assignment change; stale prefetches are dropped.
     epoch: u64,
     buffered: VecDeque<ConsumerRecord>,
+    /// Whole batches for [`Consumer::poll_batches`] (the records are not materialised).
+    buffered_batches: VecDeque<ConsumedBatch>,
+    /// What the fetch being processed is turned into.
+    delivery: Delivery,
     last_auto_commit: Instant,
 }
 
@@ -143,6 +151,8 @@ impl Consumer {
             in_flight: None,
             epoch: 0,
             buffered: VecDeque::new(),
+            buffered_batches: VecDeque::new(),
+            delivery: Delivery::Records,
             last_auto_commit: Instant::now(),
         }
     }
@@ -183,6 +193,7 @@ impl Consumer {
     fn invalidate_prefetch(&mut self) {
         self.epoch += 1;
         self.buffered.clear();
+        self.buffered_batches.clear();
         if let Some(f) = self.in_flight.take() {
             f.handle.abort();
         }
@@ -376,17 +387,33 @@ impl Consumer {
 
     /// Returns the next records, waiting up to `timeout` for some to arrive (empty on timeout).
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.delivery = Delivery::Records;
+        self.poll_inner(timeout).await?;
+        let mut out: Vec<ConsumerRecord> = self.buffered.drain(..).collect();
+        // Batches left by an earlier `poll_batches` are handed out as records.
+        for b in std::mem::take(&mut self.buffered_batches) {
+            out.extend(b.records()?);
+        }
+        Ok(out)
+    }
+
+    fn has_buffered(&self) -> bool {
+        !self.buffered.is_empty() || !self.buffered_batches.is_empty()
+    }
+
+    /// Fetches until something is buffered or `timeout` passes.
+    async fn poll_inner(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
             self.ensure_membership().await?;
             self.maybe_auto_commit().await;
-            if !self.buffered.is_empty() {
-                return Ok(self.buffered.drain(..).collect());
+            if self.has_buffered() {
+                return Ok(());
             }
             if self.positions.is_empty() {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Ok(Vec::new());
+                    return Ok(());
                 }
                 tokio::time::sleep(left.min(Duration::from_millis(100))).await;
                 continue;
@@ -400,7 +427,7 @@ impl Consumer {
                 continue;
             };
             let res = match tokio::time::timeout(left, &mut f.handle).await {
-                Err(_) => return Ok(Vec::new()),
+                Err(_) => return Ok(()),
                 Ok(r) => r,
             };
             let f = self.in_flight.take().expect("in flight");
@@ -421,14 +448,11 @@ impl Consumer {
             }
             self.process_fetch(fetched)?;
             // Pipelining: the next fetch runs while the caller handles these records.
-            if !self.buffered.is_empty() || Instant::now() < deadline {
+            if self.has_buffered() || Instant::now() < deadline {
                 self.start_fetch();
             }
-            if !self.buffered.is_empty() {
-                return Ok(self.buffered.drain(..).collect());
-            }
-            if Instant::now() >= deadline {
-                return Ok(Vec::new());
+            if self.has_buffered() || Instant::now() >= deadline {
+                return Ok(());
             }
         }
     }
@@ -486,6 +510,14 @@ impl Consumer {
                 if self.config.check_crcs {
                     batch.verify_crc()?;
                 }
+                if self.delivery == Delivery::Batches {
+                    let last = batch.header.last_offset();
+                    if let Some(b) = ConsumedBatch::new(&pf.tp, batch, next)? {
+                        self.buffered_batches.push_back(b);
+                    }
+                    next = last + 1;
+                    continue;
+                }
                 if !batch.header.is_control() {
                     for r in batch.records()? {
                         let r = r?;
@@ -536,6 +568,11 @@ impl Consumer {
             first_buffered
                 .entry((r.topic.clone(), r.partition))
                 .or_insert(r.offset);
+        }
+        for b in &self.buffered_batches {
+            first_buffered
+                .entry((b.topic.clone(), b.partition))
+                .or_insert(b.first_offset);
         }
         self.positions
             .iter()
@@ -610,6 +647,13 @@ impl Consumer {
         }
         Ok(())
     }
+}
+
+/// What fetched data is turned into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    Records,
+    Batches,
 }
 
 /// A partition to fetch and the offset to fetch from.

@@ -7,6 +7,7 @@
 pub mod accumulator;
 pub mod admin;
 pub mod assignor;
+mod buffers;
 pub mod cluster;
 pub mod compression;
 pub mod conn;
@@ -18,13 +19,15 @@ pub mod partitioner;
 pub mod producer;
 pub mod records;
 
+pub use accumulator::BatchRecord;
 pub use admin::{Admin, NewTopic, ResetTarget};
 pub use assignor::Assignor;
 pub use cluster::{BrokerInfo, ClientConfig, Cluster, Metadata, PartitionInfo, TopicInfo};
 pub use compression::Compression;
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
+pub use consumer::{ConsumedBatch, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 pub use error::{ClientError, Result};
 pub use producer::{
-    Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    Acks, BatchDelivery, DeliveredRun, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+    RecordMetadata,
 };
 pub use records::{Header, Record};

@@ -23,6 +23,10 @@ use crate::compression::Compression;
 use crate::error::{ClientError, Result, codes};
 use crate::records::Header;
 
+mod batch;
+
+pub use batch::{BatchDelivery, DeliveredRun};
+
 /// Highest Produce version this client speaks (12+ needs KIP-890 transactions v2).
 const PRODUCE_MAX_VERSION: i16 = 11;
 const INIT_PRODUCER_ID_MAX_VERSION: i16 = 4;

@@ -125,6 +125,9 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         }
         resp.responses.push(t);
     }
+    if let Body::Owned(buf) = body {
+        state.frame_pool.give(buf);
+    }
     if acks == 0 {
         // No response for acks=0; on an error Kafka closes the connection so the producer
         // notices and refreshes its metadata.
