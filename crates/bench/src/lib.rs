@@ -209,6 +209,9 @@ pub struct BenchResult {
     pub latency_at_rate_ms: Option<LatencySummary>,
     pub latency_rate: u64,
     pub recovery: Option<Recovery>,
+    /// How the figures were measured (also printed under the table).
+    #[serde(default)]
+    pub method: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -152,7 +152,33 @@ pub async fn run(
         latency_at_rate_ms,
         latency_rate: params.latency_rate,
         recovery,
+        method: method_notes(params),
     })
+}
+
+/// What the figures mean, for the table and the JSON.
+fn method_notes(params: &BenchParams) -> Vec<String> {
+    vec![
+        format!(
+            "producer: Producer::send_batch with {} records per call (one accumulator lock and \
+             one buffer reservation per call), batches of {} records, acks={}; timed from the \
+             first send to the last acknowledgement",
+            params.batch_size, params.batch_size, params.acks
+        ),
+        "consumer: Consumer::poll_batches; every batch's CRC-32C is verified and its records \
+         are counted from the batch header (records count, last offset) without decoding each \
+         record; per partition the batches must continue offset by offset from the start to \
+         the end (each record exactly once)"
+            .to_string(),
+        format!(
+            "full-speed latency: closed loop, at most {} records ({} batches) produced but not \
+             yet consumed; each record stamped when appended; a tailing consumer long-polls \
+             (fetch.min.bytes=1, fetch.max.wait {} ms) and decodes every record",
+            LATENCY_WINDOW_BATCHES * params.batch_size as u64,
+            LATENCY_WINDOW_BATCHES,
+            TAIL_FETCH_MAX_WAIT_MS
+        ),
+    ]
 }
 
 fn latency_free_unique() -> u128 {

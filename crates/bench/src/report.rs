@@ -65,6 +65,9 @@ pub fn table(r: &BenchResult) -> String {
         )),
         None => s.push_str("Crash Recovery Time : not measured (needs the embedded broker)\n"),
     }
+    for note in &r.method {
+        s.push_str(&format!("  - {note}\n"));
+    }
     s
 }
 

@@ -51,6 +51,44 @@ fn varint_len(v: i64) -> usize {
     n
 }
 
+/// Room for a record's length, attributes, two deltas and the key length as varints.
+const RECORD_HEAD_BYTES_MAX: usize = 5 + 1 + 10 + 10 + 5;
+
+/// A few varints assembled on the stack.
+struct VarintBuf {
+    bytes: [u8; RECORD_HEAD_BYTES_MAX],
+    len: usize,
+}
+
+impl Default for VarintBuf {
+    fn default() -> Self {
+        Self {
+            bytes: [0; RECORD_HEAD_BYTES_MAX],
+            len: 0,
+        }
+    }
+}
+
+impl VarintBuf {
+    fn byte(&mut self, b: u8) {
+        self.bytes[self.len] = b;
+        self.len += 1;
+    }
+
+    fn varint(&mut self, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            self.byte((z as u8) | 0x80);
+            z >>= 7;
+        }
+        self.byte(z as u8);
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 fn put_varint(buf: &mut BytesMut, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
@@ -159,11 +197,18 @@ impl BatchBuilder {
         let body = record_body_len(ts_delta, offset_delta, key, value, headers);
         let buf = &mut self.buf;
         buf.reserve(body + 5);
-        put_varint(buf, body as i64);
-        buf.put_i8(0); // record attributes: unused
-        put_varint(buf, ts_delta);
-        put_varint(buf, offset_delta);
-        put_bytes(buf, key);
+        // The fixed-size prefix goes through a small stack buffer: one copy instead of a
+        // capacity check per byte.
+        let mut head = VarintBuf::default();
+        head.varint(body as i64);
+        head.byte(0); // record attributes: unused
+        head.varint(ts_delta);
+        head.varint(offset_delta);
+        head.varint(key.map_or(-1, |k| k.len() as i64));
+        buf.put_slice(head.as_slice());
+        if let Some(k) = key {
+            buf.put_slice(k);
+        }
         put_bytes(buf, value);
         put_varint(buf, headers.len() as i64);
         for h in headers {
