@@ -318,3 +318,15 @@ def test_corrupted_remote_object_is_detected_not_served(broker_factory, store, t
     assert base == second["base_offset"]
     got = consume(b, topic_name, second["base_offset"], 100)
     check_all(got, {o: expected[o] for o in range(second["base_offset"], second["base_offset"] + len(got))})
+
+
+def test_compacted_topics_cannot_tier(broker_factory, store, topic_name):
+    """As Kafka: remote storage keeps whole segments by offset, compaction rewrites them."""
+    from confluent_kafka import KafkaException
+
+    b = start_broker(broker_factory, store)
+    with pytest.raises(KafkaException) as e:
+        create_topic(b, topic_name, cleanup_policy="compact")
+    assert e.value.args[0].code() == 40, e.value  # INVALID_CONFIG
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    assert topic_name not in admin.list_topics(timeout=10).topics

@@ -323,7 +323,17 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
 
 /// Validate a whole override map.
 pub fn validate_all(overrides: &BTreeMap<String, String>) -> Result<(), String> {
-    overrides.iter().try_for_each(|(k, v)| validate(k, v))
+    overrides.iter().try_for_each(|(k, v)| validate(k, v))?;
+    let compacted = overrides
+        .get("cleanup.policy")
+        .is_some_and(|v| v.split(',').any(|p| p.trim() == "compact"));
+    if compacted && crate::tiered::remote_enabled(overrides) {
+        // As Kafka: tiered storage keeps whole segments by offset; compaction rewrites them.
+        return Err(
+            "remote.storage.enable=true is not supported with cleanup.policy=compact".into(),
+        );
+    }
+    Ok(())
 }
 
 /// The `LogConfig` of a topic: broker defaults with the topic's overrides applied.
@@ -365,6 +375,28 @@ pub fn log_config(defaults: &LogConfig, overrides: &BTreeMap<String, String>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tiered_storage_is_refused_for_compacted_topics() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(validate_all(&map(&[("remote.storage.enable", "true")])).is_ok());
+        assert!(validate_all(&map(&[("cleanup.policy", "compact")])).is_ok());
+        let both = [
+            ("remote.storage.enable", "true"),
+            ("cleanup.policy", "delete,compact"),
+        ];
+        assert!(validate_all(&map(&both)).is_err());
+        let off = [
+            ("remote.storage.enable", "false"),
+            ("cleanup.policy", "compact"),
+        ];
+        assert!(validate_all(&map(&off)).is_ok());
+    }
 
     #[test]
     fn validation_matches_kafka_rules() {
