@@ -71,6 +71,13 @@ async fn json_of(
     )
 }
 
+/// Create a topic through the API (the setup most tests share).
+async fn create_topic(a: std::net::SocketAddr, name: &str, partitions: i32) {
+    let body = format!(r#"{{"name":"{name}","partitions":{partitions}}}"#);
+    let (s, v) = json_of(a, "POST", "/api/topics", Some(&body)).await;
+    assert!(s == 200 || s == 201, "create {name}: {s} {v}");
+}
+
 async fn start() -> HttpServer {
     let options = HttpOptions {
         bench_runner: Some(Arc::new(FakeBench)),
@@ -177,13 +184,7 @@ async fn topics_create_browse_delete() {
 async fn bad_parameters_get_400_with_a_message() {
     let server = start().await;
     let a = server.local_addr();
-    json_of(
-        a,
-        "POST",
-        "/api/topics",
-        Some(r#"{"name":"t","partitions":1}"#),
-    )
-    .await;
+    create_topic(a, "t", 1).await;
     let cases = [
         (
             "GET",
@@ -427,13 +428,7 @@ async fn benchmark_runs_and_is_kept_in_history() {
 async fn metrics_are_prometheus_text_and_move_with_traffic() {
     let server = start().await;
     let a = server.local_addr();
-    json_of(
-        a,
-        "POST",
-        "/api/topics",
-        Some(r#"{"name":"m","partitions":1}"#),
-    )
-    .await;
+    create_topic(a, "m", 1).await;
     metrics::counter!("streamforge_messages_in_total", "topic" => "m").increment(10);
     metrics::histogram!("streamforge_request_duration_seconds", "api" => "Produce").record(0.001);
     let (s, text) = http(a, "GET", "/metrics", None).await;
