@@ -1,7 +1,8 @@
 //! Log benchmarks with the reference workload: batches of 2,000 records of 100 bytes, 10
 //! partitions.
 //!
-//! - `append/…`: in-process `append_as_leader` (validate + CRC + offset patch + write + index).
+//! - `append/…`: in-process `append_as_leader` (validate + CRC + offset patch + write + index),
+//!   with and without the preallocation window, on disk and tmpfs.
 //! - `read/…`: zero-copy reads of up to 1 MiB from random offsets.
 //! - `recovery/…`: reopening a log of 1,000,000 100-byte messages after a clean shutdown and
 //!   after an unclean one with nothing flushed (every batch CRC-checked, indexes rebuilt).
@@ -42,17 +43,28 @@ fn reference_batch() -> Vec<u8> {
     )
 }
 
-fn bench_config() -> LogConfig {
+/// The append variants compared side by side in one run: (name, preallocation window).
+const PREALLOCATE_VARIANTS: [(&str, u64); 2] = [("no_prealloc", 0), ("prealloc_16MiB", 16 << 20)];
+
+fn bench_config(preallocate_window_bytes: u64) -> LogConfig {
     LogConfig {
         segment_bytes: 64 << 20,
         retention_bytes: 256 << 20,
+        preallocate_window_bytes,
         ..LogConfig::default()
     }
 }
 
-fn open_partitions(root: &Path) -> Vec<Log> {
+fn open_partitions(root: &Path, preallocate_window_bytes: u64) -> Vec<Log> {
     (0..PARTITIONS)
-        .map(|p| Log::open(&root.join(format!("bench-{p}")), bench_config(), 0).unwrap())
+        .map(|p| {
+            Log::open(
+                &root.join(format!("bench-{p}")),
+                bench_config(preallocate_window_bytes),
+                0,
+            )
+            .unwrap()
+        })
         .collect()
 }
 
@@ -68,13 +80,58 @@ fn bench_dirs() -> Vec<(&'static str, tempfile::TempDir)> {
     dirs
 }
 
-/// Heap allocations per append on the hot path, and the CPU time an append costs (thread CPU
-/// time, user + system: independent of how busy the machine is), printed (not timed by
-/// criterion).
+/// This thread's scheduler figures from `/proc/thread-self/schedstat`: (ns on a CPU, ns
+/// waiting for one). Linux only; zeros elsewhere.
+fn schedstat_ns() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let mut it = text
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// The benchmark's append loop body: round-robin over the partitions, retention every
+/// `RETENTION_EVERY_APPENDS` (so the disk footprint stays bounded, as in a broker).
+struct AppendLoop {
+    logs: Vec<Log>,
+    bufs: Vec<Vec<u8>>,
+    i: u64,
+}
+
+impl AppendLoop {
+    fn new(root: &Path, preallocate_window_bytes: u64) -> AppendLoop {
+        AppendLoop {
+            logs: open_partitions(root, preallocate_window_bytes),
+            bufs: (0..PARTITIONS).map(|_| reference_batch()).collect(),
+            i: 0,
+        }
+    }
+
+    fn batch_bytes(&self) -> u64 {
+        self.bufs[0].len() as u64
+    }
+
+    fn step(&mut self) -> i64 {
+        let p = (self.i % PARTITIONS as u64) as usize;
+        let info = self.logs[p]
+            .append_as_leader(&mut self.bufs[p], 0, 0)
+            .unwrap();
+        self.logs[p].set_high_watermark(info.last_offset + 1);
+        self.i += 1;
+        if self.i.is_multiple_of(RETENTION_EVERY_APPENDS) {
+            for log in self.logs.iter_mut() {
+                log.tick(0).unwrap();
+            }
+        }
+        info.last_offset
+    }
+}
+
+/// Heap allocations per append on the hot path (no roll in the window), printed.
 fn count_allocations() {
     const APPENDS: u64 = 1_000;
     let dir = tempfile::tempdir().unwrap();
-    let mut logs = open_partitions(dir.path());
+    let mut logs = open_partitions(dir.path(), PREALLOCATE_VARIANTS[1].1);
     let mut bufs: Vec<Vec<u8>> = (0..PARTITIONS).map(|_| reference_batch()).collect();
     // Warm up: first appends may create index entries etc.
     for i in 0..(PARTITIONS * 4) {
@@ -90,24 +147,6 @@ fn count_allocations() {
         logs[p].set_high_watermark(hw);
     }
     let stats = region.change();
-    let cpu = cpu_time::ThreadTime::now();
-    let wall = Instant::now();
-    for i in 0..APPENDS as usize {
-        let p = i % PARTITIONS;
-        let info = logs[p].append_as_leader(&mut bufs[p], 0, 0).unwrap();
-        logs[p].set_high_watermark(info.last_offset + 1);
-    }
-    let cpu = cpu.elapsed();
-    let wall = wall.elapsed();
-    let bytes = bufs[0].len() as f64 * APPENDS as f64;
-    eprintln!(
-        "log/append cost: {:.1} us CPU per {}-byte batch = {:.2} GB/s per CPU core ({:.2} GB/s wall clock, {} appends)",
-        cpu.as_secs_f64() * 1e6 / APPENDS as f64,
-        bufs[0].len(),
-        bytes / cpu.as_secs_f64() / 1e9,
-        bytes / wall.as_secs_f64() / 1e9,
-        APPENDS
-    );
     let segments_after: usize = logs.iter().map(Log::segment_count).sum();
     eprintln!(
         "log/append allocations: {} allocations, {} bytes over {APPENDS} appends = {:.3} allocations per append (segments rolled in window: {})",
@@ -118,29 +157,76 @@ fn count_allocations() {
     );
 }
 
+/// CPU cost of the criterion loop (rolls and retention included), per variant, printed: the
+/// append thread's CPU time (user + system), the whole process's CPU time (the same when no
+/// helper thread runs; it would include one), wall clock, and how long the thread waited for
+/// a CPU (other jobs on the machine) — so wall-clock figures can be read against the load.
+/// Kernel writeback threads are not part of either CPU figure.
+fn measure_cpu(name: &str, root: &Path, preallocate_window_bytes: u64) {
+    const FRESH_APPENDS: u64 = 1_000; // as the earlier "log/append cost" line: no retention yet
+    const STEADY_APPENDS: u64 = 6_000; // ~1.3 GB with rolls and retention deletes
+    let mut lp = AppendLoop::new(root, preallocate_window_bytes);
+    for _ in 0..PARTITIONS * 4 {
+        lp.step();
+    }
+    measure_phase(&format!("{name} fresh"), &mut lp, FRESH_APPENDS);
+    // Steady state: fill every partition past `retention.bytes` so the measured appends also
+    // pay for rolls and for retention deleting old segments.
+    let steady =
+        (bench_config(0).retention_bytes as u64 / lp.batch_bytes() + 20) * PARTITIONS as u64;
+    while lp.i < steady {
+        lp.step();
+    }
+    measure_phase(&format!("{name} steady"), &mut lp, STEADY_APPENDS);
+}
+
+fn measure_phase(name: &str, lp: &mut AppendLoop, appends: u64) {
+    let thread = cpu_time::ThreadTime::now();
+    let process = cpu_time::ProcessTime::now();
+    let (_, wait_before) = schedstat_ns();
+    let wall = Instant::now();
+    for _ in 0..appends {
+        black_box(lp.step());
+    }
+    let wall = wall.elapsed().as_secs_f64();
+    let thread = thread.elapsed().as_secs_f64();
+    let process = process.elapsed().as_secs_f64();
+    let waited = (schedstat_ns().1.saturating_sub(wait_before)) as f64 / 1e9;
+    let gb = (lp.batch_bytes() * appends) as f64 / 1e9;
+    eprintln!(
+        "log/append cpu {name}: {:.1} us append-thread CPU per batch = {:.2} GB/s per core; process CPU {:.3} s/GB; wall {:.2} GB/s; of wall: {:.0}% waiting for a CPU, {:.0}% blocked",
+        thread * 1e6 / appends as f64,
+        gb / thread,
+        process / gb,
+        gb / wall,
+        100.0 * waited / wall,
+        100.0 * (wall - thread - waited).max(0.0) / wall,
+    );
+}
+
 fn bench_append(c: &mut Criterion) {
     count_allocations();
+    for (name, dir) in bench_dirs() {
+        for (variant, window) in PREALLOCATE_VARIANTS {
+            let sub = tempfile::tempdir_in(dir.path()).unwrap();
+            measure_cpu(&format!("{name}/{variant}"), sub.path(), window);
+        }
+    }
     let mut group = c.benchmark_group("append");
     group.measurement_time(Duration::from_secs(8));
     for (name, dir) in bench_dirs() {
-        let mut logs = open_partitions(dir.path());
-        let mut bufs: Vec<Vec<u8>> = (0..PARTITIONS).map(|_| reference_batch()).collect();
-        group.throughput(Throughput::Bytes(bufs[0].len() as u64));
-        let mut i = 0u64;
-        group.bench_function(format!("{name}/2000x100B_batch_10_partitions"), |b| {
-            b.iter(|| {
-                let p = (i % PARTITIONS as u64) as usize;
-                let info = logs[p].append_as_leader(&mut bufs[p], 0, 0).unwrap();
-                logs[p].set_high_watermark(info.last_offset + 1);
-                i += 1;
-                if i.is_multiple_of(RETENTION_EVERY_APPENDS) {
-                    for log in logs.iter_mut() {
-                        log.tick(0).unwrap();
-                    }
-                }
-                black_box(info)
-            })
-        });
+        for (variant, window) in PREALLOCATE_VARIANTS {
+            // A fresh directory per variant, removed after it (tmpfs data lives in memory).
+            let sub = tempfile::tempdir_in(dir.path()).unwrap();
+            let mut lp = AppendLoop::new(sub.path(), window);
+            group.throughput(Throughput::Bytes(lp.batch_bytes()));
+            group.bench_function(
+                format!("{name}/{variant}/2000x100B_batch_10_partitions"),
+                |b| b.iter(|| black_box(lp.step())),
+            );
+            drop(lp);
+            drop(sub);
+        }
     }
     group.finish();
 }

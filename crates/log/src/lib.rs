@@ -13,6 +13,7 @@ mod log;
 mod mmap;
 mod producer_snapshot;
 mod producer_state;
+mod reaper;
 mod recovery;
 mod segment;
 #[cfg(test)]
@@ -61,6 +62,13 @@ pub struct LogConfig {
     /// `producer.id.expiration.ms` (default 1 day): idempotent-producer state is forgotten
     /// after this long without a write from the producer.
     pub producer_id_expiration_ms: i64,
+    /// Disk blocks reserved ahead of the active segment's write position (default 16 MiB; 0 =
+    /// off): `fallocate(FALLOC_FL_KEEP_SIZE)` in steps of this size, so appends write into
+    /// already-allocated blocks instead of reserving delayed-allocation blocks page by page.
+    /// The file's size stays its logical size (readers, recovery and uploads see no tail);
+    /// the reservation past the end is released when the segment is sealed or the log closed.
+    /// A bounded window, unlike Kafka's whole-segment `preallocate`.
+    pub preallocate_window_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -78,6 +86,7 @@ impl Default for LogConfig {
             timestamp_type: TimestampType::CreateTime,
             compact: false,
             producer_id_expiration_ms: 24 * 3600 * 1000,
+            preallocate_window_bytes: 16 << 20,
         }
     }
 }

@@ -113,6 +113,11 @@ impl IndexMap {
         // resizes the file only after dropping this mapping (module rule 3), and it never hands
         // out references that outlive `&self`/`&mut self` borrows of the mapping.
         let map = unsafe { MmapOptions::new().map_mut(file)? };
+        // Entries are written one page at a time, far apart in time: without this, the first
+        // write to a page of the sparse preallocated file faults in a whole readahead window
+        // (`read_ahead_kb`, 8 MiB on some virtual disks) of zero-filled pages, which then cost
+        // again when the index is trimmed. Best effort: an error only costs that readahead.
+        let _ = map.advise(Advice::Random);
         Ok(IndexMap { map })
     }
 

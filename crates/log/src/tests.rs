@@ -443,3 +443,53 @@ fn clean_close_and_reopen_neither_rebuilds_nor_warns() {
         "no warning on a clean reopen"
     );
 }
+
+#[test]
+fn preallocation_keeps_the_logical_size_and_is_released_on_roll_and_close() {
+    use std::os::unix::fs::MetadataExt;
+    const WINDOW_BYTES: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 64 << 10,
+        preallocate_window_bytes: WINDOW_BYTES,
+        ..LogConfig::default()
+    };
+    let first = dir.path().join(format!("{}.log", crate::file_stem(0)));
+    let allocated = |p: &std::path::Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    let mut log = Log::open(dir.path(), config.clone(), 0).unwrap();
+    log.append_as_leader(&mut batch(10, 1), 0, 0).unwrap();
+    let size = log.size_bytes();
+    // The file's size is the logical end (readers, recovery and uploads see no tail) ...
+    assert_eq!(std::fs::metadata(&first).unwrap().len(), size);
+    // ... while blocks past it are reserved (capped at segment.bytes) where the file system
+    // supports fallocate.
+    let reserved = allocated(&first);
+    eprintln!("segment of {size} bytes has {reserved} bytes allocated");
+    assert!(reserved <= config.segment_bytes + 4096, "{reserved}");
+    // Roll: the sealed segment gives its reservation back.
+    while log.segment_count() == 1 {
+        log.append_as_leader(&mut batch(100, 2), 0, 0).unwrap();
+    }
+    let sealed_size = std::fs::metadata(&first).unwrap().len();
+    assert!(allocated(&first) <= sealed_size.next_multiple_of(4096));
+    // Crash with a reservation on the active segment: recovery sees exactly what was written.
+    let end = log.log_end_offset();
+    drop(log);
+    let log = Log::open(dir.path(), config.clone(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(
+        offsets_of(&log.read(0, usize::MAX, i64::MAX, true).unwrap())
+            .last()
+            .unwrap()
+            .1,
+        end - 1
+    );
+    let active = dir.path().join(format!(
+        "{}.log",
+        crate::file_stem(*log.segment_base_offsets().last().unwrap())
+    ));
+    log.close().unwrap();
+    // Clean close releases the active segment's reservation too.
+    let active_size = std::fs::metadata(&active).unwrap().len();
+    assert!(allocated(&active) <= active_size.next_multiple_of(4096));
+}

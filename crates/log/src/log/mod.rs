@@ -53,6 +53,7 @@ pub(crate) fn sizing(config: &LogConfig) -> SegmentSizing {
         segment_bytes: config.segment_bytes,
         index_max_bytes: config.segment_index_bytes,
         index_interval_bytes: config.index_interval_bytes,
+        preallocate_window_bytes: config.preallocate_window_bytes,
     }
 }
 

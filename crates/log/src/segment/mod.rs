@@ -39,6 +39,8 @@ pub struct SegmentSizing {
     pub segment_bytes: u64,
     pub index_max_bytes: u64,
     pub index_interval_bytes: u64,
+    /// See `LogConfig::preallocate_window_bytes` (0 = no preallocation).
+    pub preallocate_window_bytes: u64,
 }
 
 /// A batch that failed validation during a recovery scan.
@@ -90,12 +92,32 @@ pub struct Segment {
     rolling_base_timestamp: Option<i64>,
     created_ms: i64,
     sizing: SegmentSizing,
+    /// Disk blocks are reserved (fallocate, keep size) up to this file position (>= size).
+    preallocated_to: u64,
+    /// Blocks past the end of the file may be reserved (by this process, or by one that
+    /// crashed): sealing/closing releases them.
+    reserved_tail: bool,
 }
 
 fn map_len(size_bytes: u64, sizing: &SegmentSizing) -> usize {
     size_bytes
         .max(sizing.segment_bytes)
         .clamp(1, SEGMENT_MAX_BYTES) as usize
+}
+
+/// `statfs` magic of tmpfs, where `fallocate` allocates (and zeroes) memory pages: reserving
+/// ahead there costs more than it saves.
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// The sizing to use for an active segment in `file`: no preallocation on tmpfs.
+#[allow(clippy::unnecessary_cast)] // `f_type`'s integer type differs between targets
+fn preallocation_for(file: &File, mut sizing: SegmentSizing) -> SegmentSizing {
+    if sizing.preallocate_window_bytes > 0
+        && rustix::fs::fstatfs(file).is_ok_and(|s| s.f_type as i64 == TMPFS_MAGIC)
+    {
+        sizing.preallocate_window_bytes = 0;
+    }
+    sizing
 }
 
 impl Segment {
@@ -125,6 +147,7 @@ impl Segment {
             true,
         )?;
         let map = ReadMap::new(&file, map_len(0, &sizing))?;
+        let sizing = preallocation_for(&file, sizing);
         Ok(Segment {
             base_offset,
             dir: dir.to_path_buf(),
@@ -141,6 +164,8 @@ impl Segment {
             rolling_base_timestamp: None,
             created_ms: now_ms,
             sizing,
+            preallocated_to: 0,
+            reserved_tail: false,
         })
     }
 
@@ -168,6 +193,11 @@ impl Segment {
         let time_index =
             SparseIndex::open(IndexKind::Time, &tpath, sizing.index_max_bytes, rebuild)?;
         let map = ReadMap::new(&file, map_len(size_bytes, &sizing))?;
+        let sizing = if active {
+            preallocation_for(&file, sizing)
+        } else {
+            sizing
+        };
         let mut segment = Segment {
             base_offset,
             dir: dir.to_path_buf(),
@@ -184,6 +214,9 @@ impl Segment {
             rolling_base_timestamp: None,
             created_ms: now_ms,
             sizing,
+            preallocated_to: size_bytes,
+            // A crashed process may have left a reservation past the end of the active segment.
+            reserved_tail: active,
         };
         if active && rebuild {
             // (A loaded active segment is expanded on its first append: `Log::mark_dirty`.)
@@ -283,6 +316,7 @@ impl Segment {
     /// offsets continue from `next_offset`). No heap allocation.
     pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         let start = self.size_bytes;
+        self.reserve_ahead(start + bytes.len() as u64);
         self.file.write_all_at(bytes, start)?;
         let new_size = start + bytes.len() as u64;
         if new_size as usize > self.map.len() {
@@ -305,6 +339,49 @@ impl Segment {
             position += view.size_bytes() as u64;
         }
         self.size_bytes = new_size;
+        Ok(())
+    }
+
+    /// Make sure disk blocks are reserved up to `end`, reserving a whole window past it when
+    /// they are not (one `fallocate` per `preallocate_window_bytes` appended). Best effort: a
+    /// file system without `fallocate`, or a full disk, just turns it off for this segment (the
+    /// write itself reports a full disk).
+    fn reserve_ahead(&mut self, end: u64) {
+        let window = self.sizing.preallocate_window_bytes;
+        if window == 0 || end <= self.preallocated_to {
+            return;
+        }
+        let from = self.preallocated_to.max(self.size_bytes);
+        // Never reserve past `segment.bytes` (unless one append is larger than that).
+        let to = end
+            .saturating_add(window)
+            .min(self.sizing.segment_bytes.max(end));
+        let reserved = rustix::fs::fallocate(
+            &self.file,
+            rustix::fs::FallocateFlags::KEEP_SIZE,
+            from,
+            to - from,
+        );
+        match reserved {
+            Ok(()) => {
+                self.preallocated_to = to;
+                self.reserved_tail = true;
+            }
+            Err(e) => {
+                tracing::debug!(segment = self.base_offset, error = %e, "preallocation off for this segment");
+                self.preallocated_to = u64::MAX;
+            }
+        }
+    }
+
+    /// Release disk blocks reserved past the end of the file (ftruncate to its own size: the
+    /// size, and so every mapped byte, stays as it is).
+    fn release_reserved_tail(&mut self) -> io::Result<()> {
+        if self.reserved_tail {
+            self.file.set_len(self.size_bytes)?;
+            self.reserved_tail = false;
+            self.preallocated_to = self.size_bytes;
+        }
         Ok(())
     }
 
@@ -396,6 +473,9 @@ impl Segment {
         }
         self.map = ReadMap::new(&self.file, map_len(keep, &self.sizing))?;
         self.map_shared.store(false, Ordering::Relaxed);
+        // `set_len` released any reservation; the copy is a new file without one.
+        self.preallocated_to = keep;
+        self.reserved_tail = false;
         Ok(())
     }
 
@@ -406,8 +486,10 @@ impl Segment {
         Ok(())
     }
 
-    /// Seal: add the final time index entry and trim both indexes (on roll).
+    /// Seal: release the disk reservation past the end, add the final time index entry and trim
+    /// both indexes (on roll).
     pub fn seal(&mut self) -> io::Result<()> {
+        self.release_reserved_tail()?;
         self.maybe_append_time_entry();
         self.offset_index.trim()?;
         self.time_index.trim()?;
@@ -439,12 +521,12 @@ impl Segment {
         Ok(std::sync::Arc::new(self.file.try_clone()?))
     }
 
-    /// Delete the segment's files (mapped slices stay valid).
+    /// Delete the segment's files (mapped slices stay valid). The names go now; the pages are
+    /// freed when the reaper thread drops the segment (`crate::reaper`).
     pub fn delete(self) -> io::Result<()> {
-        let base = self.base_offset;
-        let dir = self.dir.clone();
-        drop(self);
-        delete_files(&dir, base)
+        delete_files(&self.dir, self.base_offset)?;
+        crate::reaper::release(self);
+        Ok(())
     }
 }
 
