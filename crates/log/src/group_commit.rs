@@ -64,9 +64,10 @@ impl GroupCommit {
         self.state.lock().syncs
     }
 
-    /// Replace the set of files that may hold non-durable data (after roll/truncate/delete).
-    pub(crate) fn set_files(&self, files: Vec<(i64, Arc<File>)>) {
-        self.state.lock().files = files;
+    /// Replace the set of files that may hold non-durable data (after roll/truncate/delete);
+    /// returns the previous set (the caller chooses where its handles are dropped).
+    pub(crate) fn set_files(&self, files: Vec<(i64, Arc<File>)>) -> Vec<(i64, Arc<File>)> {
+        std::mem::replace(&mut self.state.lock().files, files)
     }
 
     /// The log fsynced everything below `offset` itself (`Log::flush`).

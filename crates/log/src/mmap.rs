@@ -11,7 +11,8 @@
 //! 1. A `.log` file that has ever been mapped is never shrunk or overwritten in place: truncation
 //!    writes the kept prefix to a new file and renames it over the old one (the old inode, and so
 //!    every outstanding `Bytes`, stays valid until the last reference drops). Deleting (unlinking)
-//!    a mapped file is fine for the same reason.
+//!    a mapped file is fine for the same reason. Releasing a segment's preallocated blocks
+//!    truncates the file to its own size, which changes neither its size nor any byte below it.
 //! 2. Readers are only given slices of bytes below the segment's written size, and bytes once
 //!    written below that size are never rewritten (appends only add bytes past it).
 //! 3. Index files are only resized after their mapping is dropped, and index mappings are never

@@ -4,31 +4,33 @@
 //! the flusher is writing them back, waits for that I/O) only when the last descriptor or
 //! mapping goes: that cost — about a third of the append loop's CPU time when retention deletes
 //! a segment for every one written, and the loop's main source of blocking — lands on whoever
-//! drops the segment. Kafka moves it off the request path too (segments are renamed `.deleted`
-//! and removed later by a scheduler thread). Here one background thread drops unlinked
-//! segments; readers that still hold slices keep the mapping alive as before, and a crash
-//! leaves nothing behind (the names are already gone).
+//! drops the last handle. Kafka moves it off the request path too (segments are renamed
+//! `.deleted` and removed later by a scheduler thread). Here one background thread drops
+//! unlinked segments, and the group-commit file handles replaced after a roll or a deletion
+//! (which may be the last ones); readers that still hold slices keep the mapping alive as
+//! before, and a crash leaves nothing behind (the names are already gone).
 
 use std::sync::OnceLock;
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 
-use crate::segment::Segment;
+/// Something to drop on the reaper thread.
+type Doomed = Box<dyn Send>;
 
-/// Unlinked segments waiting for the reaper; when the queue is full, the caller drops the
-/// segment itself (back-pressure instead of unbounded memory and descriptors).
+/// Handles waiting for the reaper; when the queue is full, the caller drops the handle itself
+/// (back-pressure instead of unbounded memory and descriptors).
 pub const MAX_PENDING_SEGMENT_DROPS: usize = 64;
 
-static REAPER: OnceLock<Option<SyncSender<Segment>>> = OnceLock::new();
+static REAPER: OnceLock<Option<SyncSender<Doomed>>> = OnceLock::new();
 
-fn sender() -> Option<&'static SyncSender<Segment>> {
+fn sender() -> Option<&'static SyncSender<Doomed>> {
     REAPER
         .get_or_init(|| {
-            let (tx, rx) = sync_channel::<Segment>(MAX_PENDING_SEGMENT_DROPS);
+            let (tx, rx) = sync_channel::<Doomed>(MAX_PENDING_SEGMENT_DROPS);
             let spawned = std::thread::Builder::new()
                 .name("log-segment-reaper".into())
                 .spawn(move || {
-                    for segment in rx {
-                        drop(segment);
+                    for doomed in rx {
+                        drop(doomed);
                     }
                 });
             match spawned {
@@ -42,15 +44,16 @@ fn sender() -> Option<&'static SyncSender<Segment>> {
         .as_ref()
 }
 
-/// Drop `segment` (whose files are already unlinked) on the reaper thread, or here if the
-/// reaper is busy or missing.
-pub fn release(segment: Segment) {
+/// Drop `handles` (a segment whose files are already unlinked, or file handles that may be the
+/// last ones of such a segment) on the reaper thread, or here if the reaper is busy or missing.
+/// Called on roll and deletion paths only (it boxes), never per append.
+pub fn release<T: Send + 'static>(handles: T) {
     let Some(tx) = sender() else {
-        drop(segment);
+        drop(handles);
         return;
     };
-    match tx.try_send(segment) {
+    match tx.try_send(Box::new(handles)) {
         Ok(()) => {}
-        Err(TrySendError::Full(segment) | TrySendError::Disconnected(segment)) => drop(segment),
+        Err(TrySendError::Full(doomed) | TrySendError::Disconnected(doomed)) => drop(doomed),
     }
 }

@@ -171,6 +171,7 @@ impl Log {
                 seg.delete()?;
             }
             self.create_segment(first_offset, now_ms)?;
+            self.refresh_group_files()?;
         }
         if leader_epoch >= 0 && self.epochs.latest_epoch() != Some(leader_epoch) {
             self.epochs.assign(leader_epoch, first_offset)?;

@@ -41,6 +41,8 @@ impl Log {
                 seg.delete()?;
             }
         }
+        // Group commit must not keep (and later close here) the deleted segments' files.
+        self.refresh_group_files()?;
         let first = *self.segments.keys().next().expect("active segment");
         producer_snapshot::delete_below(&self.dir, first)?;
         Ok(())
@@ -187,6 +189,8 @@ impl Log {
                 seg.delete()?;
             }
         }
+        // Group commit must not keep (and later close here) the deleted segments' files.
+        self.refresh_group_files()?;
         let first = *self.segments.keys().next().expect("active segment remains");
         if first > self.log_start_offset {
             self.log_start_offset = first;

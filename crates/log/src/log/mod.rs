@@ -268,7 +268,9 @@ impl Log {
             let active = self.active();
             files.push((active.base_offset(), active.file_handle()?));
         }
-        self.group.set_files(files);
+        // The replaced handles may be the last ones of a deleted segment: closing them frees its
+        // pages, which the reaper thread does instead of this one.
+        crate::reaper::release(self.group.set_files(files));
         Ok(())
     }
 
