@@ -33,14 +33,15 @@ pub fn consumer_config(bootstrap: &str) -> ConsumerConfig {
 type Range = (String, i32, i64, i64);
 
 /// Reads every partition from its start to its current end with `params.consumers` consumers.
-/// Returns records and the time taken. Every record is counted exactly once or the phase fails.
+/// Returns records, the time taken and the process CPU seconds used meanwhile. Every record is
+/// counted exactly once or the phase fails.
 pub async fn consume_all(
     bootstrap: &str,
     params: &BenchParams,
     topic: &str,
     phase: Phase,
     progress: &ProgressFn,
-) -> Result<(u64, Duration), BenchError> {
+) -> Result<(u64, Duration, Option<f64>), BenchError> {
     let admin = Admin::new(client_config(bootstrap));
     let info = admin.describe_topics(&[topic.to_string()]).await?.remove(0);
     let query = |ts| -> Vec<_> {
@@ -73,6 +74,7 @@ pub async fn consume_all(
         progress.clone(),
     );
     let consumers = params.consumers.min(ranges.len()).max(1);
+    let cpu_start = crate::cpu::process_cpu_seconds();
     let start = Instant::now();
     let mut handles = Vec::new();
     for c in 0..consumers {
@@ -94,6 +96,9 @@ pub async fn consume_all(
             .map_err(|e| BenchError::Failed(format!("consumer task: {e}")))??;
     }
     let elapsed = start.elapsed();
+    let cpu = crate::cpu::process_cpu_seconds()
+        .zip(cpu_start)
+        .map(|(b, a)| b - a);
     stop.store(true, Ordering::Release);
     let _ = reporter.await;
     if n != total {
@@ -101,7 +106,7 @@ pub async fn consume_all(
             "consumed {n} records, the partitions hold {total}"
         )));
     }
-    Ok((n, elapsed))
+    Ok((n, elapsed, cpu))
 }
 
 /// Consumes the given partitions from their start to their end offset, batch by batch.

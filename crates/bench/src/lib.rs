@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod consume;
+pub mod cpu;
 mod latency;
 mod phases;
 mod produce;
@@ -157,10 +158,16 @@ pub struct Throughput {
     pub seconds: f64,
     pub msgs_per_sec: f64,
     pub mb_per_sec: f64,
+    /// CPU seconds this process (client and, when embedded, broker) used in the phase.
+    #[serde(default)]
+    pub cpu_seconds: Option<f64>,
+    /// The same per million messages: comparable across machine loads.
+    #[serde(default)]
+    pub cpu_seconds_per_million: Option<f64>,
 }
 
 impl Throughput {
-    fn new(messages: u64, bytes: u64, elapsed: Duration) -> Self {
+    fn new(messages: u64, bytes: u64, elapsed: Duration, cpu_seconds: Option<f64>) -> Self {
         let seconds = elapsed.as_secs_f64().max(1e-9);
         Self {
             messages,
@@ -168,6 +175,8 @@ impl Throughput {
             seconds,
             msgs_per_sec: messages as f64 / seconds,
             mb_per_sec: bytes as f64 / seconds / 1e6,
+            cpu_seconds,
+            cpu_seconds_per_million: cpu_seconds.map(|c| c * 1e6 / messages.max(1) as f64),
         }
     }
 }

@@ -64,7 +64,7 @@ pub async fn run(
     let mut acknowledged = 0u64;
 
     info!(topic, messages = params.messages, "produce phase");
-    let (produced, elapsed) = produce(
+    let (produced, elapsed, cpu) = produce(
         bootstrap,
         params,
         &topic,
@@ -75,17 +75,27 @@ pub async fn run(
     )
     .await?;
     acknowledged += produced;
-    let producer = Throughput::new(produced, produced * params.message_size as u64, elapsed);
+    let producer = Throughput::new(
+        produced,
+        produced * params.message_size as u64,
+        elapsed,
+        cpu,
+    );
 
     info!(topic, "consume phase");
-    let (consumed, elapsed) =
+    let (consumed, elapsed, cpu) =
         consume_all(bootstrap, params, &topic, Phase::Consume, &progress).await?;
     if consumed < produced {
         return Err(BenchError::Failed(format!(
             "consumed {consumed} of {produced} produced messages"
         )));
     }
-    let consumer = Throughput::new(consumed, consumed * params.message_size as u64, elapsed);
+    let consumer = Throughput::new(
+        consumed,
+        consumed * params.message_size as u64,
+        elapsed,
+        cpu,
+    );
 
     let latency_ms = if params.latency_full_speed_messages > 0 {
         info!(topic, "latency phase at full speed");
@@ -298,7 +308,7 @@ async fn latency_phase(
         .map_err(|e| BenchError::Failed(format!("latency consumer: {e}")))??;
     stop.store(true, Ordering::Release);
     let _ = reporter.await;
-    let (acked, _) = produced?;
+    let (acked, _, _) = produced?;
     Ok((LatencySummary::from_histogram(&h), acked))
 }
 
@@ -348,7 +358,8 @@ async fn recovery_phase(
     }
     let ms = start.elapsed().as_secs_f64() * 1000.0;
     // Consumers verify every batch's CRC (check_crcs is on by default).
-    let (validated, _) = consume_all(&bootstrap, params, topic, Phase::Recovery, progress).await?;
+    let (validated, _, _) =
+        consume_all(&bootstrap, params, topic, Phase::Recovery, progress).await?;
     if validated < acknowledged {
         return Err(BenchError::Failed(format!(
             "only {validated} of {acknowledged} acknowledged messages survived the crash"

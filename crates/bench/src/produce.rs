@@ -74,8 +74,8 @@ pub fn producer_config(
     })
 }
 
-/// Produces `messages` messages split over the producers. Returns the acknowledged count and
-/// the time until the last acknowledgement.
+/// Produces `messages` messages split over the producers. Returns the acknowledged count, the
+/// time until the last acknowledgement and the process CPU seconds used meanwhile.
 pub async fn produce(
     bootstrap: &str,
     params: &BenchParams,
@@ -84,7 +84,7 @@ pub async fn produce(
     pace: Pace,
     phase: Phase,
     progress: &ProgressFn,
-) -> Result<(u64, Duration), BenchError> {
+) -> Result<(u64, Duration, Option<f64>), BenchError> {
     let linger = match pace {
         Pace::Rate(_) => 0,
         _ => params.linger_ms,
@@ -126,6 +126,7 @@ pub async fn produce(
         progress.clone(),
     );
     let produced_total = Arc::new(AtomicU64::new(0));
+    let cpu_start = crate::cpu::process_cpu_seconds();
     let start = Instant::now();
     for (i, p) in clients.iter().enumerate() {
         let share = messages / producers + u64::from((i as u64) < messages % producers);
@@ -151,6 +152,9 @@ pub async fn produce(
             .map_err(|e| BenchError::Failed(format!("producer task: {e}")))??;
     }
     let elapsed = start.elapsed();
+    let cpu = crate::cpu::process_cpu_seconds()
+        .zip(cpu_start)
+        .map(|(b, a)| b - a);
     let mut total_acked = 0;
     let mut failed = 0;
     for p in &clients {
@@ -172,7 +176,7 @@ pub async fn produce(
             "{failed} messages were not acknowledged"
         )));
     }
-    Ok((total_acked, elapsed))
+    Ok((total_acked, elapsed, cpu))
 }
 
 struct ShareJob {

@@ -21,6 +21,13 @@ fn latency_line(l: &crate::LatencySummary) -> String {
     )
 }
 
+fn cpu_note(t: &crate::Throughput) -> String {
+    match t.cpu_seconds_per_million {
+        Some(c) => format!("  [{c:.3} CPU-s per million msgs, this process]"),
+        None => String::new(),
+    }
+}
+
 /// The results table printed by `streamforge bench`.
 pub fn table(r: &BenchResult) -> String {
     let w = &r.workload;
@@ -34,14 +41,16 @@ pub fn table(r: &BenchResult) -> String {
         w.message_size
     ));
     s.push_str(&format!(
-        "Producer Throughput : {} msg/s ({:.1} MB/s)\n",
+        "Producer Throughput : {} msg/s ({:.1} MB/s){}\n",
         thousands(r.producer.msgs_per_sec as u64),
-        r.producer.mb_per_sec
+        r.producer.mb_per_sec,
+        cpu_note(&r.producer)
     ));
     s.push_str(&format!(
-        "Consumer Throughput : {} msg/s ({:.1} MB/s)\n",
+        "Consumer Throughput : {} msg/s ({:.1} MB/s){}\n",
         thousands(r.consumer.msgs_per_sec as u64),
-        r.consumer.mb_per_sec
+        r.consumer.mb_per_sec,
+        cpu_note(&r.consumer)
     ));
     match &r.latency_ms {
         Some(l) => s.push_str(&format!(

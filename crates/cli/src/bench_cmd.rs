@@ -67,6 +67,12 @@ pub struct Args {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+    /// Worker threads of the benchmark client's runtime.
+    #[arg(long, default_value_t = 2)]
+    client_threads: usize,
+    /// Worker threads of the embedded broker's runtime.
+    #[arg(long, default_value_t = 2)]
+    broker_threads: usize,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -94,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     params.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(args.client_threads.max(1))
         .enable_all()
         .build()?;
     let bars = Bars::new(args.quiet);
@@ -110,7 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .data_dir
                 .clone()
                 .unwrap_or_else(|| tmp.path().join("data"));
-            let mut embedded = EmbeddedBroker::start(data_dir)?;
+            let mut embedded = EmbeddedBroker::start(data_dir, args.broker_threads.max(1))?;
             let bootstrap = embedded.bootstrap();
             let crash: Option<&mut dyn CrashControl> = if args.no_recovery {
                 None
@@ -185,6 +191,7 @@ impl Bars {
 /// exactly as after kill -9 of a process.
 struct EmbeddedBroker {
     data_dir: PathBuf,
+    worker_threads: usize,
     addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
     handle: Option<streamforge_broker::BrokerHandle>,
@@ -201,9 +208,9 @@ impl EmbeddedBroker {
         }
     }
 
-    fn start(data_dir: PathBuf) -> anyhow::Result<Self> {
+    fn start(data_dir: PathBuf, worker_threads: usize) -> anyhow::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(worker_threads)
             .thread_name("embedded-broker")
             .enable_all()
             .build()?;
@@ -214,6 +221,7 @@ impl EmbeddedBroker {
         let addr = handle.kafka_addr();
         Ok(Self {
             data_dir,
+            worker_threads,
             addr,
             runtime: Some(runtime),
             handle: Some(handle),
@@ -247,10 +255,11 @@ impl CrashControl for EmbeddedBroker {
             drop(handle);
             let data_dir = self.data_dir.clone();
             let addr = self.addr;
+            let worker_threads = self.worker_threads;
             // Restart on a fresh runtime (blocking thread: runtimes cannot be built inside async code).
             let (rt, handle) = tokio::task::spawn_blocking(move || -> Result<_, String> {
                 let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
+                    .worker_threads(worker_threads)
                     .thread_name("embedded-broker")
                     .enable_all()
                     .build()
