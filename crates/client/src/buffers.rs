@@ -16,8 +16,10 @@ pub const POOLED_FRAME_BYTES_MIN: usize = 64 * 1024;
 const POOLED_BUFFER_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Free buffers kept, in bytes of capacity.
 const FREE_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// Response frames watched for release.
+/// Response frames watched for release, by count and by bytes (the oldest is let go first; a
+/// watched frame the caller has dropped stays allocated until it is reused or let go).
 const WATCHED_FRAMES_MAX: usize = 4;
+const WATCHED_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 #[derive(Debug, Default)]
 pub struct BufferPool {
@@ -30,6 +32,7 @@ struct Inner {
     free_bytes: usize,
     /// Response frames handed out; reusable once we hold the last handle.
     watched: VecDeque<Bytes>,
+    watched_bytes: usize,
 }
 
 impl Inner {
@@ -50,8 +53,12 @@ impl Inner {
             let Some(b) = self.watched.pop_front() else {
                 break;
             };
+            let len = b.len();
             match b.try_into_mut() {
-                Ok(buf) => self.put(buf),
+                Ok(buf) => {
+                    self.watched_bytes -= len;
+                    self.put(buf);
+                }
                 Err(b) => self.watched.push_back(b),
             }
         }
@@ -89,9 +96,15 @@ impl BufferPool {
             return;
         }
         let mut p = self.inner.lock();
-        if p.watched.len() >= WATCHED_FRAMES_MAX {
-            p.watched.pop_front();
+        while !p.watched.is_empty()
+            && (p.watched.len() >= WATCHED_FRAMES_MAX
+                || p.watched_bytes + frame.len() > WATCHED_BYTES_MAX)
+        {
+            if let Some(old) = p.watched.pop_front() {
+                p.watched_bytes -= old.len();
+            }
         }
+        p.watched_bytes += frame.len();
         p.watched.push_back(frame.clone());
     }
 }
@@ -122,6 +135,20 @@ mod tests {
         assert_ne!(pool.take(POOLED_FRAME_BYTES_MIN).as_ptr(), rptr);
         drop(slice);
         assert_eq!(pool.take(POOLED_FRAME_BYTES_MIN).as_ptr(), rptr);
+    }
+
+    #[test]
+    fn watched_frames_are_bounded() {
+        let pool = BufferPool::default();
+        let frames: Vec<Bytes> = (0..WATCHED_FRAMES_MAX + 2)
+            .map(|_| Bytes::from(vec![0u8; POOLED_FRAME_BYTES_MIN]))
+            .collect();
+        for f in &frames {
+            pool.watch(f);
+        }
+        let p = pool.inner.lock();
+        assert_eq!(p.watched.len(), WATCHED_FRAMES_MAX);
+        assert_eq!(p.watched_bytes, WATCHED_FRAMES_MAX * POOLED_FRAME_BYTES_MIN);
     }
 
     #[test]
