@@ -5,36 +5,17 @@ mod client_support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use client_support::BrokerProcess;
+use client_support::{BrokerProcess, POLL_DEADLINE, client, create};
 use streamforge_client::{
-    Acks, Admin, BatchRecord, ClientConfig, Consumer, ConsumerConfig, NewTopic, OffsetReset,
-    Producer, ProducerConfig,
+    Acks, Admin, BatchRecord, Consumer, ConsumerConfig, OffsetReset, Producer, ProducerConfig,
 };
-
-/// Bound on any poll loop in these tests.
-const POLL_DEADLINE: Duration = Duration::from_secs(30);
-
-fn client(b: &BrokerProcess) -> ClientConfig {
-    ClientConfig::new(&b.bootstrap())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_batch_and_poll_batches_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let b = BrokerProcess::start(&dir.path().join("data"), &[]);
     let admin = Admin::new(client(&b));
-    admin
-        .create_topics(
-            &[NewTopic {
-                name: "batches".into(),
-                partitions: 3,
-                replication_factor: 1,
-                configs: vec![],
-            }],
-            false,
-        )
-        .await
-        .unwrap();
+    create(&admin, "batches", 3).await;
     let p = Producer::new(ProducerConfig {
         client: client(&b),
         acks: Acks::All,

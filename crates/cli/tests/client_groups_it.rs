@@ -6,43 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use client_support::BrokerProcess;
+use client_support::{BrokerProcess, POLL_DEADLINE, client, consume_n, create};
 use streamforge_client::offsets::CommittedOffset;
 use streamforge_client::{
-    Admin, ClientConfig, Consumer, ConsumerConfig, NewTopic, OffsetReset, Producer, ProducerConfig,
-    ProducerRecord, ResetTarget,
+    Admin, Consumer, ConsumerConfig, OffsetReset, Producer, ProducerConfig, ProducerRecord,
+    ResetTarget,
 };
-
-/// Bound on any poll loop in these tests.
-const POLL_DEADLINE: Duration = Duration::from_secs(30);
-
-fn client(b: &BrokerProcess) -> ClientConfig {
-    ClientConfig::new(&b.bootstrap())
-}
-
-async fn create(admin: &Admin, name: &str, partitions: i32) {
-    admin
-        .create_topics(
-            &[NewTopic {
-                name: name.into(),
-                partitions,
-                replication_factor: 1,
-                configs: vec![],
-            }],
-            false,
-        )
-        .await
-        .unwrap();
-}
-
-async fn consume_n(c: &mut Consumer, n: usize) -> Vec<streamforge_client::ConsumerRecord> {
-    let mut out = Vec::new();
-    let deadline = std::time::Instant::now() + POLL_DEADLINE;
-    while out.len() < n && std::time::Instant::now() < deadline {
-        out.extend(c.poll(Duration::from_millis(500)).await.unwrap());
-    }
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_subscribe_commit_lag_reset() {
@@ -177,56 +146,5 @@ async fn two_members_share_partitions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_producer_survives_broker_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut b = BrokerProcess::start(&dir.path().join("data"), &[]);
-    create(&Admin::new(client(&b)), "restart", 2).await;
-    let mut cfg = client(&b);
-    cfg.retry_backoff_ms = 50;
-    let p = Producer::new(ProducerConfig {
-        client: cfg.clone(),
-        enable_idempotence: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    for i in 0..100 {
-        p.send(ProducerRecord::new("restart", format!("{i}").as_bytes()))
-            .await
-            .unwrap();
-    }
-    p.flush().await.unwrap();
-    b.restart();
-    let mut futs = Vec::new();
-    for i in 100..200 {
-        futs.push(
-            p.send(ProducerRecord::new("restart", format!("{i}").as_bytes()))
-                .await
-                .unwrap(),
-        );
-    }
-    p.flush().await.unwrap();
-    for f in futs {
-        f.await.unwrap();
-    }
-    let mut c = Consumer::new(ConsumerConfig {
-        client: cfg,
-        auto_offset_reset: OffsetReset::Earliest,
-        ..Default::default()
-    });
-    c.assign(&[("restart".into(), 0), ("restart".into(), 1)]);
-    let recs = consume_n(&mut c, 200).await;
-    let mut vals: Vec<i64> = recs
-        .iter()
-        .map(|r| {
-            String::from_utf8_lossy(r.value.as_ref().unwrap())
-                .parse()
-                .unwrap()
-        })
-        .collect();
-    vals.sort();
-    assert_eq!(
-        vals,
-        (0..200).collect::<Vec<_>>(),
-        "nothing lost or duplicated across the restart"
-    );
+    client_support::produce_across_broker_restart(true).await;
 }

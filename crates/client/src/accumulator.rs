@@ -258,19 +258,9 @@ impl Accumulator {
             self.partitioner.on_batch_closed(topic, partition, n);
             became_ready = true;
         }
-        let open = q.open.get_or_insert_with(|| {
-            let cap = config.batch_size_bytes.max(record_bytes + 128);
-            let builder = match self.spare_buffers.pop() {
-                Some(buf) => BatchBuilder::with_buffer(config.compression, buf),
-                None => BatchBuilder::new(config.compression, cap),
-            };
-            OpenBatch {
-                builder,
-                completion: Arc::new(BatchCompletion::default()),
-                created: Instant::now(),
-                reserved_bytes: 0,
-            }
-        });
+        let open = q
+            .open
+            .get_or_insert_with(|| new_open_batch(&config, &mut self.spare_buffers, record_bytes));
         let index_in_batch = open.builder.record_count();
         open.builder.append(timestamp_ms, key, value, headers);
         open.reserved_bytes += reserved_bytes;
@@ -338,17 +328,7 @@ impl Accumulator {
                 became_ready = true;
             }
             let open = q.open.get_or_insert_with(|| {
-                let cap = config.batch_size_bytes.max(record_bytes + 128);
-                let builder = match self.spare_buffers.pop() {
-                    Some(buf) => BatchBuilder::with_buffer(config.compression, buf),
-                    None => BatchBuilder::new(config.compression, cap),
-                };
-                OpenBatch {
-                    builder,
-                    completion: Arc::new(BatchCompletion::default()),
-                    created: Instant::now(),
-                    reserved_bytes: 0,
-                }
+                new_open_batch(&config, &mut self.spare_buffers, record_bytes)
             });
             let index_in_batch = open.builder.record_count();
             open.builder.append(ts, r.key, r.value, r.headers);
@@ -427,6 +407,27 @@ fn close(topic: Arc<str>, partition: i32, open: OpenBatch) -> ReadyBatch {
         reserved_bytes: open.reserved_bytes,
         attempts: 0,
         not_before: None,
+    }
+}
+
+/// A new open batch for a record of `record_bytes`, on a spare buffer when there is one.
+fn new_open_batch(
+    config: &AccumulatorConfig,
+    spare_buffers: &mut Vec<bytes::BytesMut>,
+    record_bytes: usize,
+) -> OpenBatch {
+    let builder = match spare_buffers.pop() {
+        Some(buf) => BatchBuilder::with_buffer(config.compression, buf),
+        None => BatchBuilder::new(
+            config.compression,
+            config.batch_size_bytes.max(record_bytes + 128),
+        ),
+    };
+    OpenBatch {
+        builder,
+        completion: Arc::new(BatchCompletion::default()),
+        created: Instant::now(),
+        reserved_bytes: 0,
     }
 }
 

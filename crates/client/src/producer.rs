@@ -240,6 +240,37 @@ struct Inner {
     requests_sent: AtomicU64,
 }
 
+impl Inner {
+    /// Makes sure the accumulator knows `topic`'s partitions (a metadata request the first time).
+    async fn ensure_topic(&self, topic: &str) -> Result<()> {
+        if self.acc.lock().partition_count(topic) == 0 {
+            let t = self
+                .cluster
+                .topic(topic, self.config.allow_auto_create_topics)
+                .await?;
+            self.acc.lock().ensure_topic(topic, t.partitions.len());
+        }
+        Ok(())
+    }
+
+    /// Takes `bytes` of buffer memory, waiting for sent batches to return some if needed
+    /// (released when their batch completes). `what` names a request too large to ever fit.
+    async fn reserve_memory(&self, bytes: usize, what: &str) -> Result<()> {
+        let permits =
+            u32::try_from(bytes).map_err(|_| ClientError::InvalidArgument(what.into()))?;
+        match self.memory.try_acquire_many(permits) {
+            Ok(p) => p.forget(),
+            Err(_) => self
+                .memory
+                .acquire_many(permits)
+                .await
+                .map_err(|_| ClientError::Closed)?
+                .forget(),
+        }
+        Ok(())
+    }
+}
+
 /// Counters of a producer's lifetime.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProducerStats {
@@ -330,30 +361,14 @@ impl Producer {
             return Err(ClientError::Closed);
         }
         let topic = record.topic;
-        if inner.acc.lock().partition_count(topic) == 0 {
-            let t = inner
-                .cluster
-                .topic(topic, inner.config.allow_auto_create_topics)
-                .await?;
-            inner.acc.lock().ensure_topic(topic, t.partitions.len());
-        }
+        inner.ensure_topic(topic).await?;
         let size = crate::records::BatchBuilder::estimate_record_bytes(
             record.key,
             record.value,
             record.headers,
         );
         let permits = size.min(inner.config.buffer_memory_bytes).max(1);
-        let permits_u32 = u32::try_from(permits)
-            .map_err(|_| ClientError::InvalidArgument("record too large".into()))?;
-        match inner.memory.try_acquire_many(permits_u32) {
-            Ok(p) => p.forget(),
-            Err(_) => inner
-                .memory
-                .acquire_many(permits_u32)
-                .await
-                .map_err(|_| ClientError::Closed)?
-                .forget(),
-        }
+        inner.reserve_memory(permits, "record too large").await?;
         let timestamp_ms = record.timestamp_ms.unwrap_or_else(now_ms);
         let appended = {
             let mut acc = inner.acc.lock();

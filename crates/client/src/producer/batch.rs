@@ -103,24 +103,10 @@ impl Producer {
         if inner.closed.load(Ordering::Acquire) {
             return Err(ClientError::Closed);
         }
-        if inner.acc.lock().partition_count(topic) == 0 {
-            let t = inner
-                .cluster
-                .topic(topic, inner.config.allow_auto_create_topics)
-                .await?;
-            inner.acc.lock().ensure_topic(topic, t.partitions.len());
-        }
-        let permits = u32::try_from(reserve_bytes)
-            .map_err(|_| ClientError::InvalidArgument("records too large".into()))?;
-        match inner.memory.try_acquire_many(permits) {
-            Ok(p) => p.forget(),
-            Err(_) => inner
-                .memory
-                .acquire_many(permits)
-                .await
-                .map_err(|_| ClientError::Closed)?
-                .forget(),
-        }
+        inner.ensure_topic(topic).await?;
+        inner
+            .reserve_memory(reserve_bytes, "records too large")
+            .await?;
         let appended = {
             let mut acc = inner.acc.lock();
             let was_empty = !acc.has_buffered();
