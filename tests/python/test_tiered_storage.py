@@ -251,6 +251,10 @@ def test_store_down_during_uploads(broker_factory, store, topic_name):
         # Local fetch keeps working.
         tail = consume(b, topic_name, MESSAGES - 20, 20)
         assert [t[0] for t in tail] == list(range(MESSAGES - 20, MESSAGES))
+        # An upload gives up only after its retries (each with backoff): wait for that, bounded.
+        deadline = time.monotonic() + WAIT_S
+        while "segment upload failed" not in b.log_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert "segment upload failed" in b.log_text()
     finally:
         store.set_available(True)
