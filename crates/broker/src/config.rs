@@ -39,6 +39,12 @@ pub struct BrokerConfig {
     pub request_read_timeout_ms: u64,
     /// How often the housekeeping task calls `Log::tick` (roll, retention, `flush.ms`).
     pub log_tick_interval_ms: u64,
+    /// Background flush: data appended more than about this long ago is fsynced off the append
+    /// path (and rolled segments right after the roll), moving each log's recovery point so an
+    /// unclean restart re-checks only the recent tail, and a machine crash loses at most about
+    /// this much acknowledged data. 0 = only on roll (and `flush.ms`/`flush.messages`, acks=all
+    /// group commit, clean shutdown). Kafka leaves this to the OS and relies on replication.
+    pub log_flush_background_ms: u64,
     /// Graceful shutdown: longest wait for in-flight requests before closing the logs.
     pub shutdown_grace_ms: u64,
     /// Consumer groups: coordinator settings and the `__consumer_offsets` topic.
@@ -69,6 +75,7 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: 600_000,
             request_read_timeout_ms: 60_000,
             log_tick_interval_ms: 1_000,
+            log_flush_background_ms: 1_000,
             shutdown_grace_ms: 10_000,
             groups: Default::default(),
             http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),

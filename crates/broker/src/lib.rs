@@ -168,6 +168,9 @@ impl Broker {
             Some(addr) => Some(start_dashboard(addr, &state).await?),
             None => None,
         };
+        // (After the dashboard installed the recorder.)
+        metrics::gauge!("streamforge_log_recovery_checked_bytes")
+            .set(state.replicas.recovery_checked_bytes() as f64);
         tokio::spawn(group_service::run_timer(
             state.groups.clone(),
             shutdown_rx.clone(),

@@ -89,14 +89,20 @@ impl Drop for ConnectionGuard {
 
 /// Periodic log housekeeping (roll, retention, flush.ms) off the request path.
 pub async fn housekeeping(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
-    let mut interval = tokio::time::interval(ms(state.config.log_tick_interval_ms.max(10)));
+    // Often enough for the background flush interval too (it is checked per tick).
+    let background_flush_ms = state.config.log_flush_background_ms;
+    let tick_ms = match background_flush_ms {
+        0 => state.config.log_tick_interval_ms,
+        b => state.config.log_tick_interval_ms.min(b),
+    };
+    let mut interval = tokio::time::interval(ms(tick_ms.max(10)));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = interval.tick() => {
                 let st = state.clone();
-                let _ = tokio::task::spawn_blocking(move || st.replicas.tick(now_ms())).await;
+                let _ = tokio::task::spawn_blocking(move || st.replicas.tick(now_ms(), background_flush_ms)).await;
             }
         }
     }

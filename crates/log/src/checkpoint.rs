@@ -21,6 +21,19 @@ pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 
 /// Write `entries` (each a line of space-separated fields) to `dir/name` atomically.
 pub fn write_entries(dir: &Path, name: &str, entries: &[String]) -> io::Result<()> {
+    write_entries_inner(dir, name, entries)?;
+    sync_dir(dir)
+}
+
+/// Write a single offset that only ever grows (the recovery point moving forward): like
+/// [`write_offset`] but without the directory fsync. If a crash loses the rename, the previous
+/// file (complete, and lower) is read back, which is safe; a *lowered* value must use
+/// [`write_offset`].
+pub fn write_offset_advancing(dir: &Path, name: &str, offset: i64) -> io::Result<()> {
+    write_entries_inner(dir, name, &[offset.to_string()])
+}
+
+fn write_entries_inner(dir: &Path, name: &str, entries: &[String]) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     {
         let mut f = File::create(&tmp)?;
@@ -32,8 +45,7 @@ pub fn write_entries(dir: &Path, name: &str, entries: &[String]) -> io::Result<(
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
     }
-    fs::rename(&tmp, dir.join(name))?;
-    sync_dir(dir)
+    fs::rename(&tmp, dir.join(name))
 }
 
 /// Read the entries of `dir/name`; `Ok(None)` if the file does not exist.

@@ -6,6 +6,9 @@
 //! lock except this module's short state lock) the segment files that may hold unflushed data,
 //! covering every offset requested so far, then wakes all waiters. Appends that arrive while an
 //! fsync runs are covered by the next one, so N concurrent producers cost ~2 fsyncs, not N.
+//!
+//! Background flushes (after a roll, and periodically: `crate::background_flush`) are one more
+//! waiter, run on the flusher thread; at most one is queued or running per log.
 
 use std::fs::File;
 use std::io;
@@ -31,6 +34,13 @@ struct State {
     failed: Option<String>,
     /// Number of fsync rounds run (observability and tests).
     syncs: u64,
+    /// Bumped when the log is truncated: an fsync that started before a truncation must not
+    /// mark offsets written after it as durable.
+    generation: u64,
+    /// The offset a background flush was asked to make durable.
+    background_target: i64,
+    /// A background flush for this log is queued or running.
+    background_in_flight: bool,
 }
 
 /// Shared between a `Log` and the tickets it hands out.
@@ -50,6 +60,9 @@ impl GroupCommit {
                 files: Vec::new(),
                 failed: None,
                 syncs: 0,
+                generation: 0,
+                background_target: durable_offset,
+                background_in_flight: false,
             }),
             cond: Condvar::new(),
         })
@@ -84,6 +97,45 @@ impl GroupCommit {
         let mut st = self.state.lock();
         st.durable_offset = st.durable_offset.min(offset);
         st.requested_offset = st.requested_offset.min(offset);
+        st.background_target = st.background_target.min(offset);
+        st.generation += 1;
+    }
+
+    /// Ask for a background flush of everything below `offset`. Returns `true` if a flush job
+    /// must be queued (none is queued or running for this log); the caller then queues it or,
+    /// if it cannot, calls [`GroupCommit::background_done`].
+    pub(crate) fn request_background(&self, offset: i64) -> bool {
+        let mut st = self.state.lock();
+        if st.failed.is_some() || st.durable_offset >= offset {
+            return false;
+        }
+        st.background_target = st.background_target.max(offset);
+        if st.background_in_flight {
+            return false;
+        }
+        st.background_in_flight = true;
+        true
+    }
+
+    /// The next offset a background flush should reach, or `None` (and the job ends) when
+    /// everything asked for is durable.
+    pub(crate) fn next_background_target(&self) -> Option<i64> {
+        let mut st = self.state.lock();
+        if st.failed.is_some() || st.durable_offset >= st.background_target {
+            st.background_in_flight = false;
+            return None;
+        }
+        Some(st.background_target)
+    }
+
+    /// The background job ended early (not queued, or its fsync failed).
+    pub(crate) fn background_done(&self) {
+        self.state.lock().background_in_flight = false;
+    }
+
+    /// A background flush is queued or running.
+    pub fn background_flush_in_flight(&self) -> bool {
+        self.state.lock().background_in_flight
     }
 
     /// Block until every offset below `offset` is fsynced (running the fsync if nobody else is).
@@ -104,6 +156,7 @@ impl GroupCommit {
             // Become the syncer for everything requested so far.
             st.syncing = true;
             let target = st.requested_offset;
+            let generation = st.generation;
             let files: Vec<Arc<File>> = st.files.iter().map(|(_, f)| Arc::clone(f)).collect();
             drop(st);
             let result = files.iter().try_for_each(|f| f.sync_data());
@@ -112,7 +165,7 @@ impl GroupCommit {
             st.syncs += 1;
             match result {
                 Ok(()) => {
-                    if target > st.durable_offset {
+                    if generation == st.generation && target > st.durable_offset {
                         st.durable_offset = target;
                     }
                     // Files wholly below the durable offset no longer need syncing.

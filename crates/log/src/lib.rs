@@ -5,6 +5,7 @@
 //! implemented (issue 2); signatures may grow, but keep them source compatible.
 #![deny(unsafe_code)] // only `mmap` (the file-mapping module) may allow it, each block with `// SAFETY:`
 
+mod background_flush;
 mod checkpoint;
 mod epoch;
 mod group_commit;
@@ -21,6 +22,7 @@ mod tests;
 
 use bytes::Bytes;
 
+pub use crate::background_flush::MAX_PENDING_BACKGROUND_FLUSHES;
 pub use crate::group_commit::{FlushTicket, GroupCommit};
 pub use crate::log::Log;
 pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};

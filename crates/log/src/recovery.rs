@@ -11,6 +11,12 @@
 //! - A bad batch below the recovery point (data that was fsynced) is never cut off silently:
 //!   `open` fails with [`LogError::Corrupted`] naming the segment, offset and position.
 //! - A missing or inconsistent index is rebuilt from its segment (logged).
+//! - After an unclean shutdown nothing is fsynced that recovery did not change (Kafka's rule):
+//!   the scanned data came from the page cache and may not be on disk, so the recovery point
+//!   stays where the checkpoint had it (capped at the log end) and the next unclean open
+//!   re-checks the same range. The checkpoint is rewritten only if that value changed, and the
+//!   directory is fsynced only when files were cut, deleted or created. Background flushing
+//!   (`Log::background_flush_ticket`) moves the recovery point forward later, off the open path.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -39,6 +45,8 @@ fn corrupted(dir: &Path, base: i64, bad: &BadBatch) -> LogError {
 
 pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, LogError> {
     fs::create_dir_all(dir)?;
+    // Files removed, cut or created here: the directory needs an fsync before the open is done.
+    let mut dir_changed = false;
     let mut bases = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -47,6 +55,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         if TEMP_SUFFIXES.iter().any(|s| name.ends_with(s)) {
             tracing::info!(dir = %dir.display(), file = name, "removing leftover temporary file");
             fs::remove_file(entry.path())?;
+            dir_changed = true;
             continue;
         }
         if let Some(stem) = name.strip_suffix(".log")
@@ -69,15 +78,22 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
             && bases.binary_search(&base).is_err()
         {
             fs::remove_file(entry.path())?;
+            dir_changed = true;
         }
     }
 
     let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
     let log_start_ckpt = checkpoint::read_offset(dir, LOG_START_FILE)?;
+    // A missing checkpoint means nothing is known to be flushed.
+    let recovery_point_ckpt = if clean {
+        None
+    } else {
+        checkpoint::read_offset(dir, RECOVERY_POINT_FILE)?
+    };
     let recovery_point = if clean {
         i64::MAX
     } else {
-        checkpoint::read_offset(dir, RECOVERY_POINT_FILE)?.unwrap_or(0)
+        recovery_point_ckpt.unwrap_or(0)
     };
     let sizing = sizing(&config);
     let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
@@ -89,17 +105,28 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
     // Anything rebuilt or cut: the fast clean path (no fsync at open) does not apply.
     let mut repaired = false;
     let mut rebuilt = 0usize;
+    let mut checked_bytes = 0u64;
     for (i, &base) in bases.iter().enumerate() {
         let last = i + 1 == bases.len();
         let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
         let unflushed = next_base > recovery_point;
         // Indexes rebuilt from the log start out preallocated like an active segment's.
         let mut seg_rebuilt = unflushed;
+        if !crate::segment::index_path(dir, base).exists()
+            || !crate::segment::time_index_path(dir, base).exists()
+        {
+            // `Segment::open` creates it.
+            dir_changed = true;
+        }
         let mut seg = if unflushed {
             let mut seg = Segment::open(dir, base, sizing, true, last, now_ms)?;
             rebuilt += 1;
             let outcome = seg.scan(recovery_point);
-            tracing::debug!(dir = %dir.display(), segment = base, batches = outcome.valid_batches, "scanned segment");
+            checked_bytes += outcome.checked_bytes;
+            tracing::debug!(
+                dir = %dir.display(), segment = base, batches = outcome.valid_batches,
+                checked_bytes = outcome.checked_bytes, "scanned segment"
+            );
             if let Some(bad) = outcome.bad {
                 if bad.offset < recovery_point && !clean {
                     return Err(corrupted(dir, base, &bad));
@@ -115,6 +142,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
                 seg.truncate_at_position(bad.position)?;
                 truncated_at = Some(i);
                 repaired = true;
+                dir_changed = true;
             }
             seg
         } else {
@@ -135,6 +163,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
                 seg_rebuilt = true;
                 // Flushed data: validate fully; anything bad here is reported, not cut off.
                 let outcome = seg.scan(i64::MIN);
+                checked_bytes += outcome.checked_bytes;
                 if let Some(bad) = outcome.bad {
                     if clean && last {
                         tracing::warn!(
@@ -143,6 +172,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
                             "truncating corrupt tail of the active segment"
                         );
                         seg.truncate_at_position(bad.position)?;
+                        dir_changed = true;
                     } else {
                         return Err(corrupted(dir, base, &bad));
                     }
@@ -191,6 +221,11 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         .expect("at least one segment");
     let log_start_offset = log_start_ckpt.unwrap_or(first_base).max(first_base);
     let epochs = LeaderEpochCache::load(dir)?;
+    let recovery_point = if clean {
+        next_offset
+    } else {
+        recovery_point.min(next_offset)
+    };
     let mut log = Log {
         dir: dir.to_path_buf(),
         config,
@@ -198,19 +233,19 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         log_start_offset,
         next_offset,
         high_watermark: next_offset,
-        recovery_point: if clean {
-            next_offset
-        } else {
-            recovery_point.min(next_offset)
-        },
+        recovery_point,
         recovery_point_checkpointed: -1,
         epochs,
         unflushed_messages: 0,
         last_flush_ms: now_ms,
-        group: GroupCommit::new(if clean { next_offset } else { 0 }),
+        // Below the recovery point the data is on disk; everything above it (scanned from the
+        // page cache) is fsynced by the first group commit or background flush.
+        group: GroupCommit::new(recovery_point),
         producers: ProducerStateManager::new(),
         dirty_pending: false,
         segments_rebuilt_at_open: rebuilt,
+        recovery_checked_bytes: checked_bytes,
+        background_flush_started_ms: now_ms,
     };
     if log_start_offset > next_offset {
         // The tail holding the log start was lost: nothing below it may be served.
@@ -227,15 +262,29 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         // checkpoints on disk are current. The marker goes on the first change (`mark_dirty`).
         log.recovery_point_checkpointed = log.recovery_point;
         log.dirty_pending = clean;
-    } else {
-        // What was scanned came from the page cache: make it durable before trusting it as
-        // flushed.
+        if dir_changed {
+            checkpoint::sync_dir(dir)?;
+        }
+    } else if clean {
+        // Clean but repaired: make the repaired files durable before trusting them as flushed.
         log.flush()?;
         log.write_recovery_checkpoint()?;
-        if clean {
-            fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE))?;
-        }
+        fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE))?;
         checkpoint::sync_dir(dir)?;
+    } else {
+        // Unclean: the recovery point did not move past the checkpoint, so nothing scanned is
+        // trusted as flushed and nothing needs an fsync. Only a lowered value (the log ends
+        // below the checkpoint) is written, and only changed directory entries are synced.
+        if log.recovery_point_checkpointed < 0 {
+            // (`truncate_fully_and_start_at` above may have written it already.)
+            log.recovery_point_checkpointed = recovery_point_ckpt.unwrap_or(0);
+        }
+        if log.recovery_point != log.recovery_point_checkpointed {
+            // Writes and syncs the directory.
+            log.write_recovery_checkpoint()?;
+        } else if dir_changed {
+            checkpoint::sync_dir(dir)?;
+        }
     }
     log.refresh_group_files()?;
     tracing::debug!(
@@ -244,6 +293,8 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         log_start_offset = log.log_start_offset,
         log_end_offset = log.next_offset,
         segments = log.segments.len(),
+        recovery_point = log.recovery_point,
+        checked_bytes,
         "opened log"
     );
     Ok(log)

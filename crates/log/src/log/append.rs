@@ -202,6 +202,9 @@ impl Log {
         self.active_mut().seal()?;
         self.create_segment(base, created_ms)?;
         self.refresh_group_files()?;
+        // Flush the sealed segment soon, off the append path (Kafka does so after a roll), so the
+        // recovery point keeps up with rolled data.
+        crate::background_flush::request(&self.group, base);
         // Producer state as of the new segment's base, so recovery replays at most one segment.
         self.take_producer_snapshot(base)?;
         tracing::debug!(dir = %self.dir.display(), base_offset = base, "rolled segment");

@@ -46,6 +46,11 @@ pub struct Log {
     /// Segments whose indexes `open` rebuilt from a walk of their batches (unclean-shutdown
     /// scan, or a missing/inconsistent index). 0 after a clean shutdown with intact files.
     pub(crate) segments_rebuilt_at_open: usize,
+    /// Bytes whose CRC `open` checked (0 after a clean shutdown; after an unclean one, the data
+    /// past the recovery point).
+    pub(crate) recovery_checked_bytes: u64,
+    /// When the last periodic background flush was asked for (`request_background_flush`).
+    pub(crate) background_flush_started_ms: i64,
 }
 
 pub(crate) fn sizing(config: &LogConfig) -> SegmentSizing {
@@ -207,6 +212,11 @@ impl Log {
     pub fn segments_rebuilt_at_open(&self) -> usize {
         self.segments_rebuilt_at_open
     }
+    /// Bytes of record batches whose CRC was checked when this log was opened: 0 after a clean
+    /// shutdown, else about the data written since the last flush before the crash.
+    pub fn recovery_checked_bytes(&self) -> u64 {
+        self.recovery_checked_bytes
+    }
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         self.segments.len()
@@ -250,6 +260,23 @@ impl Log {
         }
     }
 
+    /// Periodic background flush (the broker's `log_flush_background_ms`): if data was appended
+    /// that is not durable yet and the last request was at least `interval_ms` ago, ask the
+    /// background flusher to fsync everything appended so far. Only queues a job (at most one per
+    /// log); the fsync runs on the flusher thread, and the next `tick` moves the recovery point.
+    /// Returns whether a flush was asked for. `interval_ms <= 0` disables it.
+    pub fn request_background_flush(&mut self, now_ms: i64, interval_ms: i64) -> bool {
+        if interval_ms <= 0
+            || self.group.durable_offset() >= self.next_offset
+            || now_ms.saturating_sub(self.background_flush_started_ms) < interval_ms
+        {
+            return false;
+        }
+        self.background_flush_started_ms = now_ms;
+        crate::background_flush::request(&self.group, self.next_offset);
+        true
+    }
+
     /// The log's group-commit state (durable offset, fsync count).
     pub fn group_commit(&self) -> &Arc<GroupCommit> {
         &self.group
@@ -291,11 +318,21 @@ impl Log {
     }
 
     pub(crate) fn write_recovery_checkpoint(&mut self) -> Result<(), LogError> {
-        checkpoint::write_offset(
-            &self.dir,
-            checkpoint::RECOVERY_POINT_FILE,
-            self.recovery_point,
-        )?;
+        if self.recovery_point_checkpointed >= 0
+            && self.recovery_point > self.recovery_point_checkpointed
+        {
+            checkpoint::write_offset_advancing(
+                &self.dir,
+                checkpoint::RECOVERY_POINT_FILE,
+                self.recovery_point,
+            )?;
+        } else {
+            checkpoint::write_offset(
+                &self.dir,
+                checkpoint::RECOVERY_POINT_FILE,
+                self.recovery_point,
+            )?;
+        }
         self.recovery_point_checkpointed = self.recovery_point;
         Ok(())
     }

@@ -58,6 +58,8 @@ pub struct BadBatch {
 pub struct ScanOutcome {
     /// Batches that passed validation.
     pub valid_batches: u64,
+    /// Bytes of the batches whose CRC was checked (recovery cost; the rest was header-walked).
+    pub checked_bytes: u64,
     /// The first bad batch, if any (everything from it on is not valid).
     pub bad: Option<BadBatch>,
 }

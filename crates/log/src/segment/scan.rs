@@ -90,6 +90,7 @@ impl Segment {
         self.map.populate(self.size_bytes as usize);
         let mut position = 0u64;
         let mut valid_batches = 0u64;
+        let mut checked_bytes = 0u64;
         while position < self.size_bytes {
             let bad = |error: String| BadBatch {
                 position,
@@ -101,6 +102,7 @@ impl Segment {
                 Err(e) => {
                     return ScanOutcome {
                         valid_batches,
+                        checked_bytes,
                         bad: Some(bad(e.to_string())),
                     };
                 }
@@ -108,6 +110,7 @@ impl Segment {
             if pos.base_offset < self.next_offset || pos.last_offset < pos.base_offset {
                 return ScanOutcome {
                     valid_batches,
+                    checked_bytes,
                     bad: Some(bad(format!(
                         "batch offsets {}..={} do not follow {}",
                         pos.base_offset, pos.last_offset, self.next_offset
@@ -120,9 +123,11 @@ impl Segment {
                 if let Err(e) = checked {
                     return ScanOutcome {
                         valid_batches,
+                        checked_bytes,
                         bad: Some(bad(e.to_string())),
                     };
                 }
+                checked_bytes += pos.size_bytes;
             }
             self.index_batch(position, pos.last_offset, pos.max_timestamp, pos.size_bytes);
             position += pos.size_bytes;
@@ -130,6 +135,7 @@ impl Segment {
         }
         ScanOutcome {
             valid_batches,
+            checked_bytes,
             bad: None,
         }
     }

@@ -1,0 +1,76 @@
+//! Background flushing: fsyncs that move a log's recovery point forward without blocking its
+//! appends.
+//!
+//! Two things ask for one, both while holding the log's lock (they only queue a job):
+//! - a roll: the sealed segment is flushed soon after (Kafka schedules
+//!   `flushUptoOffsetExclusive(newSegment.baseOffset)` right after a roll), and
+//! - the broker's housekeeping, for data older than its `log_flush_background_ms`
+//!   (`Log::request_background_flush`).
+//!
+//! One flusher thread runs the jobs: each is a group-commit wait (`GroupCommit::wait_durable`),
+//! so the fsync runs outside the log's lock, shares the fsync with acks=all producers, and
+//! covers every offset asked for while it ran. At most one job per log is queued or running
+//! (`GroupCommit::request_background`); the queue is bounded, and a request that does not fit
+//! is dropped and asked again by the next housekeeping tick. `Log::tick` then moves the recovery
+//! point to the durable offset and writes the checkpoint.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::mpsc::{SyncSender, sync_channel};
+
+use crate::group_commit::GroupCommit;
+
+/// Logs waiting for the flusher thread.
+pub const MAX_PENDING_BACKGROUND_FLUSHES: usize = 4096;
+
+static FLUSHER: OnceLock<Option<SyncSender<Arc<GroupCommit>>>> = OnceLock::new();
+
+fn sender() -> Option<&'static SyncSender<Arc<GroupCommit>>> {
+    FLUSHER
+        .get_or_init(|| {
+            let (tx, rx) = sync_channel::<Arc<GroupCommit>>(MAX_PENDING_BACKGROUND_FLUSHES);
+            let spawned = std::thread::Builder::new()
+                .name("log-background-flush".into())
+                .spawn(move || {
+                    for group in rx {
+                        run(&group);
+                    }
+                });
+            match spawned {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no background flush thread; logs are flushed only by flush.ms/flush.messages, acks=all and close");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// One job: fsync until everything asked for (also while it ran) is durable.
+fn run(group: &GroupCommit) {
+    while let Some(target) = group.next_background_target() {
+        if let Err(e) = group.wait_durable(target) {
+            // Group commit logged it and refuses further waits; the log reports it on writes.
+            tracing::warn!(error = %e, "background flush failed");
+            group.background_done();
+            return;
+        }
+    }
+}
+
+/// Ask for everything below `offset` to be fsynced in the background. Never blocks and never
+/// fsyncs on the caller's thread.
+pub(crate) fn request(group: &Arc<GroupCommit>, offset: i64) {
+    if !group.request_background(offset) {
+        return;
+    }
+    let queued = sender().is_some_and(|tx| tx.try_send(Arc::clone(group)).is_ok());
+    if !queued {
+        tracing::debug!(
+            offset,
+            "background flush queue full; retried on the next tick"
+        );
+        group.background_done();
+    }
+}
