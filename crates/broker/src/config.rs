@@ -26,8 +26,6 @@ pub struct BrokerConfig {
     pub log_defaults: LogConfig,
     /// `socket.request.max.bytes`: larger frames close the connection.
     pub socket_request_max_bytes: usize,
-    /// Requests read from one connection but not yet answered (pipelining bound).
-    pub max_in_flight_requests_per_connection: usize,
     /// `queued.max.request.bytes`: request bytes read but not yet handled, over all
     /// connections. Reading waits when it is used up (at least one maximal frame fits).
     pub queued_max_request_bytes: usize,
@@ -69,7 +67,6 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             log_defaults: LogConfig::default(),
             socket_request_max_bytes: 100 * 1024 * 1024,
-            max_in_flight_requests_per_connection: 128,
             queued_max_request_bytes: 1024 * 1024 * 1024,
             max_connections: 10_000,
             connections_max_idle_ms: 600_000,

@@ -1,14 +1,21 @@
-//! One client connection: a reader that frames and dispatches requests (pipelined, at most
-//! `max_in_flight_requests_per_connection` unanswered), and a writer that sends responses
-//! strictly in request order with vectored writes (fetch data is never copied).
+//! One client connection, served by one task: read a request, run its handler, send its
+//! response, then read the next. This is Kafka's order (the broker mutes a connection from the
+//! moment it receives a request until its response is sent), so pipelined Produce requests
+//! append in request order; clients that pipeline find their next requests waiting in the
+//! socket buffer. Running the handler in the connection's own task, rather than spawning one
+//! task per request and a writer task per connection, saves the cross-task wake-ups that were
+//! a quarter of the broker's CPU under librdkafka (see docs/BROKER.md). Responses go out with
+//! vectored writes (fetch data is never copied).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Buf, Bytes};
+use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
 use streamforge_protocol::api_versions::unsupported_api_versions_response;
 use streamforge_protocol::frame::{FRAME_PREFIX_BYTES, HeaderPrefix, api_name, frame_len};
@@ -16,23 +23,13 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use crate::router::{self, HandlerError, HandlerResult};
 use crate::{BrokerState, ms};
 
-/// Responses gathered into one vectored write at most.
-const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
 /// IoSlices per `write_vectored` call (Linux IOV_MAX is 1024).
 const IOV_CHUNKS_MAX: usize = 512;
-
-/// A dispatched request whose response is pending.
-struct Pending {
-    api_key: ApiKey,
-    correlation_id: i32,
-    handle: JoinHandle<HandlerResult>,
-}
 
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
@@ -52,59 +49,40 @@ pub async fn serve(
     state: Arc<BrokerState>,
     stream: TcpStream,
     peer: SocketAddr,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     tracing::debug!(%peer, "connection opened");
-    let (rd, wr) = stream.into_split();
-    let (tx, rx) =
-        mpsc::channel::<Pending>(state.config.max_in_flight_requests_per_connection.max(1));
-    let writer = tokio::spawn(write_responses(wr, rx, peer));
-    read_requests(&state, rd, &tx, shutdown, peer).await;
-    drop(tx);
-    let _ = writer.await;
-    tracing::debug!(%peer, "connection closed");
-}
-
-async fn read_requests(
-    state: &Arc<BrokerState>,
-    mut rd: OwnedReadHalf,
-    tx: &mpsc::Sender<Pending>,
-    mut shutdown: watch::Receiver<bool>,
-    peer: SocketAddr,
-) {
-    // Completion of the previously dispatched request: handlers of one connection run one
-    // after another, as in Kafka (which mutes a channel until its response is sent), so
-    // pipelined Produce requests append in request order.
-    let mut previous_done: Option<oneshot::Receiver<()>> = None;
+    let (mut rd, mut wr) = stream.into_split();
+    let mut out: VecDeque<Bytes> = VecDeque::new();
     loop {
         if *shutdown.borrow() {
-            return;
+            break;
         }
         let frame = tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tx.closed() => return, // the writer gave up on this connection
-            f = read_frame(state, &mut rd) => f,
+            _ = shutdown.changed() => break,
+            f = read_frame(&state, &mut rd) => f,
         };
         let (frame, permit) = match frame {
             Ok(Some(f)) => f,
-            Ok(None) => return, // clean EOF between frames
+            Ok(None) => break, // clean EOF between frames
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "closing connection");
-                return;
+                break;
             }
         };
-        let pending = match dispatch(state, frame, permit, peer, &mut previous_done) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "bad request, closing connection");
-                return;
-            }
-        };
-        if tx.send(pending).await.is_err() {
-            return;
+        match handle(&state, frame, permit, peer).await {
+            Some(Some(response)) => out.extend(response.chunks),
+            Some(None) => continue, // no response (acks=0 Produce)
+            None => break,
+        }
+        if let Err(e) = write_all_vectored(&mut wr, &mut out).await {
+            tracing::debug!(%peer, error = %e, "write failed");
+            break;
         }
     }
+    let _ = wr.shutdown().await;
+    tracing::debug!(%peer, "connection closed");
 }
 
 /// Read one frame: `Ok(None)` on EOF before a new frame starts.
@@ -114,7 +92,9 @@ async fn read_frame(
 ) -> Result<Option<(Bytes, OwnedSemaphorePermit)>, ReadError> {
     let mut prefix = [0u8; FRAME_PREFIX_BYTES];
     let idle = ms(state.config.connections_max_idle_ms);
-    let first = tokio::time::timeout(idle, rd.read(&mut prefix[..1]))
+    // The first read waits up to the idle timeout and takes as much of the length prefix as
+    // has arrived (usually all of it: one syscall, not two).
+    let first = tokio::time::timeout(idle, rd.read(&mut prefix))
         .await
         .map_err(|_| ReadError::Idle)??;
     if first == 0 {
@@ -122,7 +102,7 @@ async fn read_frame(
     }
     let deadline = tokio::time::Instant::now() + ms(state.config.request_read_timeout_ms);
     tokio::time::timeout_at(deadline, async {
-        rd.read_exact(&mut prefix[1..])
+        rd.read_exact(&mut prefix[first..])
             .await
             .map_err(eof_as_truncated)?;
         let len = frame_len(prefix, state.config.socket_request_max_bytes)?;
@@ -158,15 +138,65 @@ fn eof_as_truncated(e: std::io::Error) -> ReadError {
     }
 }
 
-/// Parse the header, find the route and start the handler.
-fn dispatch(
+/// Parse the header, find the route and run the handler. `None` = the connection must close.
+async fn handle(
     state: &Arc<BrokerState>,
     frame: Bytes,
     permit: OwnedSemaphorePermit,
     peer: SocketAddr,
-    previous_done: &mut Option<oneshot::Receiver<()>>,
-) -> Result<Pending, HandlerError> {
-    let prefix = HeaderPrefix::parse(&frame)?;
+) -> Option<Option<ResponseFrame>> {
+    let prefix = match HeaderPrefix::parse(&frame) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "bad request, closing connection");
+            return None;
+        }
+    };
+    let (api_key, correlation_id) = (prefix.api_key, prefix.correlation_id);
+    let result = match route(frame, prefix, peer) {
+        Ok(Routed::Ready(api_key, result)) => (api_key, result),
+        Ok(Routed::Handler(api_key, handler, req)) => {
+            let started = Instant::now();
+            let result = AssertUnwindSafe(handler(state.clone(), req))
+                .catch_unwind()
+                .await;
+            let name = api_name(api_key);
+            metrics::counter!("streamforge_requests_total", "api" => name).increment(1);
+            metrics::histogram!("streamforge_request_duration_seconds", "api" => name)
+                .record(started.elapsed().as_secs_f64());
+            match result {
+                Ok(result) => (api_key, result),
+                Err(_) => {
+                    tracing::error!(%peer, api = name, correlation_id, "handler panicked, closing connection");
+                    return None;
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(%peer, api_key, correlation_id, error = %e, "bad request, closing connection");
+            return None;
+        }
+    };
+    // The frame's memory reservation ends with its handler.
+    drop(permit);
+    match result {
+        (_, Ok(resp)) => Some(resp),
+        (api_key, Err(e)) => {
+            let api = api_name(api_key);
+            tracing::warn!(%peer, api, correlation_id, error = %e, "request failed, closing connection");
+            None
+        }
+    }
+}
+
+enum Routed {
+    /// Answered without a handler.
+    Ready(ApiKey, HandlerResult),
+    Handler(ApiKey, router::HandlerFn, RequestFrame),
+}
+
+/// Find the request's route and check its version.
+fn route(frame: Bytes, prefix: HeaderPrefix, peer: SocketAddr) -> Result<Routed, HandlerError> {
     let api_key = ApiKey::try_from(prefix.api_key)
         .ok()
         .filter(|k| router::find(*k).is_some())
@@ -181,9 +211,8 @@ fn dispatch(
         if api_key == ApiKey::ApiVersions {
             // Kafka's quirk: answer in v0 with our range so the client can retry.
             let resp = unsupported_api_versions_response(prefix.correlation_id, route.range());
-            return Ok(ready(
+            return Ok(Routed::Ready(
                 api_key,
-                prefix.correlation_id,
                 resp.map(Some).map_err(HandlerError::from),
             ));
         }
@@ -197,115 +226,7 @@ fn dispatch(
     }
     let mut req = RequestFrame::parse(frame)?;
     req.client_addr = Some(peer.ip());
-    let handler = route.handler;
-    let state = state.clone();
-    let correlation_id = req.correlation_id;
-    let after = previous_done.take();
-    let (done_tx, done_rx) = oneshot::channel();
-    *previous_done = Some(done_rx);
-    let handle = tokio::spawn(async move {
-        if let Some(after) = after {
-            // An error means the previous handler ended without signalling (it failed or
-            // was aborted); either way it is no longer running.
-            let _ = after.await;
-        }
-        let started = Instant::now();
-        let result = handler(state, req).await;
-        drop(permit);
-        let _ = done_tx.send(());
-        let name = api_name(api_key);
-        metrics::counter!("streamforge_requests_total", "api" => name).increment(1);
-        metrics::histogram!("streamforge_request_duration_seconds", "api" => name)
-            .record(started.elapsed().as_secs_f64());
-        result
-    });
-    Ok(Pending {
-        api_key,
-        correlation_id,
-        handle,
-    })
-}
-
-fn ready(api_key: ApiKey, correlation_id: i32, result: HandlerResult) -> Pending {
-    Pending {
-        api_key,
-        correlation_id,
-        handle: tokio::spawn(async move { result }),
-    }
-}
-
-/// Send responses in request order, batching those already complete into one write.
-async fn write_responses(
-    mut wr: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Pending>,
-    peer: SocketAddr,
-) {
-    let mut carry: Option<Pending> = None;
-    let mut out: VecDeque<Bytes> = VecDeque::new();
-    'outer: loop {
-        let first = match carry.take() {
-            Some(p) => p,
-            None => match rx.recv().await {
-                Some(p) => p,
-                None => break,
-            },
-        };
-        let mut out_bytes = 0;
-        let mut next = Some(first);
-        while let Some(p) = next.take() {
-            match finish(p, peer).await {
-                Some(Some(frame)) => {
-                    out_bytes += frame.len_bytes();
-                    out.extend(frame.chunks);
-                }
-                Some(None) => {}
-                None => {
-                    // Flush what was answered before the failing request, then close.
-                    let _ = write_all_vectored(&mut wr, &mut out).await;
-                    break 'outer;
-                }
-            }
-            if out_bytes >= WRITE_BATCH_BYTES_MAX {
-                break;
-            }
-            if let Ok(p) = rx.try_recv() {
-                if p.handle.is_finished() {
-                    next = Some(p);
-                } else {
-                    carry = Some(p);
-                }
-            }
-        }
-        if let Err(e) = write_all_vectored(&mut wr, &mut out).await {
-            tracing::debug!(%peer, error = %e, "write failed");
-            break;
-        }
-    }
-    // Abort handlers whose responses will never be sent.
-    rx.close();
-    while let Ok(p) = rx.try_recv() {
-        p.handle.abort();
-    }
-    if let Some(p) = carry {
-        p.handle.abort();
-    }
-    let _ = wr.shutdown().await;
-}
-
-/// Await one handler. `None` = the connection must close.
-async fn finish(p: Pending, peer: SocketAddr) -> Option<Option<ResponseFrame>> {
-    let name = api_name(p.api_key);
-    match p.handle.await {
-        Ok(Ok(resp)) => Some(resp),
-        Ok(Err(e)) => {
-            tracing::warn!(%peer, api = name, correlation_id = p.correlation_id, error = %e, "request failed, closing connection");
-            None
-        }
-        Err(e) => {
-            tracing::error!(%peer, api = name, correlation_id = p.correlation_id, error = %e, "handler panicked, closing connection");
-            None
-        }
-    }
+    Ok(Routed::Handler(api_key, route.handler, req))
 }
 
 async fn write_all_vectored(

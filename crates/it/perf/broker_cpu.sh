@@ -26,7 +26,7 @@ done
 ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 hz="$(getconf CLK_TCK)"
 # Topic creation and connection setup are not part of the produce cost: create the topic first.
-"$perf_bin" --bootstrap "127.0.0.1:$port" --messages 1 --produce-only --topic warmup "$@" >/dev/null
+"$perf_bin" --bootstrap "127.0.0.1:$port" --messages 1 --produce-only --topic perf "$@" >/dev/null
 before="$(ticks)"
 "$perf_bin" --bootstrap "127.0.0.1:$port" --messages "$messages" --produce-only --topic perf "$@"
 after="$(ticks)"
