@@ -354,7 +354,7 @@ async fn recovery_phase(
                 "broker did not serve within {RECOVERY_TIMEOUT:?} after restart"
             )));
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let ms = start.elapsed().as_secs_f64() * 1000.0;
     // Consumers verify every batch's CRC (check_crcs is on by default).

@@ -115,6 +115,26 @@ impl Partition {
         })
     }
 
+    /// A new partition (topic creation, CreatePartitions): this broker leads it from now on, so
+    /// the leader epoch starts at the log end offset here (Kafka's `makeLeader`), not in the
+    /// first Produce request, which would otherwise write and fsync the leader-epoch checkpoint.
+    /// Partitions loaded at startup assign it on their first append, as before: an empty log's
+    /// epoch entry does not survive recovery (Kafka truncates entries at or past the log end),
+    /// and re-adding it for every idle partition would slow every restart down.
+    fn create(
+        topic: &Arc<str>,
+        index: i32,
+        data_dir: &Path,
+        config: LogConfig,
+    ) -> Result<Partition, LogError> {
+        let partition = Partition::open(topic, index, data_dir, config)?;
+        if let Ok(assigned) = partition.with_log(|log| log.assign_epoch_start_offset(LEADER_EPOCH))
+        {
+            assigned?;
+        }
+        Ok(partition)
+    }
+
     /// Run `f` with the log locked.
     pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> Result<R, PartitionError> {
         let mut guard = self.log.lock();
@@ -353,7 +373,7 @@ impl ReplicaManager {
         let name_arc: Arc<str> = Arc::from(name);
         let mut parts = Vec::with_capacity(partitions as usize);
         for p in 0..partitions {
-            parts.push(Arc::new(Partition::open(
+            parts.push(Arc::new(Partition::create(
                 &name_arc,
                 p,
                 &self.data_dir,
@@ -426,7 +446,7 @@ impl ReplicaManager {
         let mut parts = topic.partitions.clone();
         let name_arc = topic.partitions[0].topic.clone();
         for p in current..count {
-            parts.push(Arc::new(Partition::open(
+            parts.push(Arc::new(Partition::create(
                 &name_arc,
                 p,
                 &self.data_dir,

@@ -12,6 +12,11 @@ use parking_lot::Mutex;
 use streamforge_bench::{BenchParams, CrashControl, Phase, Progress, ProgressFn};
 use streamforge_broker::{Broker, BrokerConfig};
 
+/// How long the crash-recovery restart may keep retrying the bind of the old address.
+const RESTART_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between those retries.
+const RESTART_RETRY: Duration = Duration::from_millis(1);
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Benchmark this broker instead of an embedded one (no crash-recovery phase then).
@@ -279,14 +284,17 @@ impl CrashControl for EmbeddedBroker {
                     .enable_all()
                     .build()
                     .map_err(|e| e.to_string())?;
-                // The old listener's socket may linger briefly; retry the bind (bounded).
+                // The old listener's socket may linger briefly while the dropped runtime's
+                // threads wind down; retry the bind often (a sleep here adds to the measured
+                // recovery time) and for at most RESTART_TIMEOUT.
                 let mut last = String::new();
-                for _ in 0..100 {
+                let started = std::time::Instant::now();
+                while started.elapsed() < RESTART_TIMEOUT {
                     match rt.block_on(Broker::start(Self::config(&data_dir, addr))) {
                         Ok(h) => return Ok((rt, h)),
                         Err(e) => {
                             last = e.to_string();
-                            std::thread::sleep(Duration::from_millis(20));
+                            std::thread::sleep(RESTART_RETRY);
                         }
                     }
                 }

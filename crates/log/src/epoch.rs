@@ -11,6 +11,9 @@ pub struct LeaderEpochCache {
     dir: PathBuf,
     /// Strictly increasing epochs with non-decreasing start offsets.
     entries: Vec<(i32, i64)>,
+    /// The file still holds entries that opening the log truncated away in memory only; the
+    /// next assignment writes the list even when it adds nothing.
+    stale_on_disk: bool,
 }
 
 impl LeaderEpochCache {
@@ -31,10 +34,12 @@ impl LeaderEpochCache {
         Ok(LeaderEpochCache {
             dir: dir.to_path_buf(),
             entries,
+            stale_on_disk: false,
         })
     }
 
-    fn persist(&self) -> io::Result<()> {
+    fn persist(&mut self) -> io::Result<()> {
+        self.stale_on_disk = false;
         let rows: Vec<String> = self
             .entries
             .iter()
@@ -58,6 +63,9 @@ impl LeaderEpochCache {
             return Ok(());
         }
         match self.entries.last() {
+            // Appends go on in an epoch the file may no longer describe correctly (it can
+            // still name a later epoch that opening the log truncated away): rewrite it once.
+            Some((latest, _)) if *latest >= epoch && self.stale_on_disk => return self.persist(),
             Some((latest, _)) if *latest >= epoch => return Ok(()),
             _ => {}
         }
@@ -85,9 +93,7 @@ impl LeaderEpochCache {
 
     /// Remove entries starting at or after `offset` (log truncated to `offset`).
     pub fn truncate_from_end(&mut self, offset: i64) -> io::Result<()> {
-        let before = self.entries.len();
-        self.entries.retain(|(_, o)| *o < offset);
-        if self.entries.len() != before {
+        if self.drop_from_end(offset) {
             self.persist()?;
         }
         Ok(())
@@ -95,18 +101,39 @@ impl LeaderEpochCache {
 
     /// Log start moved to `offset`: entries wholly below it collapse into one starting there.
     pub fn truncate_from_start(&mut self, offset: i64) -> io::Result<()> {
+        if self.collapse_below(offset) {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    /// Both truncations, to the bounds of a log being opened, in memory only. The file may keep
+    /// entries past the log's ends: every open repeats these truncations, and the next
+    /// assignment (even one that adds nothing, see `stale_on_disk`) writes the whole list. Kafka likewise does not fsync this truncation while loading a log
+    /// (`truncateFromEndAsyncFlush`); not writing at all means an idle partition's epoch entry
+    /// (an epoch that began at the log end, with no records yet) costs no file write per restart.
+    pub fn truncate_to_log_on_open(&mut self, log_start_offset: i64, log_end_offset: i64) {
+        let dropped = self.drop_from_end(log_end_offset);
+        let collapsed = self.collapse_below(log_start_offset);
+        self.stale_on_disk |= dropped || collapsed;
+    }
+
+    fn drop_from_end(&mut self, offset: i64) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|(_, o)| *o < offset);
+        self.entries.len() != before
+    }
+
+    fn collapse_below(&mut self, offset: i64) -> bool {
         let below = self.entries.iter().filter(|(_, o)| *o <= offset).count();
         if below == 0 {
-            return Ok(());
+            return false;
         }
         let keep_epoch = self.entries[below - 1].0;
         let changed = below > 1 || self.entries[0].1 != offset;
         self.entries.drain(..below - 1);
         self.entries[0] = (keep_epoch, offset);
-        if changed {
-            self.persist()?;
-        }
-        Ok(())
+        changed
     }
 
     pub fn clear(&mut self) -> io::Result<()> {
@@ -140,5 +167,47 @@ mod tests {
         let mut c3 = c2;
         c3.truncate_from_start(12).unwrap();
         assert_eq!(c3.entries(), &[(3, 12)]);
+    }
+
+    #[test]
+    fn truncation_on_open_writes_nothing_until_the_next_assignment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(checkpoint::LEADER_EPOCH_FILE);
+        let mut c = LeaderEpochCache::load(dir.path()).unwrap();
+        c.assign(0, 0).unwrap();
+        c.assign(1, 100).unwrap();
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let before = inode(&file);
+        // The log came back with its end at 50 (the epoch-1 records were lost): memory only.
+        let mut c = LeaderEpochCache::load(dir.path()).unwrap();
+        c.truncate_to_log_on_open(0, 50);
+        assert_eq!(c.entries(), &[(0, 0)]);
+        assert_eq!(inode(&file), before, "opening wrote the checkpoint");
+        // Appends continue in epoch 0: the stale file (naming epoch 1 at 100) is rewritten once.
+        c.assign(0, 50).unwrap();
+        assert_ne!(inode(&file), before);
+        assert_eq!(
+            LeaderEpochCache::load(dir.path()).unwrap().entries(),
+            &[(0, 0)]
+        );
+        let rewritten = inode(&file);
+        c.assign(0, 60).unwrap();
+        assert_eq!(inode(&file), rewritten, "a current file is not rewritten");
+        // An idle partition: its epoch began at the (empty) log end and is dropped on open
+        // without a write; the first append assigns it again.
+        let idle = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::load(idle.path()).unwrap();
+        c.assign(0, 0).unwrap();
+        let idle_file = idle.path().join(checkpoint::LEADER_EPOCH_FILE);
+        let before = inode(&idle_file);
+        let mut c = LeaderEpochCache::load(idle.path()).unwrap();
+        c.truncate_to_log_on_open(0, 0);
+        assert!(c.entries().is_empty());
+        assert_eq!(inode(&idle_file), before);
+        c.assign(0, 0).unwrap();
+        assert_eq!(
+            LeaderEpochCache::load(idle.path()).unwrap().entries(),
+            &[(0, 0)]
+        );
     }
 }

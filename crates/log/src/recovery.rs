@@ -252,10 +252,8 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         log.truncate_fully_and_start_at(log_start_offset)?;
         repaired = true;
     }
-    if !log.epochs.entries().is_empty() {
-        log.epochs.truncate_from_end(log.next_offset)?;
-        log.epochs.truncate_from_start(log.log_start_offset)?;
-    }
+    log.epochs
+        .truncate_to_log_on_open(log.log_start_offset, log.next_offset);
     log.rebuild_producer_state()?;
     if bases.is_empty() || (clean && !repaired) {
         // A new log, or a clean one loaded as it was: nothing to make durable, and the

@@ -493,3 +493,32 @@ fn preallocation_keeps_the_logical_size_and_is_released_on_roll_and_close() {
     let active_size = std::fs::metadata(&active).unwrap().len();
     assert!(allocated(&active) <= active_size.next_multiple_of(4096));
 }
+
+#[test]
+fn epoch_start_assigned_on_becoming_leader_is_not_rewritten_by_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join(crate::checkpoint::LEADER_EPOCH_FILE);
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    let mut b = batch(2, 1000);
+    log.append_as_leader(&mut b, 0, 5).unwrap();
+    // A new leader epoch starts at the log end offset, written when leadership begins.
+    log.assign_epoch_start_offset(3).unwrap();
+    assert_eq!(log.leader_epochs(), &[(0, 0), (3, 2)]);
+    let written = std::fs::metadata(&ckpt).unwrap().modified().unwrap();
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&ckpt).unwrap());
+    // The epoch's appends find it assigned: the checkpoint file is not replaced.
+    for i in 0..5 {
+        let mut b = batch(2, 2000 + i);
+        log.append_as_leader(&mut b, 3, 5).unwrap();
+    }
+    let after = std::fs::metadata(&ckpt).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::ino(&after), inode);
+    assert_eq!(after.modified().unwrap(), written);
+    // Assigning the same epoch again, or an older one, changes nothing.
+    log.assign_epoch_start_offset(3).unwrap();
+    log.assign_epoch_start_offset(1).unwrap();
+    assert_eq!(log.leader_epochs(), &[(0, 0), (3, 2)]);
+    drop(log);
+    let log = Log::open(dir.path(), small_config(), 0).unwrap();
+    assert_eq!(log.leader_epochs(), &[(0, 0), (3, 2)]);
+}

@@ -47,6 +47,17 @@ impl Log {
         Ok((batch_count, record_count))
     }
 
+    /// Record that this replica leads from `leader_epoch` on, starting at the log end offset
+    /// (Kafka's `maybeAssignEpochStartOffset` when a replica becomes leader). The leader-epoch
+    /// checkpoint is then written here, once, instead of by the epoch's first append — which
+    /// would fsync two files and the directory in the middle of a Produce request.
+    pub fn assign_epoch_start_offset(&mut self, leader_epoch: i32) -> Result<(), LogError> {
+        if leader_epoch >= 0 && self.epochs.latest_epoch() != Some(leader_epoch) {
+            self.epochs.assign(leader_epoch, self.next_offset)?;
+        }
+        Ok(())
+    }
+
     /// Validate `batches` (one or more RecordBatch v2, as received in a Produce request), assign
     /// offsets by patching each batch's `baseOffset` and `partitionLeaderEpoch` in place (and
     /// LogAppendTime if configured, recomputing the CRC), append, update indexes.
