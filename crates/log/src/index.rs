@@ -71,7 +71,15 @@ impl SparseIndex {
             max_entries: 0,
         };
         if reset {
-            index.resize_bytes((max_bytes / entry).max(1) * entry)?;
+            let want = (max_bytes / entry).max(1) * entry;
+            if len == want {
+                // Already preallocated (an active segment's index after a crash): map it as is;
+                // a `set_len` to the same length still costs an inode update per file.
+                index.max_entries = (want / entry) as usize;
+                index.map = Some(IndexMap::new(&index.file)?);
+            } else {
+                index.resize_bytes(want)?;
+            }
         } else if len == 0 {
             // A sealed segment with no entries: nothing to map (`expand` maps when needed).
             index.max_entries = 0;

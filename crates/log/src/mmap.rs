@@ -29,6 +29,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use memmap2::{Advice, Mmap, MmapMut, MmapOptions};
 
+/// Alignment of `populate` ranges (a smaller page size than the system's makes the advice fail,
+/// which only costs the prefault).
+const PAGE_BYTES: usize = 4096;
+
 /// A read-only mapping of the first `len` bytes of a segment file (the file may be shorter than
 /// `len` while it is still being appended to; only bytes below its written size are read).
 #[derive(Debug, Clone)]
@@ -73,12 +77,17 @@ impl ReadMap {
         })
     }
 
-    /// Prefault the page tables for `0..len` (a recovery scan is about to read it all), saving a
-    /// page fault per 4 KiB. Best effort: older kernels without MADV_POPULATE_READ just fault.
-    pub fn populate(&self, len: usize) {
-        let len = len.min(self.map.len());
-        if len > 0 {
-            let _ = self.map.advise_range(Advice::PopulateRead, 0, len);
+    /// Prefault the page tables for `start..end` (a recovery scan is about to read it all),
+    /// saving a page fault per 4 KiB. Best effort: older kernels without MADV_POPULATE_READ
+    /// just fault.
+    pub fn populate(&self, start: usize, end: usize) {
+        let end = end.min(self.map.len());
+        // Page-aligned start (the mapping itself is).
+        let start = start.min(end) & !(PAGE_BYTES - 1);
+        if end > start {
+            let _ = self
+                .map
+                .advise_range(Advice::PopulateRead, start, end - start);
         }
     }
 

@@ -87,10 +87,12 @@ impl Segment {
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = -1;
         self.rolling_base_timestamp = None;
-        self.map.populate(self.size_bytes as usize);
         let mut position = 0u64;
         let mut valid_batches = 0u64;
         let mut checked_bytes = 0u64;
+        // Only the CRC-checked part is read in full: prefault it once reached (below it, only
+        // batch headers are read, one page each).
+        let mut populated = false;
         while position < self.size_bytes {
             let bad = |error: String| BadBatch {
                 position,
@@ -118,6 +120,11 @@ impl Segment {
                 };
             }
             if pos.last_offset >= verify_from_offset {
+                if !populated {
+                    self.map
+                        .populate(position as usize, self.size_bytes as usize);
+                    populated = true;
+                }
                 let checked = RecordBatch::parse(self.batch_bytes(&pos))
                     .and_then(|v| v.verify_crc().and_then(|_| v.validate_header()));
                 if let Err(e) = checked {
