@@ -521,9 +521,16 @@ impl ReplicaManager {
         let interval_ms = i64::try_from(background_flush_ms).unwrap_or(i64::MAX);
         for p in self.all_partitions() {
             let ticked = p.with_log(|log| {
-                let r = log.tick(now_ms);
+                let r = log.tick_deferred(now_ms);
                 log.request_background_flush(now_ms, interval_ms);
                 r
+            });
+            // The checkpoint's fsync runs after the log's lock is released.
+            let ticked = ticked.map(|r| {
+                r.and_then(|advance| match advance {
+                    Some(a) => a.write().map_err(LogError::from),
+                    None => Ok(()),
+                })
             });
             match ticked {
                 Ok(Err(e)) => {

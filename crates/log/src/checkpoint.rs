@@ -3,7 +3,10 @@
 
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 /// Current checkpoint format version.
 const VERSION: u32 = 0;
@@ -96,6 +99,95 @@ pub fn write_offset(dir: &Path, name: &str, offset: i64) -> io::Result<()> {
 /// Read a single offset (`None` if the file is missing).
 pub fn read_offset(dir: &Path, name: &str) -> io::Result<Option<i64>> {
     Ok(read_entries(dir, name)?.and_then(|e| e.first().and_then(|f| f.first().copied())))
+}
+
+/// One log's `recovery-point-offset-checkpoint`, shared by the log (which writes it under its
+/// lock: on open, truncation and close) and [`RecoveryPointAdvance`]s, which move it forward
+/// after the lock is released (the housekeeping tick), so the file's fsync never holds up
+/// appends. A write that lowers the value invalidates every advance issued before it.
+#[derive(Debug)]
+pub struct RecoveryCheckpoint {
+    dir: PathBuf,
+    state: Mutex<CheckpointState>,
+}
+
+#[derive(Debug)]
+struct CheckpointState {
+    /// The value in the file (`None`: unknown or no file, so the next write syncs the directory).
+    written: Option<i64>,
+    /// Bumped by every write that lowers the value.
+    generation: u64,
+}
+
+impl RecoveryCheckpoint {
+    pub fn new(dir: &Path, written: Option<i64>) -> Arc<RecoveryCheckpoint> {
+        Arc::new(RecoveryCheckpoint {
+            dir: dir.to_path_buf(),
+            state: Mutex::new(CheckpointState {
+                written,
+                generation: 0,
+            }),
+        })
+    }
+
+    /// Write `value` now, whichever way it moves (a lowered value with the directory fsync).
+    pub fn write(&self, value: i64) -> io::Result<()> {
+        let mut st = self.state.lock();
+        match st.written {
+            Some(w) if value == w => {}
+            Some(w) if value > w => write_offset_advancing(&self.dir, RECOVERY_POINT_FILE, value)?,
+            _ => {
+                write_offset(&self.dir, RECOVERY_POINT_FILE, value)?;
+                st.generation += 1;
+            }
+        }
+        st.written = Some(value);
+        Ok(())
+    }
+
+    /// A write of `value` (which must only move the checkpoint forward) to run later, outside
+    /// the log's lock.
+    pub fn advance(self: &Arc<Self>, value: i64) -> RecoveryPointAdvance {
+        RecoveryPointAdvance {
+            checkpoint: Arc::clone(self),
+            generation: self.state.lock().generation,
+            value,
+        }
+    }
+}
+
+/// A pending forward move of a log's recovery-point checkpoint (from `Log::tick_deferred`):
+/// [`RecoveryPointAdvance::write`] after releasing the log's lock. Skipped if the log lowered
+/// the checkpoint since (truncation) or a later value is already written.
+#[derive(Debug)]
+#[must_use = "the checkpoint is written only by `write`"]
+pub struct RecoveryPointAdvance {
+    checkpoint: Arc<RecoveryCheckpoint>,
+    generation: u64,
+    value: i64,
+}
+
+impl RecoveryPointAdvance {
+    /// The recovery point this writes.
+    pub fn value(&self) -> i64 {
+        self.value
+    }
+
+    /// Write the checkpoint (file fsync + rename; the directory only for a first write).
+    pub fn write(self) -> io::Result<()> {
+        let cp = &self.checkpoint;
+        let mut st = cp.state.lock();
+        if st.generation != self.generation || st.written.is_some_and(|w| w >= self.value) {
+            return Ok(());
+        }
+        if st.written.is_some() {
+            write_offset_advancing(&cp.dir, RECOVERY_POINT_FILE, self.value)?;
+        } else {
+            write_offset(&cp.dir, RECOVERY_POINT_FILE, self.value)?;
+        }
+        st.written = Some(self.value);
+        Ok(())
+    }
 }
 
 /// fsync a directory so renames and new files in it are durable.

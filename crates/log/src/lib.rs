@@ -23,6 +23,7 @@ mod tests;
 use bytes::Bytes;
 
 pub use crate::background_flush::MAX_PENDING_BACKGROUND_FLUSHES;
+pub use crate::checkpoint::RecoveryPointAdvance;
 pub use crate::group_commit::{FlushTicket, GroupCommit};
 pub use crate::log::Log;
 pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};

@@ -235,6 +235,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         high_watermark: next_offset,
         recovery_point,
         recovery_point_checkpointed: -1,
+        checkpoint: checkpoint::RecoveryCheckpoint::new(dir, recovery_point_ckpt),
         epochs,
         unflushed_messages: 0,
         last_flush_ms: now_ms,

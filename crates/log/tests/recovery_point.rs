@@ -224,3 +224,31 @@ fn a_roll_flushes_the_sealed_segment_in_the_background() {
     assert!(log.recovery_point() >= sealed_end);
     assert!(checkpoint_value(dir.path()).unwrap() >= sealed_end);
 }
+
+#[test]
+fn deferred_checkpoint_advance_is_written_outside_and_dropped_after_a_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    append(&mut log, 20, 0);
+    log.flush().unwrap();
+    let end = log.log_end_offset();
+    let advance = log.tick_deferred(1).unwrap().expect("recovery point moved");
+    assert_eq!(advance.value(), end);
+    // Nothing written while the caller still holds the log (the lock, in the broker).
+    assert_eq!(checkpoint_value(dir.path()), None);
+    assert!(log.tick_deferred(2).unwrap().is_none(), "handed out once");
+    advance.write().unwrap();
+    assert_eq!(checkpoint_value(dir.path()), Some(end));
+
+    // An advance issued before a truncation must not overwrite the lowered checkpoint.
+    append(&mut log, 20, 3);
+    log.flush().unwrap();
+    let stale = log.tick_deferred(4).unwrap().expect("recovery point moved");
+    assert!(stale.value() > end);
+    let cut = end - 10 * RECORDS_PER_BATCH;
+    log.truncate_to(cut).unwrap();
+    assert_eq!(checkpoint_value(dir.path()), Some(cut));
+    stale.write().unwrap();
+    assert_eq!(checkpoint_value(dir.path()), Some(cut));
+    assert_eq!(log.log_end_offset(), cut);
+}

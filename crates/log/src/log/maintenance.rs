@@ -115,6 +115,18 @@ impl Log {
     /// Periodic housekeeping: roll by `segment.ms`, retention by time/size, `flush.ms`, and the
     /// recovery-point checkpoint.
     pub fn tick(&mut self, now_ms: i64) -> Result<(), LogError> {
+        if let Some(advance) = self.tick_deferred(now_ms)? {
+            advance.write()?;
+        }
+        Ok(())
+    }
+
+    /// [`Log::tick`], except that moving the recovery-point checkpoint forward (a small file
+    /// write with an fsync) is returned for the caller to run after releasing the log's lock.
+    pub fn tick_deferred(
+        &mut self,
+        now_ms: i64,
+    ) -> Result<Option<checkpoint::RecoveryPointAdvance>, LogError> {
         // Group-commit fsyncs happen outside the log; pick up how far they got.
         let durable = self.group.durable_offset().min(self.next_offset);
         if durable > self.recovery_point {
@@ -132,10 +144,14 @@ impl Log {
             self.flush()?;
             self.last_flush_ms = now_ms;
         }
+        if self.recovery_point > self.recovery_point_checkpointed {
+            self.recovery_point_checkpointed = self.recovery_point;
+            return Ok(Some(self.checkpoint.advance(self.recovery_point)));
+        }
         if self.recovery_point != self.recovery_point_checkpointed {
             self.write_recovery_checkpoint()?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Delete old segments by `retention.ms` and `retention.bytes` (only segments wholly below

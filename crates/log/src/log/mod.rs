@@ -32,8 +32,11 @@ pub struct Log {
     pub(crate) high_watermark: i64,
     /// Everything below this offset is fsynced.
     pub(crate) recovery_point: i64,
-    /// The recovery point last written to the checkpoint file.
+    /// The recovery point last written to the checkpoint file, or handed out to be written
+    /// (`tick_deferred`).
     pub(crate) recovery_point_checkpointed: i64,
+    /// The checkpoint file (shared with deferred advances).
+    pub(crate) checkpoint: Arc<checkpoint::RecoveryCheckpoint>,
     pub(crate) epochs: LeaderEpochCache,
     pub(crate) unflushed_messages: i64,
     pub(crate) last_flush_ms: i64,
@@ -318,21 +321,7 @@ impl Log {
     }
 
     pub(crate) fn write_recovery_checkpoint(&mut self) -> Result<(), LogError> {
-        if self.recovery_point_checkpointed >= 0
-            && self.recovery_point > self.recovery_point_checkpointed
-        {
-            checkpoint::write_offset_advancing(
-                &self.dir,
-                checkpoint::RECOVERY_POINT_FILE,
-                self.recovery_point,
-            )?;
-        } else {
-            checkpoint::write_offset(
-                &self.dir,
-                checkpoint::RECOVERY_POINT_FILE,
-                self.recovery_point,
-            )?;
-        }
+        self.checkpoint.write(self.recovery_point)?;
         self.recovery_point_checkpointed = self.recovery_point;
         Ok(())
     }
