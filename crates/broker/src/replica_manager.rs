@@ -234,6 +234,51 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
+/// Open partitions `0..count` of a topic at startup on up to one thread per CPU (Kafka's
+/// `num.recovery.threads.per.data.dir`): logs are independent, and opening one is syscalls and,
+/// after an unclean shutdown, CRC checks — restart time is what a crash costs clients.
+fn open_partitions(
+    topic: &Arc<str>,
+    count: i32,
+    data_dir: &Path,
+    config: &LogConfig,
+) -> Result<Vec<Arc<Partition>>, LogError> {
+    let count = count.max(0) as usize;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(count);
+    if threads <= 1 {
+        return (0..count)
+            .map(|p| Partition::open(topic, p as i32, data_dir, config.clone()).map(Arc::new))
+            .collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let opened: Mutex<Vec<Option<Result<Partition, LogError>>>> =
+        Mutex::new((0..count).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let p = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if p >= count {
+                        break;
+                    }
+                    let result = Partition::open(topic, p as i32, data_dir, config.clone());
+                    opened.lock()[p] = Some(result);
+                }
+            });
+        }
+    });
+    opened
+        .into_inner()
+        .into_iter()
+        .map(|r| {
+            r.expect("every partition index was taken by a thread")
+                .map(Arc::new)
+        })
+        .collect()
+}
+
 /// All topics and partitions of this broker.
 pub struct ReplicaManager {
     data_dir: PathBuf,
@@ -260,15 +305,7 @@ impl ReplicaManager {
                 .map_err(|e| TopicError::Storage(format!("topic {}: bad id: {e}", rec.name)))?;
             let config = topic_config::log_config(&log_defaults, &rec.configs);
             let name: Arc<str> = Arc::from(rec.name.as_str());
-            let mut partitions = Vec::with_capacity(rec.partitions.max(0) as usize);
-            for p in 0..rec.partitions {
-                partitions.push(Arc::new(Partition::open(
-                    &name,
-                    p,
-                    data_dir,
-                    config.clone(),
-                )?));
-            }
+            let partitions = open_partitions(&name, rec.partitions, data_dir, &config)?;
             let checked: u64 = partitions
                 .iter()
                 .filter_map(|p| p.with_log(|log| log.recovery_checked_bytes()).ok())
