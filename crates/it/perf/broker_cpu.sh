@@ -6,7 +6,7 @@
 # (1M x 100 B, 10 partitions, batch.num.messages=2000 by default) against it, reads the counters
 # again and prints the difference per million messages.
 #
-#   crates/it/perf/broker_cpu.sh [STREAMFORGE_BIN] [RDKAFKA_PERF_BIN] [extra rdkafka-perf args]
+#   [BROKER_ARGS="--log-flush-background-ms 0"] crates/it/perf/broker_cpu.sh [STREAMFORGE_BIN] [RDKAFKA_PERF_BIN] [extra rdkafka-perf args]
 set -euo pipefail
 target="${CARGO_TARGET_DIR:-target}"
 sf="${1:-$target/release/streamforge}"
@@ -15,7 +15,8 @@ shift 2 || true
 messages=1000000
 data="$(mktemp -d)"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-"$sf" broker --listen "127.0.0.1:$port" --data-dir "$data" --http-listen off >"$data.log" 2>&1 &
+# shellcheck disable=SC2086 # BROKER_ARGS is a list of flags
+"$sf" broker --listen "127.0.0.1:$port" --data-dir "$data" --http-listen off ${BROKER_ARGS:-} >"$data.log" 2>&1 &
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$data.log"; }
 trap cleanup EXIT
