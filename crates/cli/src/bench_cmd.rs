@@ -78,6 +78,10 @@ pub struct Args {
     /// Worker threads of the embedded broker's runtime [default: the other CPUs, at least 1].
     #[arg(long)]
     broker_threads: Option<usize>,
+    /// The embedded broker's `--log-flush-background-ms` (0: only rolled segments) [default:
+    /// the broker's default].
+    #[arg(long)]
+    broker_flush_background_ms: Option<u64>,
 }
 
 /// (client, broker) worker threads: one runtime thread per CPU in all. More threads than CPUs
@@ -136,7 +140,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .data_dir
                 .clone()
                 .unwrap_or_else(|| tmp.path().join("data"));
-            let mut embedded = EmbeddedBroker::start(data_dir, broker_threads)?;
+            let mut embedded = EmbeddedBroker::start(EmbeddedSettings {
+                data_dir,
+                worker_threads: broker_threads,
+                flush_background_ms: args.broker_flush_background_ms,
+            })?;
             let bootstrap = embedded.bootstrap();
             let crash: Option<&mut dyn CrashControl> = if args.no_recovery {
                 None
@@ -210,38 +218,49 @@ impl Bars {
 /// no clean-shutdown marker), as kill -9 would leave it; written pages stay in the page cache
 /// exactly as after kill -9 of a process.
 struct EmbeddedBroker {
-    data_dir: PathBuf,
-    worker_threads: usize,
+    settings: EmbeddedSettings,
     addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
     handle: Option<streamforge_broker::BrokerHandle>,
 }
 
-impl EmbeddedBroker {
-    fn config(data_dir: &std::path::Path, listen: SocketAddr) -> BrokerConfig {
+/// What the embedded broker is started with, again on the crash-recovery restart.
+#[derive(Clone)]
+struct EmbeddedSettings {
+    data_dir: PathBuf,
+    worker_threads: usize,
+    flush_background_ms: Option<u64>,
+}
+
+impl EmbeddedSettings {
+    fn config(&self, listen: SocketAddr) -> BrokerConfig {
+        let defaults = BrokerConfig::default();
         BrokerConfig {
             listen,
             advertised_listener: None,
-            data_dir: data_dir.to_path_buf(),
+            data_dir: self.data_dir.clone(),
             http_listen: None,
-            ..BrokerConfig::default()
+            log_flush_background_ms: self
+                .flush_background_ms
+                .unwrap_or(defaults.log_flush_background_ms),
+            ..defaults
         }
     }
+}
 
-    fn start(data_dir: PathBuf, worker_threads: usize) -> anyhow::Result<Self> {
+impl EmbeddedBroker {
+    fn start(settings: EmbeddedSettings) -> anyhow::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(worker_threads)
+            .worker_threads(settings.worker_threads)
             .thread_name("embedded-broker")
             .enable_all()
             .build()?;
-        let handle = runtime.block_on(Broker::start(Self::config(
-            &data_dir,
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-        )))?;
+        let handle = runtime.block_on(Broker::start(
+            settings.config(SocketAddr::from(([127, 0, 0, 1], 0))),
+        ))?;
         let addr = handle.kafka_addr();
         Ok(Self {
-            data_dir,
-            worker_threads,
+            settings,
             addr,
             runtime: Some(runtime),
             handle: Some(handle),
@@ -273,13 +292,12 @@ impl CrashControl for EmbeddedBroker {
             }
             // Dropped only after its runtime is gone, so no task sees the shutdown signal.
             drop(handle);
-            let data_dir = self.data_dir.clone();
+            let settings = self.settings.clone();
             let addr = self.addr;
-            let worker_threads = self.worker_threads;
             // Restart on a fresh runtime (blocking thread: runtimes cannot be built inside async code).
             let (rt, handle) = tokio::task::spawn_blocking(move || -> Result<_, String> {
                 let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(worker_threads)
+                    .worker_threads(settings.worker_threads)
                     .thread_name("embedded-broker")
                     .enable_all()
                     .build()
@@ -290,7 +308,7 @@ impl CrashControl for EmbeddedBroker {
                 let mut last = String::new();
                 let started = std::time::Instant::now();
                 while started.elapsed() < RESTART_TIMEOUT {
-                    match rt.block_on(Broker::start(Self::config(&data_dir, addr))) {
+                    match rt.block_on(Broker::start(settings.config(addr))) {
                         Ok(h) => return Ok((rt, h)),
                         Err(e) => {
                             last = e.to_string();
