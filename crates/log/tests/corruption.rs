@@ -8,6 +8,9 @@ use streamforge_log::{Log, LogConfig, LogError, file_stem};
 use streamforge_protocol::batch::BatchIter;
 use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 
+mod common;
+use common::read_everything;
+
 const BATCHES: i64 = 120;
 const RECORDS_PER_BATCH: i64 = 5;
 
@@ -56,22 +59,6 @@ fn flip_byte(path: &Path, at: usize) {
     let mut bytes = fs::read(path).unwrap();
     bytes[at] ^= 0x5a;
     fs::write(path, bytes).unwrap();
-}
-
-fn read_everything(log: &Log) -> i64 {
-    let info = log
-        .read(log.log_start_offset(), usize::MAX, i64::MAX, true)
-        .unwrap();
-    let mut next = log.log_start_offset();
-    for slice in &info.slices {
-        for item in BatchIter::new(slice) {
-            let (_, b) = item.unwrap();
-            b.verify_crc().unwrap();
-            assert_eq!(b.base_offset(), next);
-            next = b.last_offset() + 1;
-        }
-    }
-    next
 }
 
 #[test]

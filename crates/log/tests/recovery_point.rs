@@ -8,8 +8,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use streamforge_log::{Log, LogConfig, file_stem};
-use streamforge_protocol::batch::BatchIter;
 use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
+
+mod common;
+use common::read_everything;
 
 const RECORDS_PER_BATCH: i64 = 5;
 const CHECKPOINT: &str = "recovery-point-offset-checkpoint";
@@ -37,27 +39,6 @@ fn append(log: &mut Log, batches: i64, now_ms: i64) {
         );
         log.append_as_leader(&mut b, 0, now_ms).unwrap();
     }
-}
-
-/// Read every batch from the log start, checking CRCs and dense offsets; returns the end.
-fn read_everything(log: &Log) -> i64 {
-    let mut next = log.log_start_offset();
-    for _ in 0..10_000 {
-        if next >= log.log_end_offset() {
-            break;
-        }
-        let info = log.read(next, 1 << 20, i64::MAX, true).unwrap();
-        assert!(!info.slices.is_empty(), "no data at {next}");
-        for slice in &info.slices {
-            for item in BatchIter::new(slice) {
-                let (_, b) = item.unwrap();
-                b.verify_crc().unwrap();
-                assert_eq!(b.base_offset(), next);
-                next = b.last_offset() + 1;
-            }
-        }
-    }
-    next
 }
 
 fn checkpoint_value(dir: &Path) -> Option<i64> {
