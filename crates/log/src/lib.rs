@@ -117,6 +117,16 @@ pub enum LogError {
     Io(#[from] std::io::Error),
     #[error("log corrupted on disk: {0}")]
     Corrupted(String),
+    /// A read met a batch it cannot parse below the log end (a bad length, header or CRC in a
+    /// segment file). Kafka answers a fetch that hits a `CorruptRecordException` with
+    /// CORRUPT_MESSAGE; the data before the damage stays readable.
+    #[error("damaged record batch in {path} at byte {position} (offset {offset}): {reason}")]
+    DamagedBatch {
+        path: String,
+        position: u64,
+        offset: i64,
+        reason: String,
+    },
     #[error("out of order sequence number: {0}")]
     OutOfOrderSequence(String),
     #[error("invalid producer epoch: {0}")]
@@ -134,6 +144,7 @@ impl LogError {
             LogError::InvalidTimestamp(_) => 32,            // INVALID_TIMESTAMP
             LogError::UnsupportedMagic(_) => 2, // CORRUPT_MESSAGE (magic < 2 unsupported)
             LogError::Io(_) | LogError::Corrupted(_) => 56, // KAFKA_STORAGE_ERROR
+            LogError::DamagedBatch { .. } => 2, // CORRUPT_MESSAGE
             LogError::OutOfOrderSequence(_) => 45, // OUT_OF_ORDER_SEQUENCE_NUMBER
             LogError::InvalidProducerEpoch(_) => 47, // INVALID_PRODUCER_EPOCH
         }

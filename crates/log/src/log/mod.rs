@@ -162,22 +162,22 @@ impl Log {
     }
 
     /// A read met a damaged batch below the log end: say where (the broker answers the
-    /// partition with KAFKA_STORAGE_ERROR), never an empty success.
+    /// partition with CORRUPT_MESSAGE), never an empty success.
     fn damaged(&self, seg: &Segment, bad: BadBatch) -> LogError {
+        let path = seg.log_path().display().to_string();
         tracing::warn!(
-            path = %seg.log_path().display(),
+            path,
             position = bad.position,
             offset = bad.offset,
             error = %bad.error,
-            "damaged record batch in a segment; the partition's reads from here fail"
+            "damaged record batch; reads of this partition from that offset fail"
         );
-        LogError::Corrupted(format!(
-            "{} at byte {} (offset {}): {}",
-            seg.log_path().display(),
-            bad.position,
-            bad.offset,
-            bad.error
-        ))
+        LogError::DamagedBatch {
+            path,
+            position: bad.position,
+            offset: bad.offset,
+            reason: bad.error,
+        }
     }
 
     /// First offset whose record timestamp is >= `timestamp_ms`, with that timestamp
