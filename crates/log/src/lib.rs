@@ -54,6 +54,10 @@ pub struct LogConfig {
     pub retention_ms: i64,
     /// `retention.bytes` (default -1 = unlimited).
     pub retention_bytes: i64,
+    /// `log.retention.check.interval.ms` (broker-wide, default 5 minutes): how often `tick`
+    /// applies `retention.ms` and `retention.bytes`; the first check is one interval after the
+    /// log is opened. `<= 0` = at every tick.
+    pub retention_check_interval_ms: i64,
     /// `flush.messages` (default i64::MAX = leave it to the OS).
     pub flush_messages: i64,
     /// `flush.ms` (default i64::MAX).
@@ -84,6 +88,7 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             retention_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: -1,
+            retention_check_interval_ms: 300_000,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
             timestamp_type: TimestampType::CreateTime,

@@ -54,6 +54,8 @@ pub struct Log {
     pub(crate) recovery_checked_bytes: u64,
     /// When the last periodic background flush was asked for (`request_background_flush`).
     pub(crate) background_flush_started_ms: i64,
+    /// When retention was last checked (`retention_check_interval_ms`); the open time at first.
+    pub(crate) retention_checked_ms: i64,
 }
 
 pub(crate) fn sizing(config: &LogConfig) -> SegmentSizing {

@@ -243,6 +243,20 @@ impl Segment {
     pub fn max_timestamp(&self) -> i64 {
         self.max_timestamp
     }
+    /// What retention measures this segment's age from (Kafka's `largestTimestamp`): the largest
+    /// record timestamp, or, when no record carries one, the `.log` file's modification time.
+    /// `None` when neither is known.
+    pub fn largest_timestamp_ms(&self) -> Option<i64> {
+        if self.max_timestamp >= 0 {
+            return Some(self.max_timestamp);
+        }
+        let modified = self.file.metadata().and_then(|m| m.modified()).ok()?;
+        let ms = modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_millis();
+        i64::try_from(ms).ok()
+    }
     pub fn log_path(&self) -> PathBuf {
         log_path(&self.dir, self.base_offset)
     }
