@@ -115,6 +115,15 @@ impl GroupService {
         let mut coordinator = GroupCoordinator::new(coordinator_config, now);
         let mut replayed_records = 0usize;
         for partition in &topic.partitions {
+            if let Some(why) = partition.offline_reason() {
+                // Its groups answer errors (appends to it fail); the others load.
+                tracing::error!(
+                    partition = partition.index,
+                    error = why,
+                    "{OFFSETS_TOPIC} partition offline: its groups are not loaded"
+                );
+                continue;
+            }
             replayed_records += replay_partition(&mut coordinator, partition, now)?;
         }
         coordinator.finish_replay(now_ms());
