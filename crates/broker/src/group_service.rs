@@ -395,8 +395,16 @@ fn replay_partition(
     while offset < end {
         let read = partition
             .with_log(|log| log.read(offset, REPLAY_READ_BYTES, end, true))
-            .map_err(|e| error(e.to_string()))?
             .map_err(|e| error(e.to_string()))?;
+        let read = match read {
+            Ok(read) => read,
+            Err(e @ streamforge_log::LogError::DamagedBatch { .. }) => {
+                // Damaged data on disk: keep what was replayed, serve the other partitions.
+                tracing::error!(partition = partition.index, error = %e, "{OFFSETS_TOPIC} replay stops at damaged data");
+                break;
+            }
+            Err(e) => return Err(error(e.to_string())),
+        };
         if read.bytes == 0 {
             break;
         }
