@@ -182,6 +182,12 @@ impl SparseIndex {
         Ok(true)
     }
 
+    /// Make entry writes fail from now on (a read-only descriptor), as a full disk would.
+    #[cfg(test)]
+    pub fn fail_writes_for_test(&mut self) {
+        self.file = File::open(&self.path).unwrap();
+    }
+
     /// Forget entries past the first `entries` (undo of a failed append).
     pub fn truncate_entries(&mut self, entries: usize) {
         self.entries = self.entries.min(entries);

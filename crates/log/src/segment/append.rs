@@ -191,3 +191,77 @@ impl Segment {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
+
+    use super::super::{Segment, SegmentSizing};
+
+    fn batch(base_offset: i64, records: usize) -> Vec<u8> {
+        build_simple(
+            BatchSpec {
+                base_offset,
+                base_timestamp: 1_000 + base_offset,
+                ..BatchSpec::default()
+            },
+            records,
+            100,
+        )
+    }
+
+    /// An append whose index entry cannot be written (ENOSPC on a full disk) changes nothing:
+    /// same size, offsets, timestamps and entries, the file cut back; the retry succeeds.
+    #[test]
+    fn a_failed_index_write_undoes_the_whole_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizing = SegmentSizing {
+            segment_bytes: 1 << 20,
+            index_max_bytes: 4096,
+            index_interval_bytes: 100,
+            preallocate_window_bytes: 64 << 10,
+        };
+        let mut seg = Segment::create(dir.path(), 0, sizing, 0).unwrap();
+        let mut next = 0;
+        for _ in 0..5 {
+            seg.append(&batch(next, 3)).unwrap();
+            next += 3;
+        }
+        let before = (
+            seg.size_bytes,
+            seg.next_offset,
+            seg.max_timestamp,
+            seg.undo_point(),
+        );
+        let entries = seg.offset_index.entries();
+        seg.offset_index.fail_writes_for_test();
+        // Two batches in one append: the first one's entry already fails.
+        let mut two = batch(next, 3);
+        two.extend(batch(next + 3, 3));
+        assert!(seg.append(&two).is_err());
+        let after = (
+            seg.size_bytes,
+            seg.next_offset,
+            seg.max_timestamp,
+            seg.undo_point(),
+        );
+        assert_eq!(format!("{before:?}"), format!("{after:?}"));
+        assert_eq!(seg.offset_index.entries(), entries);
+        assert_eq!(seg.file.metadata().unwrap().len(), seg.size_bytes);
+        // Writes work again (space returned): the same append succeeds, at the same place.
+        seg.offset_index = crate::index::SparseIndex::open(
+            crate::index::IndexKind::Offset,
+            &super::super::index_path(dir.path(), 0),
+            4096,
+            false,
+        )
+        .unwrap();
+        seg.offset_index.truncate_entries(entries);
+        seg.offset_index.expand(4096).unwrap();
+        seg.append(&two).unwrap();
+        assert_eq!(seg.next_offset(), next + 6);
+        let read = seg.read(next, usize::MAX, i64::MAX, true).unwrap().unwrap();
+        assert_eq!(read.0.as_ref(), &two[..]);
+        assert!(seg.locate(next + 4).unwrap().is_some());
+    }
+}
