@@ -115,6 +115,15 @@ impl GroupService {
         let mut coordinator = GroupCoordinator::new(coordinator_config, now);
         let mut replayed_records = 0usize;
         for partition in &topic.partitions {
+            if let Some(why) = partition.offline_reason() {
+                // Its groups answer errors (appends to it fail); the others load.
+                tracing::error!(
+                    partition = partition.index,
+                    error = why,
+                    "{OFFSETS_TOPIC} partition offline: its groups are not loaded"
+                );
+                continue;
+            }
             replayed_records += replay_partition(&mut coordinator, partition, now)?;
         }
         coordinator.finish_replay(now_ms());
@@ -386,8 +395,16 @@ fn replay_partition(
     while offset < end {
         let read = partition
             .with_log(|log| log.read(offset, REPLAY_READ_BYTES, end, true))
-            .map_err(|e| error(e.to_string()))?
             .map_err(|e| error(e.to_string()))?;
+        let read = match read {
+            Ok(read) => read,
+            Err(e @ streamforge_log::LogError::DamagedBatch { .. }) => {
+                // Damaged data on disk: keep what was replayed, serve the other partitions.
+                tracing::error!(partition = partition.index, error = %e, "{OFFSETS_TOPIC} replay stops at damaged data");
+                break;
+            }
+            Err(e) => return Err(error(e.to_string())),
+        };
         if read.bytes == 0 {
             break;
         }

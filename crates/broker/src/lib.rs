@@ -171,6 +171,8 @@ impl Broker {
         // (After the dashboard installed the recorder.)
         metrics::gauge!("streamforge_log_recovery_checked_bytes")
             .set(state.replicas.recovery_checked_bytes() as f64);
+        metrics::gauge!("streamforge_offline_partitions")
+            .set(state.replicas.offline_partitions() as f64);
         tokio::spawn(group_service::run_timer(
             state.groups.clone(),
             shutdown_rx.clone(),

@@ -70,8 +70,11 @@ pub struct Partition {
     pub topic: Arc<str>,
     pub index: i32,
     pub dir: PathBuf,
-    /// `None` once the partition was deleted or the broker shut down.
+    /// `None` once the partition was deleted or the broker shut down, or if it is offline.
     log: Mutex<Option<Log>>,
+    /// Why the log could not be opened at start-up (damaged flushed data, I/O error): the
+    /// partition is offline and every operation on it answers KAFKA_STORAGE_ERROR.
+    offline: Option<String>,
     /// Latest high watermark; fetches wait on it.
     hw_tx: watch::Sender<i64>,
 }
@@ -81,6 +84,8 @@ pub struct Partition {
 pub enum PartitionError {
     #[error("partition is no longer hosted here")]
     Gone,
+    #[error("partition is offline: {0}")]
+    Offline(String),
     #[error(transparent)]
     Log(#[from] LogError),
 }
@@ -89,6 +94,7 @@ impl PartitionError {
     pub fn kafka_code(&self) -> i16 {
         match self {
             PartitionError::Gone => 3,
+            PartitionError::Offline(_) => 56, // KAFKA_STORAGE_ERROR
             PartitionError::Log(e) => e.kafka_code(),
         }
     }
@@ -111,8 +117,39 @@ impl Partition {
             index,
             dir,
             log: Mutex::new(Some(log)),
+            offline: None,
             hw_tx,
         })
+    }
+
+    /// Open a partition at start-up; a log that cannot be opened makes this partition offline
+    /// (logged at ERROR with its path) instead of stopping the broker: every other partition
+    /// serves, as docs/STORAGE.md promises.
+    fn open_or_offline(topic: &Arc<str>, index: i32, data_dir: &Path, config: LogConfig) -> Self {
+        match Partition::open(topic, index, data_dir, config) {
+            Ok(p) => p,
+            Err(e) => {
+                let dir = data_dir.join(format!("{topic}-{index}"));
+                tracing::error!(
+                    path = %dir.display(),
+                    error = %e,
+                    "cannot open partition log; the partition is offline (KAFKA_STORAGE_ERROR) until repaired"
+                );
+                Partition {
+                    topic: topic.clone(),
+                    index,
+                    dir,
+                    log: Mutex::new(None),
+                    offline: Some(e.to_string()),
+                    hw_tx: watch::channel(0).0,
+                }
+            }
+        }
+    }
+
+    /// Why this partition is offline, if it is.
+    pub fn offline_reason(&self) -> Option<&str> {
+        self.offline.as_deref()
     }
 
     /// A new partition (topic creation, CreatePartitions): this broker leads it from now on, so
@@ -138,7 +175,12 @@ impl Partition {
     /// Run `f` with the log locked.
     pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> Result<R, PartitionError> {
         let mut guard = self.log.lock();
-        let log = guard.as_mut().ok_or(PartitionError::Gone)?;
+        let Some(log) = guard.as_mut() else {
+            return Err(match &self.offline {
+                Some(why) => PartitionError::Offline(why.clone()),
+                None => PartitionError::Gone,
+            });
+        };
         Ok(f(log))
     }
 
@@ -236,25 +278,32 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
 
 /// Open partitions `0..count` of a topic at startup on up to one thread per CPU (Kafka's
 /// `num.recovery.threads.per.data.dir`): logs are independent, and opening one is syscalls and,
-/// after an unclean shutdown, CRC checks — restart time is what a crash costs clients.
+/// after an unclean shutdown, CRC checks — restart time is what a crash costs clients. A log
+/// that cannot be opened is an offline partition, not a failed start-up.
 fn open_partitions(
     topic: &Arc<str>,
     count: i32,
     data_dir: &Path,
     config: &LogConfig,
-) -> Result<Vec<Arc<Partition>>, LogError> {
+) -> Vec<Arc<Partition>> {
     let count = count.max(0) as usize;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(count);
     if threads <= 1 {
         return (0..count)
-            .map(|p| Partition::open(topic, p as i32, data_dir, config.clone()).map(Arc::new))
+            .map(|p| {
+                Arc::new(Partition::open_or_offline(
+                    topic,
+                    p as i32,
+                    data_dir,
+                    config.clone(),
+                ))
+            })
             .collect();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let opened: Mutex<Vec<Option<Result<Partition, LogError>>>> =
-        Mutex::new((0..count).map(|_| None).collect());
+    let opened: Mutex<Vec<Option<Partition>>> = Mutex::new((0..count).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
@@ -263,7 +312,8 @@ fn open_partitions(
                     if p >= count {
                         break;
                     }
-                    let result = Partition::open(topic, p as i32, data_dir, config.clone());
+                    let result =
+                        Partition::open_or_offline(topic, p as i32, data_dir, config.clone());
                     opened.lock()[p] = Some(result);
                 }
             });
@@ -272,10 +322,7 @@ fn open_partitions(
     opened
         .into_inner()
         .into_iter()
-        .map(|r| {
-            r.expect("every partition index was taken by a thread")
-                .map(Arc::new)
-        })
+        .map(|r| Arc::new(r.expect("every partition index was taken by a thread")))
         .collect()
 }
 
@@ -305,7 +352,7 @@ impl ReplicaManager {
                 .map_err(|e| TopicError::Storage(format!("topic {}: bad id: {e}", rec.name)))?;
             let config = topic_config::log_config(&log_defaults, &rec.configs);
             let name: Arc<str> = Arc::from(rec.name.as_str());
-            let partitions = open_partitions(&name, rec.partitions, data_dir, &config)?;
+            let partitions = open_partitions(&name, rec.partitions, data_dir, &config);
             let checked: u64 = partitions
                 .iter()
                 .filter_map(|p| p.with_log(|log| log.recovery_checked_bytes()).ok())
@@ -348,6 +395,14 @@ impl ReplicaManager {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// Partitions whose log could not be opened (`streamforge_offline_partitions`).
+    pub fn offline_partitions(&self) -> usize {
+        self.all_partitions()
+            .iter()
+            .filter(|p| p.offline_reason().is_some())
+            .count()
     }
 
     pub fn log_defaults(&self) -> &LogConfig {

@@ -40,6 +40,9 @@ pub struct Args {
     /// Default `segment.bytes` [default: 1073741824].
     #[arg(long, env = "STREAMFORGE_SEGMENT_BYTES")]
     pub segment_bytes: Option<u64>,
+    /// `log.retention.check.interval.ms`: how often retention.ms / retention.bytes are applied [default: 300000].
+    #[arg(long, env = "STREAMFORGE_LOG_RETENTION_CHECK_INTERVAL_MS")]
+    pub log_retention_check_interval_ms: Option<i64>,
     /// Default `flush.messages`: fsync after this many messages [default: never, OS decides].
     #[arg(long, env = "STREAMFORGE_FLUSH_MESSAGES")]
     pub flush_messages: Option<i64>,
@@ -104,6 +107,7 @@ struct FileConfig {
     retention_ms: Option<i64>,
     retention_bytes: Option<i64>,
     segment_bytes: Option<u64>,
+    log_retention_check_interval_ms: Option<i64>,
     flush_messages: Option<i64>,
     flush_ms: Option<i64>,
     log_flush_background_ms: Option<u64>,
@@ -156,6 +160,7 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(retention_ms => c.log_defaults.retention_ms);
     set!(retention_bytes => c.log_defaults.retention_bytes);
     set!(segment_bytes => c.log_defaults.segment_bytes);
+    set!(log_retention_check_interval_ms => c.log_defaults.retention_check_interval_ms);
     set!(flush_messages => c.log_defaults.flush_messages);
     set!(flush_ms => c.log_defaults.flush_ms);
     set!(log_flush_background_ms);

@@ -8,6 +8,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::mmap::IndexMap;
@@ -92,7 +93,6 @@ impl SparseIndex {
         Ok(index)
     }
 
-    #[cfg(test)]
     pub fn entries(&self) -> usize {
         self.entries
     }
@@ -152,10 +152,11 @@ impl SparseIndex {
     }
 
     /// Append an entry; keys must be non-decreasing (offset keys strictly increasing). Returns
-    /// false (and appends nothing) if the index is full.
-    pub fn append(&mut self, key: i64, value: u32) -> bool {
-        if self.is_full() {
-            return false;
+    /// false (and appends nothing) if the index is full. The entry is written with `pwrite`, so
+    /// a full disk is an error (ENOSPC) here, not a SIGBUS on a store into an unallocated page.
+    pub fn append(&mut self, key: i64, value: u32) -> io::Result<bool> {
+        if self.is_full() || self.map.is_none() {
+            return Ok(false);
         }
         if let Some(last) = self.last() {
             match self.kind {
@@ -164,10 +165,8 @@ impl SparseIndex {
             }
         }
         let at = self.entries * self.kind.entry_bytes();
-        let Some(map) = self.map.as_mut() else {
-            return false;
-        };
-        let out = &mut map.as_mut_slice()[at..at + self.kind.entry_bytes()];
+        let mut entry = [0u8; 12];
+        let out = &mut entry[..self.kind.entry_bytes()];
         match self.kind {
             IndexKind::Offset => {
                 out[..4].copy_from_slice(&(key as u32).to_be_bytes());
@@ -178,8 +177,20 @@ impl SparseIndex {
                 out[8..12].copy_from_slice(&value.to_be_bytes());
             }
         }
+        self.file.write_all_at(out, at as u64)?;
         self.entries += 1;
-        true
+        Ok(true)
+    }
+
+    /// Make entry writes fail from now on (a read-only descriptor), as a full disk would.
+    #[cfg(test)]
+    pub fn fail_writes_for_test(&mut self) {
+        self.file = File::open(&self.path).unwrap();
+    }
+
+    /// Forget entries past the first `entries` (undo of a failed append).
+    pub fn truncate_entries(&mut self, entries: usize) {
+        self.entries = self.entries.min(entries);
     }
 
     /// The last entry whose key is <= `key` (binary search), or `None`.
@@ -201,11 +212,8 @@ impl SparseIndex {
         self.entries = 0;
     }
 
-    /// msync the mapping and fsync the file (its length may have changed).
+    /// fsync the file (entries are written with `pwrite`; its length may have changed).
     pub fn flush(&self) -> io::Result<()> {
-        if let Some(m) = &self.map {
-            m.flush()?;
-        }
         self.file.sync_data()
     }
 
@@ -263,10 +271,10 @@ mod tests {
         let path = dir.path().join("0.index");
         let mut idx = SparseIndex::open(IndexKind::Offset, &path, 80, true).unwrap();
         for i in 0..10 {
-            assert!(idx.append(i * 10 + 5, (i * 100) as u32));
+            assert!(idx.append(i * 10 + 5, (i * 100) as u32).unwrap());
         }
         assert!(idx.is_full());
-        assert!(!idx.append(1000, 1));
+        assert!(!idx.append(1000, 1).unwrap());
         assert_eq!(idx.floor(4), None);
         assert_eq!(idx.floor(5).unwrap().value, 0);
         assert_eq!(idx.floor(44).unwrap().value, 300);
@@ -283,9 +291,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.timeindex");
         let mut idx = SparseIndex::open(IndexKind::Time, &path, 1200, true).unwrap();
-        assert!(idx.append(1000, 3));
-        assert!(idx.append(1000, 4));
-        assert!(idx.append(2000, 9));
+        assert!(idx.append(1000, 3).unwrap());
+        assert!(idx.append(1000, 4).unwrap());
+        assert!(idx.append(2000, 9).unwrap());
         assert_eq!(idx.floor(1500).unwrap().value, 4);
         assert_eq!(idx.floor(999), None);
     }

@@ -54,6 +54,10 @@ pub struct LogConfig {
     pub retention_ms: i64,
     /// `retention.bytes` (default -1 = unlimited).
     pub retention_bytes: i64,
+    /// `log.retention.check.interval.ms` (broker-wide, default 5 minutes): how often `tick`
+    /// applies `retention.ms` and `retention.bytes`; the first check is one interval after the
+    /// log is opened. `<= 0` = at every tick.
+    pub retention_check_interval_ms: i64,
     /// `flush.messages` (default i64::MAX = leave it to the OS).
     pub flush_messages: i64,
     /// `flush.ms` (default i64::MAX).
@@ -84,6 +88,7 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             retention_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: -1,
+            retention_check_interval_ms: 300_000,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
             timestamp_type: TimestampType::CreateTime,
@@ -117,6 +122,16 @@ pub enum LogError {
     Io(#[from] std::io::Error),
     #[error("log corrupted on disk: {0}")]
     Corrupted(String),
+    /// A read met a batch it cannot parse below the log end (a bad length, header or CRC in a
+    /// segment file). Kafka answers a fetch that hits a `CorruptRecordException` with
+    /// CORRUPT_MESSAGE; the data before the damage stays readable.
+    #[error("damaged record batch in {path} at byte {position} (offset {offset}): {reason}")]
+    DamagedBatch {
+        path: String,
+        position: u64,
+        offset: i64,
+        reason: String,
+    },
     #[error("out of order sequence number: {0}")]
     OutOfOrderSequence(String),
     #[error("invalid producer epoch: {0}")]
@@ -134,6 +149,7 @@ impl LogError {
             LogError::InvalidTimestamp(_) => 32,            // INVALID_TIMESTAMP
             LogError::UnsupportedMagic(_) => 2, // CORRUPT_MESSAGE (magic < 2 unsupported)
             LogError::Io(_) | LogError::Corrupted(_) => 56, // KAFKA_STORAGE_ERROR
+            LogError::DamagedBatch { .. } => 2, // CORRUPT_MESSAGE
             LogError::OutOfOrderSequence(_) => 45, // OUT_OF_ORDER_SEQUENCE_NUMBER
             LogError::InvalidProducerEpoch(_) => 47, // INVALID_PRODUCER_EPOCH
         }

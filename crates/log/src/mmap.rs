@@ -3,7 +3,9 @@
 //! Two kinds of mappings:
 //! - [`ReadMap`]: a read-only shared mapping of a segment's `.log` file, handed out to readers as
 //!   zero-copy [`Bytes`] (each `Bytes` keeps the mapping alive through an `Arc`).
-//! - [`IndexMap`]: a writable shared mapping of a preallocated index file.
+//! - [`IndexMap`]: a read-only shared mapping of a preallocated (sparse) index file. Entries are
+//!   written with `pwrite`, never through the mapping: a store into a page of a sparse file that
+//!   has no block behind it raises SIGBUS when the disk is full, where `pwrite` returns ENOSPC.
 //!
 //! Hazard: touching a page of a mapping past the end of its file raises SIGBUS, and bytes that
 //! change under a `&[u8]` break Rust's aliasing rules. The log upholds, and documents in
@@ -15,8 +17,8 @@
 //!    truncates the file to its own size, which changes neither its size nor any byte below it.
 //! 2. Readers are only given slices of bytes below the segment's written size, and bytes once
 //!    written below that size are never rewritten (appends only add bytes past it).
-//! 3. Index files are only resized after their mapping is dropped, and index mappings are never
-//!    handed out.
+//! 3. Index files are only resized after their mapping is dropped, index mappings are never
+//!    handed out, and nothing is stored through them (reads of a sparse file's holes see zeros).
 //!
 //! The files live in the broker's own data directory; another process modifying them is outside
 //! what any storage engine can defend against (Kafka has the same exposure).
@@ -27,7 +29,7 @@ use std::io;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use memmap2::{Advice, Mmap, MmapMut, MmapOptions};
+use memmap2::{Advice, Mmap, MmapOptions};
 
 /// Alignment of `populate` ranges (a smaller page size than the system's makes the advice fail,
 /// which only costs the prefault).
@@ -110,37 +112,29 @@ impl AsRef<[u8]> for MapSlice {
     }
 }
 
-/// A writable shared mapping of a whole index file.
+/// A read-only shared mapping of a whole index file (entries are written with `pwrite`).
 #[derive(Debug)]
 pub struct IndexMap {
-    map: MmapMut,
+    map: Mmap,
 }
 
 impl IndexMap {
-    /// Map the whole of `file` (its length must be > 0) read-write.
+    /// Map the whole of `file` (its length must be > 0) read-only.
     pub fn new(file: &File) -> io::Result<IndexMap> {
-        // SAFETY: index files are private to this log; the owning index is the only writer, it
-        // resizes the file only after dropping this mapping (module rule 3), and it never hands
-        // out references that outlive `&self`/`&mut self` borrows of the mapping.
-        let map = unsafe { MmapOptions::new().map_mut(file)? };
-        // Entries are written one page at a time, far apart in time: without this, the first
-        // write to a page of the sparse preallocated file faults in a whole readahead window
-        // (`read_ahead_kb`, 8 MiB on some virtual disks) of zero-filled pages, which then cost
-        // again when the index is trimmed. Best effort: an error only costs that readahead.
+        // SAFETY: index files are private to this log; the owning index is the only writer (with
+        // `pwrite`, below the file's length, to bytes no reader holds: entries are read by value),
+        // it resizes the file only after dropping this mapping (module rule 3), and it never hands
+        // out references that outlive a `&self` borrow of the mapping.
+        let map = unsafe { MmapOptions::new().map(file)? };
+        // Entries are read one page at a time, far apart in time: without this, the first read
+        // of a page of the sparse preallocated file faults in a whole readahead window
+        // (`read_ahead_kb`, 8 MiB on some virtual disks) of zero-filled pages. Best effort: an
+        // error only costs that readahead.
         let _ = map.advise(Advice::Random);
         Ok(IndexMap { map })
     }
 
     pub fn as_slice(&self) -> &[u8] {
         &self.map
-    }
-
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.map
-    }
-
-    /// msync the mapping.
-    pub fn flush(&self) -> io::Result<()> {
-        self.map.flush()
     }
 }

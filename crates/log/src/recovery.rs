@@ -247,6 +247,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         segments_rebuilt_at_open: rebuilt,
         recovery_checked_bytes: checked_bytes,
         background_flush_started_ms: now_ms,
+        retention_checked_ms: now_ms,
     };
     if log_start_offset > next_offset {
         // The tail holding the log start was lost: nothing below it may be served.

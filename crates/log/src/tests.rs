@@ -249,6 +249,7 @@ fn truncate_delete_records_and_retention() {
     // Retention by time: every record is older than 1s at t = 10_000.
     log.update_config(LogConfig {
         retention_ms: 1000,
+        retention_check_interval_ms: 0,
         ..small_config()
     });
     log.tick(10_000).unwrap();

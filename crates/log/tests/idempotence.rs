@@ -143,6 +143,7 @@ fn state_survives_clean_and_unclean_restarts_with_rolls_and_retention() {
         // Retention removes old segments; the producer's state stays.
         log.update_config(LogConfig {
             retention_bytes: 4096,
+            retention_check_interval_ms: 0,
             ..config()
         });
         log.tick(0).unwrap();

@@ -188,6 +188,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::RetentionBytes { keep } => {
                 let mut c = config();
                 c.retention_bytes = i64::from(keep);
+                c.retention_check_interval_ms = 0;
                 l.update_config(c);
                 l.tick(now_ms).unwrap();
                 l.update_config(config());

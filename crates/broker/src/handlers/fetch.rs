@@ -169,6 +169,10 @@ async fn read_all(state: &BrokerState, request: &FetchRequest) -> ReadResult {
                     }
                     out.errors = true;
                 }
+                Err(e @ PartitionError::Offline(_)) => {
+                    fp.error_code = e.kafka_code(); // KAFKA_STORAGE_ERROR
+                    out.errors = true;
+                }
                 Err(PartitionError::Gone) | Err(PartitionError::Log(_)) => {
                     fp.error_code = ErrorCode::UnknownTopicOrPartition.code();
                     out.errors = true;

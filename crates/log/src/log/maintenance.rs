@@ -136,7 +136,12 @@ impl Log {
             let base = self.next_offset;
             self.roll_at(base, now_ms)?;
         }
-        self.apply_retention(now_ms)?;
+        if now_ms.saturating_sub(self.retention_checked_ms)
+            >= self.config.retention_check_interval_ms
+        {
+            self.retention_checked_ms = now_ms;
+            self.apply_retention(now_ms)?;
+        }
         self.expire_producers(now_ms);
         if self.next_offset > self.recovery_point
             && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_ms
@@ -155,7 +160,10 @@ impl Log {
     }
 
     /// Delete old segments by `retention.ms` and `retention.bytes` (only segments wholly below
-    /// the high watermark; the active one after rolling, as Kafka does).
+    /// the high watermark; the active one after rolling, as Kafka does). A segment's age is
+    /// measured from its largest record timestamp, or, when no record has one (all -1), from its
+    /// file's modification time (Kafka's `LogSegment.largestTimestamp`); a segment whose age
+    /// cannot be known is never deleted by time.
     fn apply_retention(&mut self, now_ms: i64) -> Result<(), LogError> {
         let mut deletable = 0usize;
         let mut size_excess = if self.config.retention_bytes >= 0 {
@@ -163,25 +171,27 @@ impl Log {
         } else {
             i64::MIN
         };
-        let bases: Vec<(i64, i64, i64, u64)> = self
+        let by_time_on = self.config.retention_ms >= 0;
+        let bases: Vec<(i64, i64, Option<i64>, u64)> = self
             .segments
             .values()
             .map(|s| {
                 (
                     s.base_offset(),
                     s.next_offset(),
-                    s.max_timestamp(),
+                    // Only looked up (a stat for segments without timestamps) when it matters.
+                    by_time_on.then(|| s.largest_timestamp_ms()).flatten(),
                     s.size_bytes(),
                 )
             })
             .collect();
-        for (base, next, max_ts, size) in &bases {
-            let _ = base;
+        for (_, next, largest_ts, size) in &bases {
             if *size == 0 || *next > self.high_watermark {
                 break;
             }
-            let by_time = self.config.retention_ms >= 0
-                && now_ms.saturating_sub(*max_ts) > self.config.retention_ms;
+            let by_time = by_time_on
+                && largest_ts
+                    .is_some_and(|ts| now_ms.saturating_sub(ts) > self.config.retention_ms);
             let by_size = size_excess != i64::MIN && size_excess - (*size as i64) >= 0;
             if !(by_time || by_size) {
                 break;

@@ -54,6 +54,8 @@ pub struct Log {
     pub(crate) recovery_checked_bytes: u64,
     /// When the last periodic background flush was asked for (`request_background_flush`).
     pub(crate) background_flush_started_ms: i64,
+    /// When retention was last checked (`retention_check_interval_ms`); the open time at first.
+    pub(crate) retention_checked_ms: i64,
 }
 
 pub(crate) fn sizing(config: &LogConfig) -> SegmentSizing {
@@ -133,27 +135,51 @@ impl Log {
         {
             let remaining = max_bytes.saturating_sub(info.bytes);
             let min_one = min_one_message && info.bytes == 0;
-            if remaining == 0 && !min_one {
+            if (remaining == 0 && !min_one) || at >= max_offset {
                 break;
             }
-            if at >= max_offset {
-                break;
+            if seg.next_offset() <= at {
+                // Empty (the active segment after a roll), or wholly below `at`.
+                continue;
             }
-            match seg.read(at, remaining, max_offset, min_one) {
-                Some((slice, next)) => {
-                    info.bytes += slice.len();
-                    info.slices.push(slice);
-                    at = next;
-                }
-                None => {
-                    if !seg.is_empty() && seg.next_offset() > at {
-                        // Data here but the first batch does not fit the budget.
-                        break;
-                    }
-                }
+            let read = seg
+                .read(at, remaining, max_offset, min_one)
+                .map_err(|bad| self.damaged(seg, bad))?;
+            let Some((slice, next)) = read else {
+                // Data here, but its next batch does not fit the budget (or starts at or past
+                // `max_offset`): the read ends here, never in a later segment.
+                break;
+            };
+            debug_assert!(next > at, "a read returns the batches after {at}");
+            info.bytes += slice.len();
+            info.slices.push(slice);
+            at = next;
+            if at < seg.next_offset() {
+                // The budget or `max_offset` stopped the read inside this segment: what follows
+                // in it comes first, so the next segment must not be read (it would skip it).
+                break;
             }
         }
         Ok(info)
+    }
+
+    /// A read met a damaged batch below the log end: say where (the broker answers the
+    /// partition with CORRUPT_MESSAGE), never an empty success.
+    fn damaged(&self, seg: &Segment, bad: BadBatch) -> LogError {
+        let path = seg.log_path().display().to_string();
+        tracing::warn!(
+            path,
+            position = bad.position,
+            offset = bad.offset,
+            error = %bad.error,
+            "damaged record batch; reads of this partition from that offset fail"
+        );
+        LogError::DamagedBatch {
+            path,
+            position: bad.position,
+            offset: bad.offset,
+            reason: bad.error,
+        }
     }
 
     /// First offset whose record timestamp is >= `timestamp_ms`, with that timestamp

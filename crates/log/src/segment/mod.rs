@@ -11,6 +11,7 @@ use streamforge_protocol::batch::{self, BatchError, HEADER_BYTES, RecordBatch};
 use crate::index::{IndexKind, SparseIndex};
 use crate::mmap::ReadMap;
 
+mod append;
 mod read;
 mod scan;
 
@@ -243,6 +244,20 @@ impl Segment {
     pub fn max_timestamp(&self) -> i64 {
         self.max_timestamp
     }
+    /// What retention measures this segment's age from (Kafka's `largestTimestamp`): the largest
+    /// record timestamp, or, when no record carries one, the `.log` file's modification time.
+    /// `None` when neither is known.
+    pub fn largest_timestamp_ms(&self) -> Option<i64> {
+        if self.max_timestamp >= 0 {
+            return Some(self.max_timestamp);
+        }
+        let modified = self.file.metadata().and_then(|m| m.modified()).ok()?;
+        let ms = modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_millis();
+        i64::try_from(ms).ok()
+    }
     pub fn log_path(&self) -> PathBuf {
         log_path(&self.dir, self.base_offset)
     }
@@ -312,112 +327,6 @@ impl Segment {
             pos.position as usize,
             (pos.position + pos.size_bytes) as usize,
         )
-    }
-
-    /// Append already validated batches with offsets assigned (`bytes` holds whole batches whose
-    /// offsets continue from `next_offset`). No heap allocation.
-    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let start = self.size_bytes;
-        self.reserve_ahead(start + bytes.len() as u64);
-        self.file.write_all_at(bytes, start)?;
-        let new_size = start + bytes.len() as u64;
-        if new_size as usize > self.map.len() {
-            // Only when one append is larger than `segment.bytes`: map again, larger. The old
-            // mapping stays alive for slices already handed out.
-            self.map = ReadMap::new(&self.file, map_len(new_size, &self.sizing))?;
-            self.map_shared.store(false, Ordering::Relaxed);
-        }
-        let mut position = start;
-        for item in batch::BatchIter::new(bytes) {
-            // Callers validated these batches; a failure here is a bug, not bad input.
-            let (_, view) =
-                item.map_err(|e| io::Error::other(format!("append of invalid batch: {e}")))?;
-            self.index_batch(
-                position,
-                view.last_offset(),
-                view.max_timestamp(),
-                view.size_bytes() as u64,
-            );
-            position += view.size_bytes() as u64;
-        }
-        self.size_bytes = new_size;
-        Ok(())
-    }
-
-    /// Make sure disk blocks are reserved up to `end`, reserving a whole window past it when
-    /// they are not (one `fallocate` per `preallocate_window_bytes` appended). Best effort: a
-    /// file system without `fallocate`, or a full disk, just turns it off for this segment (the
-    /// write itself reports a full disk).
-    fn reserve_ahead(&mut self, end: u64) {
-        let window = self.sizing.preallocate_window_bytes;
-        if window == 0 || end <= self.preallocated_to {
-            return;
-        }
-        let from = self.preallocated_to.max(self.size_bytes);
-        // Never reserve past `segment.bytes` (unless one append is larger than that).
-        let to = end
-            .saturating_add(window)
-            .min(self.sizing.segment_bytes.max(end));
-        let reserved = rustix::fs::fallocate(
-            &self.file,
-            rustix::fs::FallocateFlags::KEEP_SIZE,
-            from,
-            to - from,
-        );
-        match reserved {
-            Ok(()) => {
-                self.preallocated_to = to;
-                self.reserved_tail = true;
-            }
-            Err(e) => {
-                tracing::debug!(segment = self.base_offset, error = %e, "preallocation off for this segment");
-                self.preallocated_to = u64::MAX;
-            }
-        }
-    }
-
-    /// Release disk blocks reserved past the end of the file (ftruncate to its own size: the
-    /// size, and so every mapped byte, stays as it is).
-    fn release_reserved_tail(&mut self) -> io::Result<()> {
-        if self.reserved_tail {
-            self.file.set_len(self.size_bytes)?;
-            self.reserved_tail = false;
-            self.preallocated_to = self.size_bytes;
-        }
-        Ok(())
-    }
-
-    /// Update in-memory state and indexes for a batch at `position`.
-    fn index_batch(&mut self, position: u64, last_offset: i64, max_timestamp: i64, size: u64) {
-        if self.rolling_base_timestamp.is_none() && max_timestamp >= 0 {
-            self.rolling_base_timestamp = Some(max_timestamp);
-        }
-        if max_timestamp > self.max_timestamp {
-            self.max_timestamp = max_timestamp;
-            self.offset_of_max_timestamp = last_offset;
-        }
-        if self.bytes_since_index_entry > self.sizing.index_interval_bytes {
-            let relative = last_offset - self.base_offset;
-            if self.offset_index.append(relative, position as u32) {
-                self.maybe_append_time_entry();
-            }
-            self.bytes_since_index_entry = 0;
-        }
-        self.bytes_since_index_entry += size;
-        self.next_offset = last_offset + 1;
-    }
-
-    fn maybe_append_time_entry(&mut self) {
-        if self.max_timestamp < 0 {
-            return;
-        }
-        let relative = (self.offset_of_max_timestamp - self.base_offset) as u32;
-        match self.time_index.last() {
-            Some(last) if last.key >= self.max_timestamp => {}
-            _ => {
-                self.time_index.append(self.max_timestamp, relative);
-            }
-        }
     }
 
     /// Keep only batches whose offsets are all below `offset`; batches containing or after it are
@@ -492,7 +401,7 @@ impl Segment {
     /// both indexes (on roll).
     pub fn seal(&mut self) -> io::Result<()> {
         self.release_reserved_tail()?;
-        self.maybe_append_time_entry();
+        self.maybe_append_time_entry()?;
         self.offset_index.trim()?;
         self.time_index.trim()?;
         Ok(())

@@ -6,43 +6,106 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use streamforge_protocol::batch::{RecordBatch, RecordIter};
 
-use super::{BatchPosition, Segment};
+use super::{BadBatch, BatchPosition, Segment};
 
 impl Segment {
-    /// The first batch whose last offset is >= `offset`, or `None` if past the end.
+    /// The first batch whose last offset is >= `offset`, or `None` if past the end (or if a
+    /// header on the way cannot be parsed; reads use [`Segment::locate`], which says so).
     pub fn translate_offset(&self, offset: i64) -> Option<BatchPosition> {
-        let mut position = match self.offset_index.floor(offset - self.base_offset) {
-            Some(e) => u64::from(e.value),
-            None => 0,
-        };
-        while position < self.size_bytes {
-            let pos = self.header_at(position).ok()?;
+        self.locate(offset).ok().flatten()
+    }
+
+    /// The first batch whose last offset is >= `offset`, `Ok(None)` if past the end, or the
+    /// damaged batch met on the way (a header that does not parse, a length running past the
+    /// end, offsets that go backwards): below the segment's end every byte is a whole batch.
+    pub fn locate(&self, offset: i64) -> Result<Option<BatchPosition>, BadBatch> {
+        let mut position = 0;
+        let mut expected = self.base_offset;
+        if let Some(e) = self.offset_index.floor(offset - self.base_offset) {
+            // An entry is (relative last offset of the batch at `value`, `value`).
+            let pos = self.checked_header_at(u64::from(e.value), self.base_offset)?;
+            if pos.last_offset != self.base_offset + e.key {
+                return Err(BadBatch {
+                    position: pos.position,
+                    offset: self.base_offset + e.key,
+                    error: format!(
+                        "offset index says the batch here ends at {}, the batch says {}",
+                        self.base_offset + e.key,
+                        pos.last_offset
+                    ),
+                });
+            }
             if pos.last_offset >= offset {
-                return Some(pos);
+                return Ok(Some(pos));
+            }
+            position = pos.position + pos.size_bytes;
+            expected = pos.last_offset + 1;
+        }
+        while position < self.size_bytes {
+            let pos = self.checked_header_at(position, expected)?;
+            if pos.last_offset >= offset {
+                return Ok(Some(pos));
             }
             position += pos.size_bytes;
+            expected = pos.last_offset + 1;
         }
-        None
+        Ok(None)
+    }
+
+    /// The header at `position`, which must hold a batch starting at or after `expected`
+    /// (offsets only grow inside a segment), with consistent header fields.
+    fn checked_header_at(&self, position: u64, expected: i64) -> Result<BatchPosition, BadBatch> {
+        let bad = |error: String| BadBatch {
+            position,
+            offset: expected,
+            error,
+        };
+        let pos = self.header_at(position).map_err(|e| bad(e.to_string()))?;
+        if pos.base_offset < expected || pos.last_offset < pos.base_offset {
+            return Err(bad(format!(
+                "batch offsets {}..={} do not follow {}",
+                pos.base_offset,
+                pos.last_offset,
+                expected - 1
+            )));
+        }
+        RecordBatch::parse(self.batch_bytes(&pos))
+            .and_then(|v| v.validate_header())
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(pos)
     }
 
     /// Read whole batches starting at the one containing `offset`: at most `max_bytes` (but one
     /// batch at least when `min_one_message`), only batches starting below `max_offset`.
-    /// Returns the slice and the offset after its last batch.
+    /// Returns the slice and the offset after its last batch; that offset is below
+    /// [`Segment::next_offset`] when the budget or `max_offset` stopped the read inside this
+    /// segment (the caller must not go on to the next segment then). `Ok(None)`: no batch
+    /// starting at or after `offset` fits. A damaged batch is an error, unless whole batches
+    /// before it were taken: those are returned and the next read (starting at the damage)
+    /// reports it.
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         max_offset: i64,
         min_one_message: bool,
-    ) -> Option<(Bytes, i64)> {
-        let first = self.translate_offset(offset)?;
+    ) -> Result<Option<(Bytes, i64)>, BadBatch> {
+        let Some(first) = self.locate(offset)? else {
+            return Ok(None);
+        };
         let start = first.position;
         let mut end = start;
         let mut next = offset;
+        let mut last_taken: Option<BatchPosition> = None;
         let mut position = start;
+        let mut expected = first.base_offset;
         while position < self.size_bytes {
-            let Ok(pos) = self.header_at(position) else {
-                break;
+            let pos = match self.checked_header_at(position, expected) {
+                Ok(pos) => pos,
+                Err(bad) => {
+                    (end, next) = self.trust_before_damage(start, last_taken, bad)?;
+                    break;
+                }
             };
             if pos.base_offset >= max_offset {
                 break;
@@ -53,13 +116,44 @@ impl Segment {
             }
             end = position + pos.size_bytes;
             next = pos.last_offset + 1;
+            expected = next;
+            last_taken = Some(pos);
             position = end;
         }
         if end == start {
-            return None;
+            return Ok(None);
         }
         self.map_shared.store(true, Ordering::Relaxed);
-        Some((self.map.slice(start as usize, end as usize), next))
+        Ok(Some((self.map.slice(start as usize, end as usize), next)))
+    }
+
+    /// A read that started at `start` met `bad` after taking batches up to `last_taken`. The
+    /// damage may be in the last taken batch's own length field (which put the next header in
+    /// the wrong place), so that batch is only kept when its CRC holds. Returns where the
+    /// trusted batches end and the offset after them, or the error when nothing before the
+    /// damage can be trusted (never an empty success).
+    fn trust_before_damage(
+        &self,
+        start: u64,
+        last_taken: Option<BatchPosition>,
+        bad: BadBatch,
+    ) -> Result<(u64, i64), BadBatch> {
+        let Some(last) = last_taken else {
+            return Err(bad);
+        };
+        let crc_ok =
+            RecordBatch::parse(self.batch_bytes(&last)).is_ok_and(|v| v.verify_crc().is_ok());
+        if crc_ok {
+            return Ok((last.position + last.size_bytes, last.last_offset + 1));
+        }
+        if last.position == start {
+            return Err(BadBatch {
+                position: last.position,
+                offset: last.base_offset,
+                error: format!("CRC mismatch, and after this batch: {}", bad.error),
+            });
+        }
+        Ok((last.position, last.base_offset))
     }
 
     /// First record at or after `min_offset` whose timestamp is >= `timestamp_ms`:

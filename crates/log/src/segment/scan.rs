@@ -136,7 +136,12 @@ impl Segment {
                 }
                 checked_bytes += pos.size_bytes;
             }
-            self.index_batch(position, pos.last_offset, pos.max_timestamp, pos.size_bytes);
+            if let Err(e) =
+                self.index_batch(position, pos.last_offset, pos.max_timestamp, pos.size_bytes)
+            {
+                // The index is sparse: a missing entry only makes lookups walk further.
+                tracing::warn!(segment = self.base_offset, error = %e, "index entry not written while rebuilding");
+            }
             position += pos.size_bytes;
             valid_batches += 1;
         }
