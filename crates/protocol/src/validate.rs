@@ -257,7 +257,7 @@ struct Walked {
 
 /// Walk the record at `buf[start..]`: its length varint, then every field, which must end
 /// exactly where the length says.
-#[inline]
+#[inline(always)]
 fn walk_record(buf: &[u8], start: usize) -> Result<Walked, Fault> {
     let mut pos = start;
     let length = varint(buf, &mut pos)?;
@@ -313,7 +313,7 @@ fn walk_record(buf: &[u8], start: usize) -> Result<Walked, Fault> {
 }
 
 /// Skip a `len`-byte field (`-1` = null, nothing to skip).
-#[inline]
+#[inline(always)]
 fn skip_bytes(record: &[u8], pos: &mut usize, len: i32, field: &'static str) -> Result<(), Fault> {
     if len < -1 {
         return Err(Fault::BadLength { field, length: len });
@@ -328,7 +328,7 @@ fn skip_bytes(record: &[u8], pos: &mut usize, len: i32, field: &'static str) -> 
 }
 
 /// A zigzag varint of at most 5 bytes (Kafka's `readVarint`).
-#[inline]
+#[inline(always)]
 fn varint(buf: &[u8], pos: &mut usize) -> Result<i32, Fault> {
     const MAX_BYTES: usize = 5;
     let Some(&first) = buf.get(*pos) else {
@@ -354,7 +354,7 @@ fn varint(buf: &[u8], pos: &mut usize) -> Result<i32, Fault> {
 }
 
 /// A zigzag varlong of at most 10 bytes (Kafka's `readVarlong`).
-#[inline]
+#[inline(always)]
 fn varlong(buf: &[u8], pos: &mut usize) -> Result<i64, Fault> {
     const MAX_BYTES: usize = 10;
     let mut raw: u64 = 0;
