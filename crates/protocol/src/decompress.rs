@@ -71,10 +71,13 @@ pub enum DecompressError {
 /// The output limit for a records section of `compressed_bytes`:
 /// `min(MAX_DECOMPRESSED_BATCH_BYTES, max(DECOMPRESSED_BYTES_ALWAYS_ALLOWED, compressed × ratio))`.
 pub fn output_limit_bytes(compressed_bytes: usize) -> usize {
+    const { assert!(DECOMPRESSED_BYTES_ALWAYS_ALLOWED <= MAX_DECOMPRESSED_BATCH_BYTES) };
     compressed_bytes
         .saturating_mul(MAX_COMPRESSION_RATIO)
-        .max(DECOMPRESSED_BYTES_ALWAYS_ALLOWED)
-        .min(MAX_DECOMPRESSED_BATCH_BYTES)
+        .clamp(
+            DECOMPRESSED_BYTES_ALWAYS_ALLOWED,
+            MAX_DECOMPRESSED_BATCH_BYTES,
+        )
 }
 
 /// Decompress `input` (the records section of a batch compressed with `codec`) into `out`
