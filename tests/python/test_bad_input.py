@@ -294,3 +294,52 @@ def test_connection_limit(broker_factory):
             time.sleep(0.2)
     create_topic(broker.bootstrap, "conn-limit", partitions=1)
     assert_serves_normal_client(broker, "conn-limit")
+
+
+def _log_end_offset(broker, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "leo-probe"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        c.close()
+
+
+def _bad_record_batches() -> dict[str, tuple[bytes, int]]:
+    """Batches with a valid header and CRC whose records are wrong (issue D3): (batch, error code)."""
+    import gzip
+
+    three = wire.record_batch([(b"k0", b"v0"), (b"k1", b"v1"), (b"k2", b"v2")])
+    one = wire.record_batch([(b"k", b"v")])
+    garbage = random.Random(87).randbytes(400)
+    member = gzip.compress(bytes(1 << 20), 9)  # 1 MiB of zeros in ~1 KB
+    cases = {
+        "count below records": (wire.with_counts(three, 2, 1), wire.ERR_INVALID_RECORD),
+        "count above records": (wire.with_counts(three, 4, 3), wire.ERR_INVALID_RECORD),
+        "lastOffsetDelta mismatch": (wire.with_counts(three, 3, 7), wire.ERR_INVALID_RECORD),
+        "one record claiming 2^31-1": (wire.with_counts(one, 2**31 - 1, 2**31 - 2), wire.ERR_INVALID_RECORD),
+        "random bytes as records": (wire.with_records(three, 0, garbage), wire.ERR_INVALID_RECORD),
+        "1 GiB gzip bomb": (wire.with_records(one, 1, member * 1024), wire.ERR_INVALID_RECORD),
+    }
+    for codec, name in [(1, "gzip"), (2, "snappy"), (3, "lz4"), (4, "zstd")]:
+        cases[f"{name} flag over garbage"] = (wire.with_records(three, codec, garbage), wire.ERR_CORRUPT_MESSAGE)
+    return cases
+
+
+@pytest.mark.parametrize("case", sorted(_bad_record_batches()))
+def test_batch_with_bad_records_is_refused_and_not_stored(shared_broker, case):
+    broker = shared_broker
+    topic = "bad-records-" + "".join(ch if ch.isalnum() else "-" for ch in case)
+    create_topic(broker.bootstrap, topic, partitions=1, config={"max.message.bytes": "2097152"})
+    good = wire.record_batch([(b"k1", b"good-1"), (b"k2", b"good-2")])
+    batch, code = _bad_record_batches()[case]
+    with wire.connect(broker.port) as sock:
+        assert wire.produce_v3(sock, topic, 0, good, correlation_id=81)[(topic, 0)] == (0, 0)
+        r = wire.produce_v8(sock, topic, 0, batch, correlation_id=82)
+        assert r["error_code"] == code, r
+        assert r["base_offset"] == -1
+        assert r["error_message"], r
+        assert len(r["record_errors"]) == 1 and r["record_errors"][0][1], r
+    assert _log_end_offset(broker, topic) == 2, "the refused batch took no offsets"
+    assert_serves_normal_client(broker, topic)

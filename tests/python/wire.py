@@ -20,6 +20,7 @@ API_VERSIONS = 18
 
 ERR_NONE = 0
 ERR_CORRUPT_MESSAGE = 2
+ERR_INVALID_RECORD = 87
 ERR_UNSUPPORTED_VERSION = 35
 
 
@@ -371,3 +372,51 @@ def produce_v3(sock: socket.socket, topic: str, partition: int, batch: bytes, co
     send_request(sock, API_PRODUCE, 3, produce_v3_body(topic, partition, batch), correlation_id=correlation_id)
     return parse_produce_v3(recv_frame(sock), correlation_id)
 
+
+
+def parse_produce_v8(data: bytes, correlation_id: int) -> dict[tuple[str, int], dict]:
+    """{(topic, partition): {error_code, base_offset, record_errors: [(index, message)], error_message}}"""
+    r = Reader(data)
+    if r.i32() != correlation_id:
+        raise WireError("correlation id mismatch")
+    out = {}
+    for _ in range(r.i32()):
+        name = r.string()
+        for _ in range(r.i32()):
+            p = r.i32()
+            part = {"error_code": r.i16(), "base_offset": r.i64()}
+            r.i64()  # log append time
+            r.i64()  # log start offset
+            part["record_errors"] = [(r.i32(), r.string()) for _ in range(r.i32())]
+            part["error_message"] = r.string()
+            out[(name, p)] = part
+    return out
+
+
+def produce_v8(sock: socket.socket, topic: str, partition: int, batch: bytes, correlation_id: int = 12):
+    """Produce v8 (same request body as v3; the response adds record_errors and error_message)."""
+    send_request(sock, API_PRODUCE, 8, produce_v3_body(topic, partition, batch), correlation_id=correlation_id)
+    return parse_produce_v8(recv_frame(sock), correlation_id)[(topic, partition)]
+
+
+def reseal(batch: bytes) -> bytes:
+    """Recompute batch_length and the CRC-32C of a v2 batch after an edit."""
+    b = bytearray(batch)
+    b[8:12] = i32(len(b) - 12)
+    b[17:21] = u32(crc32c(bytes(b[21:])))
+    return bytes(b)
+
+
+def with_counts(batch: bytes, record_count: int, last_offset_delta: int) -> bytes:
+    """The same batch claiming other recordCount / lastOffsetDelta (valid CRC)."""
+    b = bytearray(batch)
+    b[23:27] = i32(last_offset_delta)
+    b[57:61] = i32(record_count)
+    return reseal(bytes(b))
+
+
+def with_records(batch: bytes, codec: int, records: bytes) -> bytes:
+    """The batch's header (codec bits set to `codec`) over other records bytes (valid CRC)."""
+    b = bytearray(batch[:61]) + records
+    b[21:23] = i16((int.from_bytes(b[21:23], "big") & ~0x07) | codec)
+    return reseal(bytes(b))

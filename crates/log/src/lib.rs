@@ -106,6 +106,10 @@ pub enum LogError {
     CorruptMessage(String),
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// A record inside a batch failed validation (INVALID_RECORD or CORRUPT_MESSAGE, with the
+    /// index of the record for the ProduceResponse's `record_errors`).
+    #[error("{0}")]
+    Records(streamforge_protocol::validate::RecordError),
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: u64 },
     #[error("offset {offset} out of range [{log_start}, {log_end}]")]
@@ -144,6 +148,7 @@ impl LogError {
         match self {
             LogError::CorruptMessage(_) => 2,               // CORRUPT_MESSAGE
             LogError::InvalidRecord(_) => 87,               // INVALID_RECORD
+            LogError::Records(e) => e.kind.kafka_code(),    // INVALID_RECORD / CORRUPT_MESSAGE
             LogError::MessageTooLarge { .. } => 10,         // MESSAGE_TOO_LARGE
             LogError::OffsetOutOfRange { .. } => 1,         // OFFSET_OUT_OF_RANGE
             LogError::InvalidTimestamp(_) => 32,            // INVALID_TIMESTAMP

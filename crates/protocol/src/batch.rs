@@ -34,15 +34,15 @@ const BASE_OFFSET: usize = 0;
 const BATCH_LENGTH: usize = 8;
 const PARTITION_LEADER_EPOCH: usize = 12;
 const MAGIC: usize = 16;
-const CRC: usize = 17;
-const ATTRIBUTES: usize = 21;
-const LAST_OFFSET_DELTA: usize = 23;
+pub(crate) const CRC: usize = 17;
+pub(crate) const ATTRIBUTES: usize = 21;
+pub(crate) const LAST_OFFSET_DELTA: usize = 23;
 const BASE_TIMESTAMP: usize = 27;
 const MAX_TIMESTAMP: usize = 35;
 const PRODUCER_ID: usize = 43;
 const PRODUCER_EPOCH: usize = 51;
 const BASE_SEQUENCE: usize = 53;
-const RECORD_COUNT: usize = 57;
+pub(crate) const RECORD_COUNT: usize = 57;
 
 /// Attribute bits.
 pub const COMPRESSION_MASK: i16 = 0x07;

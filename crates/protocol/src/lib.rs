@@ -5,10 +5,13 @@
 
 pub mod api_versions;
 pub mod batch;
+pub mod decompress;
 pub mod error;
 pub mod fetch_writer;
 pub mod frame;
 pub mod guarded_buf;
+pub mod malformed;
+pub mod validate;
 
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{RequestFrame, ResponseFrame};

@@ -10,13 +10,15 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use streamforge_protocol::{ErrorCode, RequestFrame};
 
 use crate::BrokerState;
 use crate::handlers::{message, topic_name};
-use crate::replica_manager::{Partition, is_internal_topic};
+use crate::replica_manager::{Partition, PartitionError, is_internal_topic};
 use crate::router::{HandlerError, HandlerResult};
 
 /// Smallest possible RecordBatch v2 (header without records).
@@ -26,6 +28,42 @@ const RECORD_BATCH_HEADER_BYTES: usize = 61;
 struct PartitionData {
     index: i32,
     records: Option<Range<usize>>,
+}
+
+/// Why a partition's batches were refused: the Kafka error code, `error_message`, and (for a
+/// record that failed validation) `record_errors` (ProduceResponse v8+).
+struct Rejection {
+    code: i16,
+    message: Option<String>,
+    record_errors: Vec<BatchIndexAndErrorMessage>,
+}
+
+impl Rejection {
+    fn new(code: ErrorCode, message: Option<String>) -> Rejection {
+        Rejection {
+            code: code.code(),
+            message,
+            record_errors: Vec::new(),
+        }
+    }
+
+    fn from_partition(e: PartitionError) -> Rejection {
+        let code = e.kafka_code();
+        let mut record_errors = Vec::new();
+        if let PartitionError::Log(streamforge_log::LogError::Records(r)) = &e
+            && let Some(index) = r.record_index
+        {
+            let mut entry = BatchIndexAndErrorMessage::default();
+            entry.batch_index = index;
+            entry.batch_index_error_message = message(r.message.clone());
+            record_errors.push(entry);
+        }
+        Rejection {
+            code,
+            message: Some(e.to_string()),
+            record_errors,
+        }
+    }
 }
 
 /// Where the records sit: a mutable view of the body when we own it, else the shared one.
@@ -90,16 +128,16 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             r.log_start_offset = -1;
             let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
             let result = if !acks_valid {
-                Err((ErrorCode::InvalidRequiredAcks.code(), None))
+                Err(Rejection::new(ErrorCode::InvalidRequiredAcks, None))
             } else if is_internal_topic(&name) {
                 // Only the broker writes its internal topics (Kafka: InvalidTopicException).
-                Err((
-                    ErrorCode::InvalidTopicException.code(),
+                Err(Rejection::new(
+                    ErrorCode::InvalidTopicException,
                     Some(format!("Cannot append to internal topic {name}")),
                 ))
             } else {
                 match state.replicas.partition(&name, p.index) {
-                    None => Err((ErrorCode::UnknownTopicOrPartition.code(), None)),
+                    None => Err(Rejection::new(ErrorCode::UnknownTopicOrPartition, None)),
                     Some(partition) => append(&partition, &mut body, p.records),
                 }
             };
@@ -114,11 +152,17 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
                     metrics::counter!("streamforge_bytes_in_total", "topic" => name.clone())
                         .increment(records_bytes as u64);
                 }
-                Err((code, msg)) => {
+                Err(rejection) => {
                     any_error = true;
+                    let Rejection {
+                        code,
+                        message: msg,
+                        record_errors,
+                    } = rejection;
                     tracing::debug!(topic = %name, partition = p.index, code, ?msg, "produce rejected");
                     r.error_code = code;
                     r.error_message = msg.map(message).unwrap_or_default();
+                    r.record_errors = record_errors;
                 }
             }
             t.partition_responses.push(r);
@@ -146,11 +190,11 @@ fn append(
     partition: &Partition,
     body: &mut Body,
     records: Option<Range<usize>>,
-) -> Result<streamforge_log::AppendInfo, (i16, Option<String>)> {
+) -> Result<streamforge_log::AppendInfo, Rejection> {
     let range = records.unwrap_or(0..0);
     if range.len() < RECORD_BATCH_HEADER_BYTES {
-        return Err((
-            ErrorCode::InvalidRecord.code(),
+        return Err(Rejection::new(
+            ErrorCode::InvalidRecord,
             Some("produce request without a complete record batch".into()),
         ));
     }
@@ -160,7 +204,7 @@ fn append(
     };
     // acks=all on one broker: the only in-sync replica (us) has it once appended; fsync
     // follows the log's flush policy (flush.messages / flush.ms), as in Kafka.
-    result.map_err(|e| (e.kafka_code(), Some(e.to_string())))
+    result.map_err(Rejection::from_partition)
 }
 
 #[cfg(test)]

@@ -1,18 +1,26 @@
 //! Appending: validation, offset assignment, roll.
 
-use streamforge_protocol::batch::{RecordBatch, RecordBatchMut, RecordIter};
+use streamforge_protocol::batch::{RecordBatch, RecordBatchMut};
+use streamforge_protocol::validate::{RecordPolicy, validate_batch};
 
 use super::{Log, batch_error, sizing};
 use crate::segment::Segment;
 use crate::{AppendInfo, LogError, TimestampType};
 
 impl Log {
-    /// Validate every batch in `batches`: header, size, CRC, and (for compacted topics) keys.
+    /// Validate every batch in `batches`: header, size, CRC, and, for a leader's append
+    /// (`walk_records`), every record as Kafka's LogValidator does (framing, counts, offset
+    /// deltas, compacted keys; compressed records decompressed with a bounded output).
     /// Returns (number of batches, number of records).
-    fn validate(&self, batches: &[u8]) -> Result<(usize, u32), LogError> {
+    fn validate(&self, batches: &[u8], walk_records: bool) -> Result<(usize, u32), LogError> {
         if batches.is_empty() {
             return Err(LogError::InvalidRecord("no record batches".into()));
         }
+        let policy = RecordPolicy {
+            compacted: self.config.compact,
+        };
+        // Decompressed records of the current batch; dropped with this call.
+        let mut scratch = Vec::new();
         let mut position = 0;
         let mut batch_count = 0usize;
         let mut record_count = 0u32;
@@ -25,20 +33,15 @@ impl Log {
                 });
             }
             view.verify_crc().map_err(batch_error)?;
-            view.validate_header().map_err(batch_error)?;
             if view.is_control() {
                 return Err(LogError::InvalidRecord(
                     "producers may not write control batches".into(),
                 ));
             }
-            if self.config.compact && view.compression() == 0 {
-                for record in RecordIter::new(&view).map_err(batch_error)? {
-                    if record.map_err(batch_error)?.key_len < 0 {
-                        return Err(LogError::InvalidRecord(
-                            "compacted topic requires keys on every record".into(),
-                        ));
-                    }
-                }
+            if walk_records {
+                validate_batch(&view, policy, &mut scratch).map_err(LogError::Records)?;
+            } else {
+                view.validate_header().map_err(batch_error)?;
             }
             record_count = record_count.saturating_add(view.record_count() as u32);
             batch_count += 1;
@@ -67,7 +70,7 @@ impl Log {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
-        let (batch_count, record_count) = self.validate(batches)?;
+        let (batch_count, record_count) = self.validate(batches, true)?;
         if let Some(dup) = self.check_producers(batches, batch_count)? {
             // A retry of a batch already in the log: answer as Kafka does, append nothing.
             return Ok(AppendInfo {
@@ -118,7 +121,8 @@ impl Log {
 
     /// Append batches whose offsets were assigned by a leader (replication, later issues).
     pub fn append_as_follower(&mut self, batches: &[u8]) -> Result<AppendInfo, LogError> {
-        let (_, record_count) = self.validate(batches)?;
+        // A follower takes the leader's batches as validated (Kafka: no LogValidator here).
+        let (_, record_count) = self.validate(batches, false)?;
         let mut position = 0;
         let mut first_offset = None;
         let mut next = self.next_offset;
