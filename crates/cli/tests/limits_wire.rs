@@ -245,17 +245,7 @@ fn fetch_duplicated(
 #[test]
 fn fetch_responses_are_capped_and_name_each_partition_once() {
     let dir = tempfile::tempdir().unwrap();
-    let b = Broker::start(
-        &dir.path().join("d"),
-        &[
-            "--fetch-max-bytes",
-            "300000",
-            "--replica-fetch-max-bytes",
-            "100000",
-            "--replica-fetch-response-max-bytes",
-            "200000",
-        ],
-    );
+    let b = Broker::start(&dir.path().join("d"), &[]);
     let mut c = b.connect();
     assert_eq!(create_topic(&mut c, "big", 1, &[]).0, 0);
     // 40 batches of about 20 KB: 800 KB in the partition.
@@ -269,6 +259,34 @@ fn fetch_responses_are_capped_and_name_each_partition_once() {
             0
         );
     }
+    // Default settings: a partition named 200 times is read once (it was 200 copies of the
+    // partition, 160 MB; 8,600 copies overflowed the i32 length).
+    let (_, r) = fetch_duplicated(&mut c, "big", 100, -1);
+    assert_eq!(r.responses.len(), 1, "one topic entry");
+    assert_eq!(r.responses[0].partitions.len(), 1, "one partition entry");
+    let records = r.responses[0].partitions[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        records.len() > 800_000 && records.len() < 900_000,
+        "{}",
+        records.len()
+    );
+    drop(c);
+    drop(b);
+    let b = Broker::start(
+        &dir.path().join("d"),
+        &[
+            "--fetch-max-bytes",
+            "300000",
+            "--replica-fetch-max-bytes",
+            "100000",
+            "--replica-fetch-response-max-bytes",
+            "200000",
+        ],
+    );
+    let mut c = b.connect();
     // 2 topic entries x 4,300 copies of partition 0 (a 280 KB request).
     let (len, r) = fetch_duplicated(&mut c, "big", 4300, -1);
     assert_eq!(r.responses.len(), 1, "one topic entry");
