@@ -9,6 +9,7 @@ pub mod group_service;
 pub mod handlers;
 pub mod http_view;
 mod http_view_groups;
+mod partition_create;
 pub mod partition_limit;
 pub mod producer_ids;
 pub mod replica_manager;

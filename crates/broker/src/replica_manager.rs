@@ -12,6 +12,7 @@ use streamforge_log::{AppendInfo, Log, LogConfig, LogError};
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::partition_create::{colliding_topic, create_all, remove_created};
 use crate::topic_config;
 use crate::topic_store::{TopicRecord, TopicStore};
 use crate::util::now_ms;
@@ -121,7 +122,7 @@ impl Partition {
     /// Partitions loaded at startup assign it on their first append, as before: an empty log's
     /// epoch entry does not survive recovery (Kafka truncates entries at or past the log end),
     /// and re-adding it for every idle partition would slow every restart down.
-    fn create(
+    pub(crate) fn create(
         topic: &Arc<str>,
         index: i32,
         data_dir: &Path,
@@ -178,7 +179,7 @@ impl Partition {
         }
     }
 
-    fn take_log(&self) -> Option<Log> {
+    pub(crate) fn take_log(&self) -> Option<Log> {
         self.log.lock().take()
     }
 }
@@ -238,62 +239,6 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
         )));
     }
     Ok(())
-}
-
-/// Kafka's collision rule: `.` and `_` may not be the only difference between two topic names
-/// (metric names replace one by the other). The existing topic `name` collides with, if any.
-pub fn colliding_topic<'a>(
-    existing: impl Iterator<Item = &'a String>,
-    name: &str,
-) -> Option<String> {
-    let key = name.replace('.', "_");
-    existing
-        .filter(|t| t.as_str() != name && t.replace('.', "_") == key)
-        .map(|t| t.to_string())
-        .next()
-}
-
-/// Create partitions `range` of a topic, all or none: on a failure, close the ones created
-/// and remove every partition directory this call made (a failed 10,000-partition creation
-/// once left 4,955 empty directories behind).
-fn create_all(
-    topic: &Arc<str>,
-    range: std::ops::Range<i32>,
-    data_dir: &Path,
-    config: &LogConfig,
-) -> Result<Vec<Arc<Partition>>, TopicError> {
-    let mut made: Vec<PathBuf> = Vec::new();
-    let mut parts = Vec::with_capacity(range.len());
-    for p in range {
-        let dir = data_dir.join(format!("{topic}-{p}"));
-        if !dir.exists() {
-            made.push(dir);
-        }
-        match Partition::create(topic, p, data_dir, config.clone()) {
-            Ok(part) => parts.push(Arc::new(part)),
-            Err(e) => {
-                remove_created(&parts, &made);
-                return Err(TopicError::Storage(format!(
-                    "creating partition {p} of topic '{topic}' failed, none were created: {e}"
-                )));
-            }
-        }
-    }
-    Ok(parts)
-}
-
-/// Undo `create_all`: close the logs, remove the directories it made.
-fn remove_created(parts: &[Arc<Partition>], made: &[PathBuf]) {
-    for p in parts {
-        drop(p.take_log());
-    }
-    for dir in made {
-        if let Err(e) = std::fs::remove_dir_all(dir)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(dir = %dir.display(), error = %e, "could not remove a partition of a failed creation");
-        }
-    }
 }
 
 /// Open partitions `0..count` of a topic at startup on up to one thread per CPU (Kafka's

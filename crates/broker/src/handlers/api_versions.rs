@@ -44,10 +44,28 @@ mod tests {
 
     #[test]
     fn follows_kafkas_software_name_pattern() {
-        for good in ["a", "librdkafka", "apache-kafka-java", "2.3.0", "1.0-SNAPSHOT.x", "Z9"] {
+        for good in [
+            "a",
+            "librdkafka",
+            "apache-kafka-java",
+            "2.3.0",
+            "1.0-SNAPSHOT.x",
+            "Z9",
+        ] {
             assert!(ok(good), "{good}");
         }
-        for bad in ["", "-a", "a-", ".a", "a.", "a b", "a_b", "caf\u{e9}", "a/b", "\n"] {
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            ".a",
+            "a.",
+            "a b",
+            "a_b",
+            "caf\u{e9}",
+            "a/b",
+            "\n",
+        ] {
             assert!(!ok(bad), "{bad:?}");
         }
     }
