@@ -30,9 +30,14 @@ use crate::{BrokerState, ms};
 
 /// IoSlices per `write_vectored` call (Linux IOV_MAX is 1024).
 const IOV_CHUNKS_MAX: usize = 512;
-/// Request memory (`queued.max.request.bytes`) a connection reserves ahead of the bytes it
-/// has received: the most a stalled sender can hold.
-pub const FRAME_RESERVE_CHUNK_BYTES: usize = 1024 * 1024;
+/// Request memory (`queued.max.request.bytes`) a frame reserves before its first body byte is
+/// read: what a sender that stalls after the length prefix holds. `max.connections` (10,000)
+/// such senders hold 625 MiB, less than the 1 GiB default pool.
+pub const FRAME_RESERVE_FIRST_BYTES: usize = 64 * 1024;
+/// Most request memory a frame reserves ahead of the bytes received. Each further reservation
+/// is at most what has already arrived (doubling), so a stalled sender holds at most twice
+/// what it sent plus `FRAME_RESERVE_FIRST_BYTES`.
+pub const FRAME_RESERVE_CHUNK_BYTES_MAX: usize = 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
@@ -121,10 +126,10 @@ async fn read_frame(
     .map_err(|_| ReadError::SlowFrame)?
 }
 
-/// Read a frame body of `len` bytes, reserving `queued.max.request.bytes` as the bytes arrive:
-/// at most `FRAME_RESERVE_CHUNK_BYTES` ahead of what the peer has sent, and only once some of
-/// it is readable. A peer that announces a large frame and stalls holds one chunk, not the
-/// frame's length (which let a few 44-byte connections stall every other client).
+/// Read a frame body of `len` bytes, reserving `queued.max.request.bytes` as the bytes arrive
+/// (see `FRAME_RESERVE_FIRST_BYTES`, `FRAME_RESERVE_CHUNK_BYTES_MAX`), each further chunk only
+/// once more bytes are readable. A peer that announces a large frame and stalls holds 64 KiB,
+/// not the frame's length (which let 11 connections of 44 bytes stall every other client).
 async fn read_body(
     state: &BrokerState,
     rd: &mut OwnedReadHalf,
@@ -135,8 +140,8 @@ async fn read_body(
     let mut body = state
         .frame_pool
         .take_pooled(len)
-        .unwrap_or_else(|| BytesMut::with_capacity(len.min(FRAME_RESERVE_CHUNK_BYTES)));
-    let mut reserved = len.min(FRAME_RESERVE_CHUNK_BYTES);
+        .unwrap_or_else(|| BytesMut::with_capacity(len.min(FRAME_RESERVE_FIRST_BYTES)));
+    let mut reserved = len.min(FRAME_RESERVE_FIRST_BYTES);
     let mut permit = reserve(state, reserved).await?;
     loop {
         body.reserve(reserved - body.len());
@@ -153,7 +158,7 @@ async fn read_body(
         if body.len() == reserved {
             // Do not hold a reservation for bytes that have not been sent yet.
             rd.readable().await?;
-            let chunk = (len - reserved).min(FRAME_RESERVE_CHUNK_BYTES);
+            let chunk = (len - reserved).min(reserved.min(FRAME_RESERVE_CHUNK_BYTES_MAX));
             permit.merge(reserve(state, chunk).await?);
             reserved += chunk;
         }

@@ -18,14 +18,26 @@ const ANNOUNCED_FRAME_BYTES: i32 = 100 * 1024 * 1024 - 16;
 /// How long a normal client may take to create, produce and consume meanwhile.
 const PROMPT: Duration = Duration::from_secs(5);
 
+/// The reproduction: 12 x 100 MiB announced against the default 1 GiB pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_large_frames_do_not_stall_other_clients() {
+    stalled_senders_then_a_normal_client(STALLED_CONNECTIONS, &[]).await;
+}
+
+/// Many stalled senders against a small pool: 300 x 64 KiB held is 19 MiB of the 100 MiB
+/// (with a 1 MiB reservation per stalled frame it would be 300 MiB, and every client waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_stalled_frames_hold_little_request_memory() {
+    stalled_senders_then_a_normal_client(300, &["--queued-max-request-bytes", "104857600"]).await;
+}
+
+async fn stalled_senders_then_a_normal_client(connections: usize, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let b = BrokerProcess::start(&dir.path().join("data"), &[]);
+    let b = BrokerProcess::start(&dir.path().join("data"), extra);
     // Each sends a length prefix and the first bytes of a header, then nothing (44 bytes in
     // the reproduction).
     let mut stalled = Vec::new();
-    for _ in 0..STALLED_CONNECTIONS {
+    for _ in 0..connections {
         let mut s = TcpStream::connect(b.bootstrap()).unwrap();
         s.write_all(&ANNOUNCED_FRAME_BYTES.to_be_bytes()).unwrap();
         s.write_all(&[0, 0, 0, 9, 0, 0, 0, 1, 0, 4]).unwrap();

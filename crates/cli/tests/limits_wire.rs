@@ -330,6 +330,45 @@ fn fetch_responses_are_capped_and_name_each_partition_once() {
     );
 }
 
+/// D4: a frame of several MiB, reserved chunk by chunk as it arrives, is read whole.
+#[test]
+fn multi_mebibyte_frames_are_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(&dir.path().join("d"), &[]);
+    let mut c = b.connect();
+    assert_eq!(create_topic(&mut c, "wide", 4, &[]).0, 0);
+    // 4 batches of about 900 KB in one 3.6 MB Produce frame.
+    let value = "x".repeat(9000);
+    let mut t = TopicProduceData::default();
+    t.name = name("wide");
+    for partition in 0..4 {
+        let recs: Vec<(String, String)> =
+            (0..100).map(|i| (format!("{i}"), value.clone())).collect();
+        let mut p = PartitionProduceData::default();
+        p.index = partition;
+        p.records = Some(batch(&recs, Compression::None));
+        t.partition_data.push(p);
+    }
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5000;
+    req.topic_data = vec![t];
+    let (id, frame) = c.frame(ApiKey::Produce, 9, &req);
+    assert!(frame.len() > 3_500_000, "{}", frame.len());
+    // In pieces, with pauses, as a slow network would deliver it.
+    for piece in frame.chunks(700_000) {
+        c.send_raw(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r: ProduceResponse = c.recv(ApiKey::Produce, 9, id);
+    let codes: Vec<i16> = r.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(codes, [0, 0, 0, 0]);
+}
+
 /// D8: `--max-partitions` refuses CreateTopics, CreatePartitions and auto-creation past it,
 /// with INVALID_PARTITIONS and a message (auto-creation: UNKNOWN_TOPIC_OR_PARTITION), and the
 /// refused topics leave nothing on disk.
