@@ -192,8 +192,14 @@ impl TopicStore {
             .create(true)
             .append(true)
             .open(&path)?;
-        f.write_all(text)?;
-        f.sync_data()?;
+        let before = f.metadata()?.len();
+        if let Err(e) = f.write_all(text).and_then(|()| f.sync_data()) {
+            // The change is refused: take back whatever part of it reached the file, so a
+            // restart does not see a topic the caller was told failed (best effort; a torn
+            // line that stays is dropped at load).
+            let _ = f.set_len(before).and_then(|()| f.sync_data());
+            return Err(e);
+        }
         if created {
             // Make the new file's directory entry durable too.
             fs::File::open(&self.dir)?.sync_all()?;
