@@ -105,6 +105,9 @@ impl FetchPlan {
             request.max_bytes as usize
         };
         let mut topics: Vec<(String, Vec<PlannedPartition>)> = Vec::new();
+        // Both lookups hashed: a request of up to `socket.request.max.bytes` can name
+        // millions of topic-partitions, and a scan per entry would be quadratic.
+        let mut topic_index: HashMap<&str, usize> = HashMap::new();
         let mut index: HashMap<(&str, i32), (usize, usize)> = HashMap::new();
         for t in &request.topics {
             for p in &t.partitions {
@@ -116,13 +119,10 @@ impl FetchPlan {
                 match index.get(&(t.topic.0.as_str(), p.partition)) {
                     Some(&(ti, pi)) => topics[ti].1[pi] = planned,
                     None => {
-                        let ti = match topics.iter().position(|(n, _)| n == t.topic.0.as_str()) {
-                            Some(ti) => ti,
-                            None => {
-                                topics.push((t.topic.0.to_string(), Vec::new()));
-                                topics.len() - 1
-                            }
-                        };
+                        let ti = *topic_index.entry(t.topic.0.as_str()).or_insert_with(|| {
+                            topics.push((t.topic.0.to_string(), Vec::new()));
+                            topics.len() - 1
+                        });
                         index.insert((t.topic.0.as_str(), p.partition), (ti, topics[ti].1.len()));
                         topics[ti].1.push(planned);
                     }
