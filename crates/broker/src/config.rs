@@ -43,6 +43,17 @@ pub struct BrokerConfig {
     /// this much acknowledged data. 0 = only on roll (and `flush.ms`/`flush.messages`, acks=all
     /// group commit, clean shutdown). Kafka leaves this to the OS and relies on replication.
     pub log_flush_background_ms: u64,
+    /// `fetch.max.bytes`: most record bytes in one Fetch response to a consumer; the request's
+    /// `max_bytes` is lowered to it (the first partition still gets at least one batch).
+    pub fetch_max_bytes: usize,
+    /// `replica.fetch.max.bytes`: per-partition cap for Fetch requests with a replica id.
+    pub replica_fetch_max_bytes: usize,
+    /// `replica.fetch.response.max.bytes`: response cap for Fetch requests with a replica id.
+    pub replica_fetch_response_max_bytes: usize,
+    /// Most partitions this broker hosts (all topics); CreateTopics/CreatePartitions and
+    /// auto-creation past it fail. `None` = derived from the open-files limit and
+    /// `vm.max_map_count` at start-up (`partition_limit::resolve`).
+    pub max_partitions: Option<usize>,
     /// Graceful shutdown: longest wait for in-flight requests before closing the logs.
     pub shutdown_grace_ms: u64,
     /// Consumer groups: coordinator settings and the `__consumer_offsets` topic.
@@ -73,6 +84,10 @@ impl Default for BrokerConfig {
             request_read_timeout_ms: 60_000,
             log_tick_interval_ms: 1_000,
             log_flush_background_ms: 1_000,
+            fetch_max_bytes: 57_671_680,
+            replica_fetch_max_bytes: 1024 * 1024,
+            replica_fetch_response_max_bytes: 10 * 1024 * 1024,
+            max_partitions: None,
             shutdown_grace_ms: 10_000,
             groups: Default::default(),
             http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),

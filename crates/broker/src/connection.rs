@@ -14,7 +14,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
 use streamforge_protocol::api_versions::unsupported_api_versions_response;
@@ -30,6 +30,14 @@ use crate::{BrokerState, ms};
 
 /// IoSlices per `write_vectored` call (Linux IOV_MAX is 1024).
 const IOV_CHUNKS_MAX: usize = 512;
+/// Request memory (`queued.max.request.bytes`) a frame reserves before its first body byte is
+/// read: what a sender that stalls after the length prefix holds. `max.connections` (10,000)
+/// such senders hold 625 MiB, less than the 1 GiB default pool.
+pub const FRAME_RESERVE_FIRST_BYTES: usize = 64 * 1024;
+/// Most request memory a frame reserves ahead of the bytes received. Each further reservation
+/// is at most what has already arrived (doubling), so a stalled sender holds at most twice
+/// what it sent plus `FRAME_RESERVE_FIRST_BYTES`.
+pub const FRAME_RESERVE_CHUNK_BYTES_MAX: usize = 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
@@ -72,7 +80,13 @@ pub async fn serve(
             }
         };
         match handle(&state, frame, permit, peer).await {
-            Some(Some(response)) => out.extend(response.chunks),
+            Some(Some(response)) => match check_response_frame(&response) {
+                Ok(()) => out.extend(response.chunks),
+                Err(e) => {
+                    tracing::error!(%peer, error = %e, "response frame is malformed, closing connection");
+                    break;
+                }
+            },
             Some(None) => continue, // no response (acks=0 Produce)
             None => break,
         }
@@ -106,28 +120,61 @@ async fn read_frame(
             .await
             .map_err(eof_as_truncated)?;
         let len = frame_len(prefix, state.config.socket_request_max_bytes)?;
-        // Reserve the frame's memory before allocating it; released when its handler is done.
-        let kib = (len.div_ceil(1024) as u32).max(1);
-        let permit = state
-            .request_memory
-            .clone()
-            .acquire_many_owned(kib)
-            .await
-            .map_err(|_| ReadError::Io(std::io::ErrorKind::Other.into()))?;
-        // One buffer of at least the frame's size (reused for large frames): record bytes are
-        // not moved again before the log.
-        let mut body = state.frame_pool.take(len);
-        while body.len() < len {
-            let missing = len - body.len();
-            let n = (&mut *rd).take(missing as u64).read_buf(&mut body).await?;
-            if n == 0 {
-                return Err(ReadError::Truncated);
-            }
-        }
-        Ok(Some((body.freeze(), permit)))
+        read_body(state, rd, len).await.map(Some)
     })
     .await
     .map_err(|_| ReadError::SlowFrame)?
+}
+
+/// Read a frame body of `len` bytes, reserving `queued.max.request.bytes` as the bytes arrive
+/// (see `FRAME_RESERVE_FIRST_BYTES`, `FRAME_RESERVE_CHUNK_BYTES_MAX`), each further chunk only
+/// once more bytes are readable. A peer that announces a large frame and stalls holds 64 KiB,
+/// not the frame's length (which let 11 connections of 44 bytes stall every other client).
+async fn read_body(
+    state: &BrokerState,
+    rd: &mut OwnedReadHalf,
+    len: usize,
+) -> Result<(Bytes, OwnedSemaphorePermit), ReadError> {
+    // One buffer of at least the frame's size if the pool has one (reused for large frames:
+    // record bytes are not moved again before the log); otherwise it grows with the data.
+    let mut body = state
+        .frame_pool
+        .take_pooled(len)
+        .unwrap_or_else(|| BytesMut::with_capacity(len.min(FRAME_RESERVE_FIRST_BYTES)));
+    let mut reserved = len.min(FRAME_RESERVE_FIRST_BYTES);
+    let mut permit = reserve(state, reserved).await?;
+    loop {
+        body.reserve(reserved - body.len());
+        let n = (&mut *rd)
+            .take((reserved - body.len()) as u64)
+            .read_buf(&mut body)
+            .await?;
+        if n == 0 {
+            return Err(ReadError::Truncated);
+        }
+        if body.len() == len {
+            break;
+        }
+        if body.len() == reserved {
+            // Do not hold a reservation for bytes that have not been sent yet.
+            rd.readable().await?;
+            let chunk = (len - reserved).min(reserved.min(FRAME_RESERVE_CHUNK_BYTES_MAX));
+            permit.merge(reserve(state, chunk).await?);
+            reserved += chunk;
+        }
+    }
+    Ok((body.freeze(), permit))
+}
+
+/// Reserve `bytes` of request memory (in KiB permits, at least one).
+async fn reserve(state: &BrokerState, bytes: usize) -> Result<OwnedSemaphorePermit, ReadError> {
+    let kib = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+    state
+        .request_memory
+        .clone()
+        .acquire_many_owned(kib)
+        .await
+        .map_err(|_| ReadError::Io(std::io::ErrorKind::Other.into()))
 }
 
 fn eof_as_truncated(e: std::io::Error) -> ReadError {
@@ -227,6 +274,39 @@ fn route(frame: Bytes, prefix: HeaderPrefix, peer: SocketAddr) -> Result<Routed,
     let mut req = RequestFrame::parse(frame)?;
     req.client_addr = Some(peer.ip());
     Ok(Routed::Handler(api_key, route.handler, req))
+}
+
+/// Every response writer must produce one frame whose length prefix is the length of the rest
+/// and fits an i32: a wrapped (negative) length desynchronizes the client. Checked once here,
+/// before any byte is written, for every writer (encoded bodies and the zero-copy Fetch writer).
+fn check_response_frame(response: &ResponseFrame) -> Result<(), String> {
+    let total: usize = response.chunks.iter().map(Bytes::len).sum();
+    let body_bytes = total
+        .checked_sub(FRAME_PREFIX_BYTES)
+        .ok_or_else(|| format!("response of {total} bytes has no length prefix"))?;
+    if body_bytes > i32::MAX as usize {
+        return Err(format!(
+            "response of {body_bytes} bytes is over the protocol's limit of {} bytes",
+            i32::MAX
+        ));
+    }
+    let mut prefix = [0u8; FRAME_PREFIX_BYTES];
+    let mut filled = 0;
+    for chunk in &response.chunks {
+        let n = chunk.len().min(FRAME_PREFIX_BYTES - filled);
+        prefix[filled..filled + n].copy_from_slice(&chunk[..n]);
+        filled += n;
+        if filled == FRAME_PREFIX_BYTES {
+            break;
+        }
+    }
+    let declared = i32::from_be_bytes(prefix);
+    if declared as i64 != body_bytes as i64 {
+        return Err(format!(
+            "response length prefix {declared} does not match its {body_bytes} bytes"
+        ));
+    }
+    Ok(())
 }
 
 async fn write_all_vectored(

@@ -23,17 +23,18 @@ struct PoolInner {
 }
 
 impl FramePool {
-    /// An empty buffer with room for `len` bytes: a pooled one if one is big enough.
-    pub fn take(&self, len: usize) -> BytesMut {
-        if len >= POOLED_FRAME_BYTES_MIN {
-            let mut p = self.inner.lock();
-            if let Some(i) = p.buffers.iter().position(|b| b.capacity() >= len) {
-                let buf = p.buffers.swap_remove(i);
-                p.bytes -= buf.capacity();
-                return buf;
-            }
+    /// An empty pooled buffer with room for `len` bytes, if the pool has one (only for frames
+    /// of at least `POOLED_FRAME_BYTES_MIN`). Callers allocate otherwise, growing the buffer
+    /// as bytes arrive rather than by the length a peer announces.
+    pub fn take_pooled(&self, len: usize) -> Option<BytesMut> {
+        if len < POOLED_FRAME_BYTES_MIN {
+            return None;
         }
-        BytesMut::with_capacity(len)
+        let mut p = self.inner.lock();
+        let i = p.buffers.iter().position(|b| b.capacity() >= len)?;
+        let buf = p.buffers.swap_remove(i);
+        p.bytes -= buf.capacity();
+        Some(buf)
     }
 
     /// Returns a buffer (typically a finished request's body) for reuse.
@@ -63,10 +64,11 @@ mod tests {
     #[test]
     fn reuses_large_buffers_only() {
         let pool = FramePool::default();
-        let small = pool.take(100);
-        pool.give(small);
+        assert!(pool.take_pooled(100).is_none());
+        pool.give(BytesMut::with_capacity(100));
         assert_eq!(pool.inner.lock().buffers.len(), 0);
-        let mut big = pool.take(POOLED_FRAME_BYTES_MIN * 2);
+        assert!(pool.take_pooled(POOLED_FRAME_BYTES_MIN).is_none());
+        let mut big = BytesMut::with_capacity(POOLED_FRAME_BYTES_MIN * 2);
         big.extend_from_slice(&[1u8; 100]);
         let ptr = big.as_ptr();
         let cap = big.capacity();
@@ -75,7 +77,7 @@ mod tests {
         let body = frame.slice(30..);
         drop(frame);
         pool.give(body.try_into_mut().unwrap());
-        let again = pool.take(POOLED_FRAME_BYTES_MIN);
+        let again = pool.take_pooled(POOLED_FRAME_BYTES_MIN).unwrap();
         assert_eq!(again.as_ptr(), ptr);
         assert_eq!(again.capacity(), cap);
         assert!(again.is_empty());

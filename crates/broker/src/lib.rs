@@ -9,10 +9,13 @@ pub mod group_service;
 pub mod handlers;
 pub mod http_view;
 mod http_view_groups;
+mod partition_create;
+pub mod partition_limit;
 pub mod producer_ids;
 pub mod replica_manager;
 pub mod router;
 mod server;
+mod storage_errors;
 pub mod tiered;
 pub mod topic_config;
 pub mod topic_store;
@@ -155,8 +158,11 @@ impl Broker {
             frame_pool: frame_pool::FramePool::default(),
             shutdown: shutdown_rx.clone(),
         });
+        let partitions_max = partition_limit::resolve(state.config.max_partitions);
+        state.replicas.set_partitions_max(partitions_max);
         tracing::info!(
             addr = %kafka_addr,
+            partitions_max,
             advertised = %format!("{}:{}", state.advertised_host, state.advertised_port),
             node_id = state.config.node_id,
             cluster_id = %state.cluster_id,

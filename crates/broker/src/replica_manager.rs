@@ -12,6 +12,7 @@ use streamforge_log::{AppendInfo, Log, LogConfig, LogError};
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::partition_create::{colliding_topic, create_all, remove_created};
 use crate::topic_config;
 use crate::topic_store::{TopicRecord, TopicStore};
 use crate::util::now_ms;
@@ -158,7 +159,7 @@ impl Partition {
     /// Partitions loaded at startup assign it on their first append, as before: an empty log's
     /// epoch entry does not survive recovery (Kafka truncates entries at or past the log end),
     /// and re-adding it for every idle partition would slow every restart down.
-    fn create(
+    pub(crate) fn create(
         topic: &Arc<str>,
         index: i32,
         data_dir: &Path,
@@ -186,12 +187,18 @@ impl Partition {
 
     /// Append as leader, advance the high watermark, wake waiting fetches.
     pub fn append(&self, batches: &mut [u8]) -> Result<AppendInfo, PartitionError> {
-        let (info, hw) = self.with_log(|log| -> Result<_, LogError> {
+        let appended = self.with_log(|log| -> Result<_, LogError> {
             let info = log.append_as_leader(batches, LEADER_EPOCH, now_ms())?;
             let leo = log.log_end_offset();
             log.set_high_watermark(leo);
             Ok((info, leo))
-        })??;
+        })?;
+        if let Err(e) = &appended
+            && matches!(e, LogError::Io(_) | LogError::Corrupted(_))
+        {
+            crate::storage_errors::record(&self.topic, self.index, e);
+        }
+        let (info, hw) = appended?;
         self.hw_tx.send_replace(hw);
         Ok(info)
     }
@@ -214,7 +221,7 @@ impl Partition {
         }
     }
 
-    fn take_log(&self) -> Option<Log> {
+    pub(crate) fn take_log(&self) -> Option<Log> {
         self.log.lock().take()
     }
 }
@@ -336,6 +343,8 @@ pub struct ReplicaManager {
     admin: Mutex<()>,
     /// Bytes whose CRC the logs checked when they were opened (unclean-shutdown recovery).
     recovery_checked_bytes: u64,
+    /// Most partitions over all topics (`partition_limit`); creations past it are refused.
+    partitions_max: std::sync::atomic::AtomicUsize,
 }
 
 impl ReplicaManager {
@@ -384,6 +393,7 @@ impl ReplicaManager {
             topics: RwLock::new(topics),
             admin: Mutex::new(()),
             recovery_checked_bytes,
+            partitions_max: std::sync::atomic::AtomicUsize::new(usize::MAX),
         })
     }
 
@@ -391,6 +401,32 @@ impl ReplicaManager {
     /// shutdown; after a crash, the data written since each log's last flush.
     pub fn recovery_checked_bytes(&self) -> u64 {
         self.recovery_checked_bytes
+    }
+
+    /// Set the broker-wide partition limit (start-up).
+    pub fn set_partitions_max(&self, max: usize) {
+        self.partitions_max
+            .store(max, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Refuse `adding` more partitions when they would pass the limit (under the admin lock).
+    fn check_partition_limit(&self, adding: i32) -> Result<(), TopicError> {
+        let max = self
+            .partitions_max
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let hosted: usize = self
+            .topics
+            .read()
+            .values()
+            .map(|t| t.partitions.len())
+            .sum();
+        let adding = adding.max(0) as usize;
+        if hosted.saturating_add(adding) > max {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Adding {adding} partitions would exceed this broker's limit of {max} partitions ({hosted} exist); see --max-partitions."
+            )));
+        }
+        Ok(())
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -458,20 +494,18 @@ impl ReplicaManager {
         if self.topics.read().contains_key(name) {
             return Err(TopicError::AlreadyExists(name.to_string()));
         }
+        if let Some(other) = colliding_topic(self.topics.read().keys(), name) {
+            return Err(TopicError::InvalidName(format!(
+                "Topic '{name}' collides with existing topic: {other}"
+            )));
+        }
+        self.check_partition_limit(partitions)?;
         if validate_only {
             return Ok(None);
         }
         let log_config = topic_config::log_config(&self.log_defaults, &configs);
         let name_arc: Arc<str> = Arc::from(name);
-        let mut parts = Vec::with_capacity(partitions as usize);
-        for p in 0..partitions {
-            parts.push(Arc::new(Partition::create(
-                &name_arc,
-                p,
-                &self.data_dir,
-                log_config.clone(),
-            )?));
-        }
+        let parts = create_all(&name_arc, 0..partitions, &self.data_dir, &log_config)?;
         let topic = Arc::new(Topic {
             name: name.to_string(),
             name_bytes: StrBytes::from_string(name.to_string()),
@@ -481,7 +515,11 @@ impl ReplicaManager {
         });
         let mut next = self.topics.read().clone();
         next.insert(name.to_string(), topic.clone());
-        self.save(&next)?;
+        if let Err(e) = self.save(&next) {
+            let dirs: Vec<PathBuf> = topic.partitions.iter().map(|p| p.dir.clone()).collect();
+            remove_created(&topic.partitions, &dirs);
+            return Err(e);
+        }
         *self.topics.write() = next;
         tracing::info!(topic = name, partitions, id = %topic.id, "created topic");
         Ok(Some(topic))
@@ -531,27 +569,27 @@ impl ReplicaManager {
                 "Number of partitions must be at most {PARTITIONS_PER_TOPIC_MAX}, got {count}."
             )));
         }
+        self.check_partition_limit(count - current)?;
         if validate_only {
             return Ok(());
         }
         let log_config = topic_config::log_config(&self.log_defaults, &topic.configs);
         let mut parts = topic.partitions.clone();
         let name_arc = topic.partitions[0].topic.clone();
-        for p in current..count {
-            parts.push(Arc::new(Partition::create(
-                &name_arc,
-                p,
-                &self.data_dir,
-                log_config.clone(),
-            )?));
-        }
-        self.replace(Topic {
+        let added = create_all(&name_arc, current..count, &self.data_dir, &log_config)?;
+        parts.extend(added.iter().cloned());
+        let replaced = self.replace(Topic {
             name: topic.name.clone(),
             name_bytes: topic.name_bytes.clone(),
             id: topic.id,
             configs: topic.configs.clone(),
             partitions: parts,
-        })?;
+        });
+        if let Err(e) = replaced {
+            let dirs: Vec<PathBuf> = added.iter().map(|p| p.dir.clone()).collect();
+            remove_created(&added, &dirs);
+            return Err(e);
+        }
         tracing::info!(
             topic = name,
             from = current,

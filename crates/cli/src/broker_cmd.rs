@@ -71,6 +71,18 @@ pub struct Args {
     /// A started request frame must complete within this many ms [default: 60000].
     #[arg(long, env = "STREAMFORGE_REQUEST_READ_TIMEOUT_MS")]
     pub request_read_timeout_ms: Option<u64>,
+    /// `fetch.max.bytes`: most record bytes in one Fetch response [default: 57671680].
+    #[arg(long, env = "STREAMFORGE_FETCH_MAX_BYTES")]
+    pub fetch_max_bytes: Option<usize>,
+    /// `replica.fetch.max.bytes`: per-partition cap of replica fetches [default: 1048576].
+    #[arg(long, env = "STREAMFORGE_REPLICA_FETCH_MAX_BYTES")]
+    pub replica_fetch_max_bytes: Option<usize>,
+    /// `replica.fetch.response.max.bytes`: response cap of replica fetches [default: 10485760].
+    #[arg(long, env = "STREAMFORGE_REPLICA_FETCH_RESPONSE_MAX_BYTES")]
+    pub replica_fetch_response_max_bytes: Option<usize>,
+    /// Most partitions the broker hosts [default: derived from the open-files limit].
+    #[arg(long, env = "STREAMFORGE_MAX_PARTITIONS")]
+    pub max_partitions: Option<usize>,
     /// Dashboard and /metrics address, or `off` [default: 0.0.0.0:8080].
     #[arg(long, env = "STREAMFORGE_HTTP_LISTEN")]
     pub http_listen: Option<String>,
@@ -117,6 +129,10 @@ struct FileConfig {
     max_connections: Option<usize>,
     connections_max_idle_ms: Option<u64>,
     request_read_timeout_ms: Option<u64>,
+    fetch_max_bytes: Option<usize>,
+    replica_fetch_max_bytes: Option<usize>,
+    replica_fetch_response_max_bytes: Option<usize>,
+    max_partitions: Option<usize>,
     http_listen: Option<String>,
     offsets_topic_partitions: Option<i32>,
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -170,6 +186,13 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(max_connections);
     set!(connections_max_idle_ms);
     set!(request_read_timeout_ms);
+    set!(fetch_max_bytes);
+    set!(replica_fetch_max_bytes);
+    set!(replica_fetch_response_max_bytes);
+    c.max_partitions = args
+        .max_partitions
+        .or(file.max_partitions)
+        .or(c.max_partitions);
     set!(offsets_topic_partitions => c.groups.coordinator.offsets_topic_partitions);
     set!(group_initial_rebalance_delay_ms => c.groups.coordinator.group_initial_rebalance_delay_ms);
     set!(group_min_session_timeout_ms => c.groups.coordinator.group_min_session_timeout_ms);

@@ -1,6 +1,7 @@
 //! Fetch (1): long poll honouring max_wait_ms / min_bytes / max_bytes and per-partition
 //! limits; whole batches straight from segment slices into the zero-copy response writer.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -28,6 +29,7 @@ const BATCH_LOG_OVERHEAD_BYTES: usize = 12;
 
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: FetchRequest = req.decode()?;
+    let plan = FetchPlan::new(&state.config, &request);
     let max_wait_ms = i64::from(request.max_wait_ms).clamp(0, FETCH_MAX_WAIT_MS_CAP);
     let deadline = Instant::now() + std::time::Duration::from_millis(max_wait_ms as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -35,14 +37,14 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     loop {
         // Subscribe before reading so an append between the read and the wait is not missed.
         let mut watchers: Vec<watch::Receiver<i64>> = Vec::new();
-        for t in &request.topics {
-            for p in &t.partitions {
-                if let Some(part) = state.replicas.partition(&t.topic.0, p.partition) {
+        for (topic, partitions) in &plan.topics {
+            for p in partitions {
+                if let Some(part) = state.replicas.partition(topic, p.partition) {
                     watchers.push(part.subscribe());
                 }
             }
         }
-        let read = read_all(&state, &request).await;
+        let read = read_all(&state, &plan).await;
         let satisfied = read.bytes >= min_bytes || read.errors || max_wait_ms == 0;
         if satisfied || watchers.is_empty() || Instant::now() >= deadline || *shutdown.borrow() {
             return Ok(Some(respond(&req, read)));
@@ -54,7 +56,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             _ = shutdown.changed() => {}
         }
         if Instant::now() >= deadline {
-            let read = read_all(&state, &request).await;
+            let read = read_all(&state, &plan).await;
             return Ok(Some(respond(&req, read)));
         }
     }
@@ -66,24 +68,89 @@ struct ReadResult {
     errors: bool,
 }
 
-async fn read_all(state: &BrokerState, request: &FetchRequest) -> ReadResult {
-    let response_max_bytes = if request.max_bytes <= 0 {
-        i32::MAX as usize
-    } else {
-        request.max_bytes as usize
-    };
-    let read_committed = request.isolation_level == READ_COMMITTED;
+/// One partition to read, as the request named it (the last entry if it named it twice).
+struct PlannedPartition {
+    partition: i32,
+    fetch_offset: i64,
+    partition_max_bytes: usize,
+}
+
+/// What a Fetch request asks for, with the broker's caps applied and every topic-partition
+/// once. Kafka builds its fetch data as a map keyed by topic-partition, so a partition named
+/// twice is read and answered once, in the place of its first mention with the values of its
+/// last; a 35 KB request naming one partition 4,300 times could otherwise ask for 4,300 copies.
+struct FetchPlan {
+    /// Topics in order of first mention, each with its partitions.
+    topics: Vec<(String, Vec<PlannedPartition>)>,
+    response_max_bytes: usize,
+    read_committed: bool,
+}
+
+impl FetchPlan {
+    fn new(config: &crate::BrokerConfig, request: &FetchRequest) -> FetchPlan {
+        // Kafka: a follower's fetch (replica id >= 0) is bounded by the replica settings, a
+        // consumer's by fetch.max.bytes; the request's max_bytes can only lower them.
+        let from_replica = request.replica_id.0 >= 0;
+        let (broker_max, partition_cap) = if from_replica {
+            (
+                config.replica_fetch_response_max_bytes,
+                config.replica_fetch_max_bytes,
+            )
+        } else {
+            (config.fetch_max_bytes, usize::MAX)
+        };
+        let requested = if request.max_bytes <= 0 {
+            usize::MAX
+        } else {
+            request.max_bytes as usize
+        };
+        let mut topics: Vec<(String, Vec<PlannedPartition>)> = Vec::new();
+        // Both lookups hashed: a request of up to `socket.request.max.bytes` can name
+        // millions of topic-partitions, and a scan per entry would be quadratic.
+        let mut topic_index: HashMap<&str, usize> = HashMap::new();
+        let mut index: HashMap<(&str, i32), (usize, usize)> = HashMap::new();
+        for t in &request.topics {
+            for p in &t.partitions {
+                let planned = PlannedPartition {
+                    partition: p.partition,
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(partition_cap),
+                };
+                match index.get(&(t.topic.0.as_str(), p.partition)) {
+                    Some(&(ti, pi)) => topics[ti].1[pi] = planned,
+                    None => {
+                        let ti = *topic_index.entry(t.topic.0.as_str()).or_insert_with(|| {
+                            topics.push((t.topic.0.to_string(), Vec::new()));
+                            topics.len() - 1
+                        });
+                        index.insert((t.topic.0.as_str(), p.partition), (ti, topics[ti].1.len()));
+                        topics[ti].1.push(planned);
+                    }
+                }
+            }
+        }
+        FetchPlan {
+            topics,
+            response_max_bytes: requested.min(broker_max),
+            read_committed: request.isolation_level == READ_COMMITTED,
+        }
+    }
+}
+
+async fn read_all(state: &BrokerState, plan: &FetchPlan) -> ReadResult {
+    let response_max_bytes = plan.response_max_bytes;
+    let read_committed = plan.read_committed;
     let mut out = ReadResult {
-        topics: Vec::with_capacity(request.topics.len()),
+        topics: Vec::with_capacity(plan.topics.len()),
         bytes: 0,
         errors: false,
     };
-    for t in &request.topics {
+    for (name, partitions) in &plan.topics {
         let mut topic = FetchTopic {
-            name: t.topic.0.to_string(),
-            partitions: Vec::with_capacity(t.partitions.len()),
+            name: name.clone(),
+            partitions: Vec::with_capacity(partitions.len()),
         };
-        for p in &t.partitions {
+        for p in partitions {
             let mut fp = FetchPartition {
                 partition_index: p.partition,
                 high_watermark: -1,
@@ -99,7 +166,7 @@ async fn read_all(state: &BrokerState, request: &FetchRequest) -> ReadResult {
                 continue;
             };
             let remaining = response_max_bytes.saturating_sub(out.bytes);
-            let partition_max = (p.partition_max_bytes.max(0) as usize).min(remaining);
+            let partition_max = p.partition_max_bytes.min(remaining);
             let min_one_message = out.bytes == 0;
             let result = partition.with_log(|log| {
                 let hw = log.high_watermark();

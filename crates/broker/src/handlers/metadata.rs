@@ -18,6 +18,11 @@ use crate::router::HandlerResult;
 
 /// "Authorized operations not requested" marker (Integer.MIN_VALUE).
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+/// Most topics one Metadata request may auto-create; the rest are answered
+/// LEADER_NOT_AVAILABLE (Kafka's answer for a topic still being created), so a client's retry
+/// creates the next ones. One request once created 4,000 topics and left the broker 6 file
+/// descriptors short of its limit.
+pub const AUTO_CREATE_TOPICS_PER_REQUEST_MAX: usize = 100;
 
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: MetadataRequest = req.decode()?;
@@ -43,11 +48,12 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         // Auto creation: always allowed before v4, then per request; and by the broker config.
         let allow_auto_create = state.config.auto_create_topics
             && (req.api_version < 4 || request.allow_auto_topic_creation);
+        let mut creations_left = AUTO_CREATE_TOPICS_PER_REQUEST_MAX;
         for t in request.topics.unwrap_or_default() {
             let entry = match t.name {
                 Some(name) => {
                     let name = name.0.to_string();
-                    lookup_or_create(&state, &name, allow_auto_create).await
+                    lookup_or_create(&state, &name, allow_auto_create, &mut creations_left).await
                 }
                 None => match state.replicas.topic_by_id(t.topic_id) {
                     Some(topic) => topic_entry(&state, &topic),
@@ -64,6 +70,7 @@ async fn lookup_or_create(
     state: &Arc<BrokerState>,
     name: &str,
     allow_auto_create: bool,
+    creations_left: &mut usize,
 ) -> MetadataResponseTopic {
     if let Some(topic) = state.replicas.topic(name) {
         return topic_entry(state, &topic);
@@ -71,6 +78,10 @@ async fn lookup_or_create(
     if !allow_auto_create {
         return error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownTopicOrPartition);
     }
+    if *creations_left == 0 {
+        return error_entry(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable);
+    }
+    *creations_left -= 1;
     let st = state.clone();
     let owned = name.to_string();
     let partitions = state.config.num_partitions;
@@ -86,8 +97,14 @@ async fn lookup_or_create(
             Some(topic) => topic_entry(state, &topic),
             None => error_entry(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable),
         },
+        // Also a name colliding with an existing topic (`a.b` against `a_b`), as in Kafka.
         Ok(Err(TopicError::InvalidName(_))) => {
             error_entry(Some(name), Uuid::nil(), ErrorCode::InvalidTopicException)
+        }
+        // The broker's partition limit: the topic does not exist and cannot be created.
+        Ok(Err(e @ TopicError::InvalidPartitions(_))) => {
+            tracing::warn!(topic = name, error = %e, "auto topic creation refused");
+            error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownTopicOrPartition)
         }
         Ok(Err(e)) => {
             tracing::warn!(topic = name, error = %e, "auto topic creation failed");
