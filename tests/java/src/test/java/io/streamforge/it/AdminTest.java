@@ -67,11 +67,14 @@ class AdminTest {
         return t instanceof ExecutionException ? t.getCause() : t;
     }
 
+    /** Record i has timestamp BASE_TS + 1000 * (i + 1): recent, as older than retention.ms may go at once. */
+    static final long BASE_TS = System.currentTimeMillis() - 3_600_000L;
+
     static void produce(String topic, int partitions, int perPartition, Map<String, Object> cfg) throws Exception {
         try (KafkaProducer<String, String> p = Util.producer(B, cfg)) {
             for (int part = 0; part < partitions; part++) {
                 for (int i = 0; i < perPartition; i++) {
-                    p.send(new ProducerRecord<>(topic, part, 1_000_000L * (i + 1), "k", "v" + i));
+                    p.send(new ProducerRecord<>(topic, part, BASE_TS + 1000L * (i + 1), "k", "v" + i));
                 }
             }
             p.flush();
@@ -169,8 +172,8 @@ class AdminTest {
         assertEquals(20L, offset(tp, OffsetSpec.latest()).offset());
         ListOffsetsResult.ListOffsetsResultInfo max = offset(tp, OffsetSpec.maxTimestamp());
         assertEquals(19L, max.offset());
-        assertEquals(20_000_000L, max.timestamp());
-        assertEquals(10L, offset(tp, OffsetSpec.forTimestamp(10_500_000L)).offset());
+        assertEquals(BASE_TS + 20_000L, max.timestamp());
+        assertEquals(10L, offset(tp, OffsetSpec.forTimestamp(BASE_TS + 10_500L)).offset());
         assertEquals(5L, offset(tp, OffsetSpec.earliestLocal()).offset());
     }
 
