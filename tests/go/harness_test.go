@@ -74,6 +74,8 @@ func startBroker(extra ...string) (*broker, error) {
 	b.cmd.Stdout, b.cmd.Stderr = logf, logf
 	b.cmd.Env = append(os.Environ(), "RUST_LOG=info")
 	if err := b.cmd.Start(); err != nil {
+		logf.Close()
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start %s: %w", brokerBinary(), err)
 	}
 	b.exited = make(chan struct{})
