@@ -1,0 +1,213 @@
+package io.streamforge.it;
+
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+
+/**
+ * One real `streamforge broker` child process ($STREAMFORGE_BIN) on a free loopback port with a
+ * temporary data dir, like tests/python/harness.py. Stopped by its own pid (SIGTERM, then
+ * SIGKILL after a bounded wait); the data dir is removed on close.
+ */
+public final class Broker implements AutoCloseable {
+    static final Duration START_TIMEOUT = Duration.ofSeconds(60);
+    static final Duration STOP_TIMEOUT = Duration.ofSeconds(20);
+
+    private static Broker shared;
+
+    private final Path workDir;
+    private final Path logFile;
+    private final int port;
+    private final List<String> extraArgs;
+    private Process process;
+
+    private Broker(List<String> extraArgs) throws IOException {
+        this.workDir = Files.createTempDirectory("sf-java-");
+        this.logFile = workDir.resolve("broker.log");
+        this.port = freePort();
+        this.extraArgs = List.copyOf(extraArgs);
+    }
+
+    /** The broker shared by every test class that needs no special flags (stopped at JVM exit). */
+    public static synchronized Broker shared() {
+        if (shared == null) {
+            shared = start();
+            Broker b = shared;
+            Runtime.getRuntime().addShutdownHook(new Thread(b::close));
+        }
+        return shared;
+    }
+
+    /** A fresh broker with extra command-line flags; the caller closes it. */
+    public static Broker start(String... extraArgs) {
+        try {
+            Broker b = new Broker(List.of(extraArgs));
+            b.launch();
+            return b;
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot start the broker", e);
+        }
+    }
+
+    public static String binary() {
+        String bin = System.getenv("STREAMFORGE_BIN");
+        if (bin == null || bin.isEmpty()) {
+            String target = System.getenv().getOrDefault("CARGO_TARGET_DIR", "../../target");
+            bin = Path.of(target, "debug", "streamforge").toString();
+        }
+        if (!Files.isExecutable(Path.of(bin))) {
+            throw new IllegalStateException("no broker binary at " + bin + " (set STREAMFORGE_BIN)");
+        }
+        return bin;
+    }
+
+    public String bootstrap() {
+        return "127.0.0.1:" + port;
+    }
+
+    public int port() {
+        return port;
+    }
+
+    public Path workDir() {
+        return workDir;
+    }
+
+    public boolean isRunning() {
+        return process != null && process.isAlive();
+    }
+
+    private void launch() throws IOException {
+        List<String> cmd = new ArrayList<>(List.of(binary(), "broker",
+                "--listen", bootstrap(), "--advertised-listener", bootstrap(),
+                "--data-dir", workDir.resolve("data").toString(),
+                "--http-listen", "off",
+                "--group-initial-rebalance-delay-ms", "0"));
+        cmd.addAll(extraArgs);
+        ProcessBuilder pb = new ProcessBuilder(cmd)
+                .redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
+        pb.environment().putIfAbsent("RUST_LOG", "info");
+        process = pb.start();
+        waitReady();
+    }
+
+    private void waitReady() throws IOException {
+        long deadline = System.nanoTime() + START_TIMEOUT.toNanos();
+        IOException last = null;
+        while (System.nanoTime() < deadline) {
+            if (!process.isAlive()) {
+                throw new IllegalStateException("broker exited with " + process.exitValue()
+                        + " during start-up\n" + logTail());
+            }
+            try {
+                if (Wire.apiVersionsV0(port) == 0) {
+                    return;
+                }
+            } catch (IOException e) {
+                last = e;
+            }
+            sleep(100);
+        }
+        throw new IllegalStateException("broker not ready after " + START_TIMEOUT + ": " + last
+                + "\n" + logTail());
+    }
+
+    /** The last lines of the broker's log (printed when a test fails). */
+    public String logTail() {
+        try {
+            List<String> lines = Files.readAllLines(logFile, StandardCharsets.UTF_8);
+            return String.join("\n", lines.subList(Math.max(0, lines.size() - 80), lines.size()));
+        } catch (IOException e) {
+            return "(no log: " + e + ")";
+        }
+    }
+
+    @Override
+    public synchronized void close() {
+        if (process != null && process.isAlive()) {
+            process.destroy();
+            try {
+                if (!process.waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS)) {
+                    process.destroyForcibly().waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        try (Stream<Path> walk = Files.walk(workDir)) {
+            walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        } catch (IOException ignored) {
+            // best effort: a temp dir
+        }
+    }
+
+    static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket()) {
+            s.bind(new InetSocketAddress("127.0.0.1", 0));
+            return s.getLocalPort();
+        }
+    }
+
+    static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /** Raw Kafka wire requests for the cases no client sends. */
+    static final class Wire {
+        private Wire() {}
+
+        /** ApiVersions v0; returns its error code. */
+        static short apiVersionsV0(int port) throws IOException {
+            return request(port, (short) 18, (short) 0).errorCode;
+        }
+
+        record Reply(boolean closed, short errorCode) {}
+
+        /**
+         * Sends a header-v1 request with an empty body; returns the first error code of the reply
+         * (header v0), or closed=true if the broker closed the connection instead.
+         */
+        static Reply request(int port, short apiKey, short version) throws IOException {
+            try (Socket s = new Socket()) {
+                s.connect(new InetSocketAddress("127.0.0.1", port), 2000);
+                s.setSoTimeout(5000);
+                DataOutputStream out = new DataOutputStream(s.getOutputStream());
+                out.writeInt(2 + 2 + 4 + 2);
+                out.writeShort(apiKey);
+                out.writeShort(version);
+                out.writeInt(7);
+                out.writeShort(-1); // null client id
+                out.flush();
+                DataInputStream in = new DataInputStream(s.getInputStream());
+                int size;
+                try {
+                    size = in.readInt();
+                } catch (java.io.EOFException | java.net.SocketException e) {
+                    return new Reply(true, (short) -1);
+                }
+                byte[] body = new byte[size];
+                in.readFully(body);
+                short err = (short) (((body[4] & 0xff) << 8) | (body[5] & 0xff));
+                return new Reply(false, err);
+            }
+        }
+    }
+}

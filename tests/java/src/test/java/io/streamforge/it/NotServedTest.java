@@ -1,0 +1,105 @@
+package io.streamforge.it;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Supplier;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.ElectionType;
+import org.apache.kafka.common.KafkaFuture;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.errors.UnsupportedVersionException;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * AdminClient calls whose APIs StreamForge does not serve yet (docs/BROKER.md, "Not served yet"):
+ * each fails at once with UnsupportedVersionException, because the broker does not list the API in
+ * ApiVersions, and the broker keeps serving.
+ */
+@ExtendWith(KnownGaps.class)
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class NotServedTest {
+    static final Broker B = Broker.shared();
+    static final Admin A = Util.admin(B);
+
+    @AfterAll
+    static void closeAdmin() {
+        A.close();
+    }
+
+    static void assertUnsupported(String what, Supplier<KafkaFuture<?>> call) {
+        Throwable t = assertThrows(ExecutionException.class, () -> call.get().get(30, TimeUnit.SECONDS), what);
+        assertInstanceOf(UnsupportedVersionException.class, t.getCause(), what + ": " + t.getCause());
+    }
+
+    @Test
+    void describeLogDirs() {
+        assertUnsupported("DescribeLogDirs", () -> A.describeLogDirs(List.of(nodeId())).allDescriptions());
+    }
+
+    static int nodeId() {
+        try {
+            return A.describeCluster().nodes().get(30, TimeUnit.SECONDS).iterator().next().id();
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    @Test
+    void aclsQuotasScramTokens() {
+        assertUnsupported("DescribeAcls", () -> A.describeAcls(AclBindingFilter.ANY).values());
+        assertUnsupported("DescribeClientQuotas", () -> A.describeClientQuotas(ClientQuotaFilter.all()).entities());
+        assertUnsupported("DescribeUserScramCredentials", () -> A.describeUserScramCredentials().all());
+        assertUnsupported("DescribeDelegationToken", () -> A.describeDelegationToken().delegationTokens());
+    }
+
+    @Test
+    void replicaManagement() {
+        TopicPartition tp = new TopicPartition(Util.unique("x"), 0);
+        assertUnsupported("ElectLeaders", () -> A.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all());
+        assertUnsupported("ListPartitionReassignments", () -> A.listPartitionReassignments().reassignments());
+    }
+
+    @Test
+    void transactions() {
+        assertUnsupported("ListTransactions", () -> A.listTransactions().all());
+        try (KafkaProducer<String, String> p = Util.producer(B, Map.of(
+                ProducerConfig.TRANSACTIONAL_ID_CONFIG, Util.unique("tx"),
+                ProducerConfig.MAX_BLOCK_MS_CONFIG, "10000"))) {
+            // InitProducerId with a transactional id is answered, but AddPartitionsToTxn is not
+            // served, so the first transactional send fails with UnsupportedVersionException.
+            Throwable t = assertThrows(Exception.class, () -> {
+                p.initTransactions();
+                p.beginTransaction();
+                p.send(new ProducerRecord<>(Util.unique("txtopic"), "k", "v")).get(20, TimeUnit.SECONDS);
+                p.commitTransaction();
+            });
+            Throwable c = t;
+            while (c.getCause() != null && !(c instanceof UnsupportedVersionException)) {
+                c = c.getCause();
+            }
+            assertInstanceOf(UnsupportedVersionException.class, c, "transactional send: " + t);
+        }
+    }
+
+    @Test
+    void brokerStillServesAfterUnservedCalls() throws Exception {
+        assertUnsupported("DescribeLogDirs", () -> A.describeLogDirs(List.of(nodeId())).allDescriptions());
+        assertEquals(1, A.describeCluster().nodes().get(30, TimeUnit.SECONDS).size());
+    }
+}

@@ -1,0 +1,214 @@
+package io.streamforge.it;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/** Kafka's own command-line tools (4.x main classes) against StreamForge. */
+@ExtendWith(KnownGaps.class)
+@Timeout(value = 240, unit = TimeUnit.SECONDS)
+class ToolsTest {
+    static final Broker B = Broker.shared();
+    static final String BS = B.bootstrap();
+
+    static final String TOPICS = "org.apache.kafka.tools.TopicCommand";
+    static final String CONFIGS = "kafka.admin.ConfigCommand";
+    static final String GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+    static final String CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer";
+    static final String CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer";
+    static final String DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand";
+    static final String GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell";
+    static final String API_VERSIONS = "org.apache.kafka.tools.BrokerApiVersionsCommand";
+    static final String LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand";
+    static final String VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer";
+    static final String VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer";
+    static final String PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance";
+    static final String CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance";
+
+    @Test
+    void topicsCommand() {
+        String t = Util.unique("cli-topic");
+        Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--create", "--topic", t, "--partitions", "3",
+                "--replication-factor", "1", "--config", "retention.ms=7200000");
+        assertTrue(Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--list").out().lines().anyMatch(t::equals));
+        Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--alter", "--topic", t, "--partitions", "5");
+        String d = Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--describe", "--topic", t).out();
+        assertTrue(d.contains("PartitionCount: 5"), d);
+        assertTrue(d.contains("retention.ms=7200000"), d);
+        assertEquals(5, d.lines().filter(l -> l.contains("Leader: ")).count(), d);
+        Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--delete", "--topic", t);
+        Util.waitUntil("topic deleted", java.time.Duration.ofSeconds(20), () ->
+                Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--list").out().lines().noneMatch(t::equals));
+    }
+
+    @Test
+    void configsCommand() {
+        String t = Util.unique("cli-cfg");
+        Util.createTopic(B, t, 1);
+        Tool.ok(CONFIGS, null, "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t,
+                "--alter", "--add-config", "retention.ms=1234567,max.message.bytes=65536");
+        String d = Tool.ok(CONFIGS, null, "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t,
+                "--describe").out();
+        assertTrue(d.contains("retention.ms=1234567") && d.contains("max.message.bytes=65536"), d);
+        Tool.ok(CONFIGS, null, "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t,
+                "--alter", "--delete-config", "retention.ms");
+        d = Tool.ok(CONFIGS, null, "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t,
+                "--describe").out();
+        assertTrue(!d.contains("retention.ms=1234567") && d.contains("max.message.bytes=65536"), d);
+    }
+
+    @Test
+    void consoleProducerConsumerAndConsumerGroups() {
+        String t = Util.unique("cli-console");
+        String g = Util.unique("cli-g");
+        Util.createTopic(B, t, 2);
+        StringBuilder in = new StringBuilder();
+        for (int i = 0; i < 10; i++) {
+            in.append("k").append(i).append(':').append("line-").append(i).append('\n');
+        }
+        Tool.ok(CONSOLE_PRODUCER, in.toString(), "--bootstrap-server", BS, "--topic", t,
+                "--property", "parse.key=true", "--property", "key.separator=:");
+        Tool.Result c = Tool.ok(CONSOLE_CONSUMER, null, "--bootstrap-server", BS, "--topic", t, "--group", g,
+                "--from-beginning", "--max-messages", "10", "--timeout-ms", "30000",
+                "--property", "print.key=true", "--property", "key.separator=:");
+        Set<String> lines = new HashSet<>(c.out().lines().toList());
+        for (int i = 0; i < 10; i++) {
+            assertTrue(lines.contains("k" + i + ":line-" + i), c.toString());
+        }
+        // Five more: the group (offsets committed by the console consumer on exit) lags by 5.
+        Tool.ok(CONSOLE_PRODUCER, "a\nb\nc\nd\ne\n", "--bootstrap-server", BS, "--topic", t);
+        assertTrue(Tool.ok(GROUPS, null, "--bootstrap-server", BS, "--list").out().lines().anyMatch(g::equals));
+        String d = Tool.ok(GROUPS, null, "--bootstrap-server", BS, "--describe", "--group", g).out();
+        assertEquals(5, lagSum(d, t), d);
+
+        String reset = Tool.ok(GROUPS, null, "--bootstrap-server", BS, "--reset-offsets", "--group", g,
+                "--topic", t, "--to-earliest", "--execute").out();
+        assertTrue(reset.contains(t), reset);
+        d = Tool.ok(GROUPS, null, "--bootstrap-server", BS, "--describe", "--group", g).out();
+        assertEquals(15, lagSum(d, t), d);
+
+        Tool.ok(GROUPS, null, "--bootstrap-server", BS, "--delete", "--group", g);
+        assertTrue(Tool.ok(GROUPS, null, "--bootstrap-server", BS, "--list").out().lines().noneMatch(g::equals));
+    }
+
+    /** Sums the LAG column of `kafka-consumer-groups --describe` rows for `topic`. */
+    static long lagSum(String describe, String topic) {
+        List<String> rows = describe.lines().filter(l -> l.trim().split("\\s+").length > 5).toList();
+        String[] header = rows.stream().filter(l -> l.contains("LAG")).findFirst().orElseThrow().trim().split("\\s+");
+        int lag = List.of(header).indexOf("LAG");
+        int top = List.of(header).indexOf("TOPIC");
+        return rows.stream().map(l -> l.trim().split("\\s+")).filter(f -> f[top].equals(topic))
+                .mapToLong(f -> Long.parseLong(f[lag])).sum();
+    }
+
+    @Test
+    void deleteRecordsAndGetOffsets() throws Exception {
+        String t = Util.unique("cli-del");
+        Util.createTopic(B, t, 1);
+        // Distinct, increasing timestamps, so max-timestamp names one record (offset 5).
+        long base = System.currentTimeMillis() - 60_000;
+        try (var p = Util.producer(B, Map.of())) {
+            for (int i = 0; i < 6; i++) {
+                p.send(new org.apache.kafka.clients.producer.ProducerRecord<>(t, 0, base + 1000L * i, "k", "v" + i));
+            }
+        }
+        assertEquals(t + ":0:6", Tool.ok(GET_OFFSETS, null, "--bootstrap-server", BS, "--topic", t,
+                "--time", "-1").out().strip());
+        Path json = Files.createTempFile("delete-records", ".json");
+        Files.writeString(json, "{\"version\":1,\"partitions\":[{\"topic\":\"" + t + "\",\"partition\":0,\"offset\":4}]}");
+        String out = Tool.ok(DELETE_RECORDS, null, "--bootstrap-server", BS, "--offset-json-file", json.toString()).out();
+        assertTrue(out.contains("low_watermark: 4"), out);
+        assertEquals(t + ":0:4", Tool.ok(GET_OFFSETS, null, "--bootstrap-server", BS, "--topic", t,
+                "--time", "earliest").out().strip());
+        assertEquals(t + ":0:5", Tool.ok(GET_OFFSETS, null, "--bootstrap-server", BS, "--topic", t,
+                "--time", "max-timestamp").out().strip());
+        Files.delete(json);
+    }
+
+    @Test
+    void brokerApiVersions() {
+        String out = Tool.ok(API_VERSIONS, null, "--bootstrap-server", BS).out();
+        assertTrue(out.contains("Produce(0): 0 to 11 [usable: 11]"), out);
+        assertTrue(out.contains("Fetch(1): 4 to 12 [usable: 12]"), out);
+        assertTrue(out.contains("DescribeLogDirs(35): UNSUPPORTED"), out);
+    }
+
+    @Test
+    void logDirsIsNotServed() {
+        // DescribeLogDirs is not served yet (docs/BROKER.md): the tool fails with the client's
+        // UnsupportedVersionException instead of hanging, and the broker keeps serving.
+        Tool.Result r = Tool.run(LOG_DIRS, null, "--bootstrap-server", BS, "--describe");
+        assertNotEquals(0, r.exit(), r.toString());
+        assertTrue((r.out() + r.err()).contains("UnsupportedVersionException"), r.toString());
+        Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--list");
+    }
+
+    @Test
+    void verifiableProducerAndConsumer() {
+        String t = Util.unique("cli-verifiable");
+        Util.createTopic(B, t, 3);
+        int n = 3000;
+        String prod = Tool.ok(VERIFIABLE_PRODUCER, null, "--bootstrap-server", BS, "--topic", t,
+                "--max-messages", String.valueOf(n), "--acks", "-1").out();
+        Map<Integer, Set<Long>> acked = new HashMap<>();
+        Pattern partition = Pattern.compile("\"partition\":(\\d+)");
+        Pattern offset = Pattern.compile("\"offset\":(\\d+)");
+        for (String line : prod.lines().filter(l -> l.contains("\"producer_send_success\"")).toList()) {
+            Matcher pm = partition.matcher(line);
+            Matcher om = offset.matcher(line);
+            assertTrue(pm.find() && om.find(), line);
+            acked.computeIfAbsent(Integer.parseInt(pm.group(1)), k -> new HashSet<>()).add(Long.parseLong(om.group(1)));
+        }
+        assertEquals(n, acked.values().stream().mapToInt(Set::size).sum(), "every message acknowledged: " + prod.lines().limit(5).toList());
+        assertTrue(prod.contains("\"acked\":" + n), prod.lines().skip(Math.max(0, prod.lines().count() - 3)).toList().toString());
+
+        String cons = Tool.ok(VERIFIABLE_CONSUMER, null, "--bootstrap-server", BS, "--topic", t,
+                "--group-id", Util.unique("vg"), "--max-messages", String.valueOf(n), "--reset-policy", "earliest",
+                "--group-protocol", "classic").out();
+        Map<Integer, Set<Long>> consumed = new HashMap<>();
+        Pattern range = Pattern.compile("\\{\"topic\":\"[^\"]+\",\"partition\":(\\d+),\"count\":\\d+,\"minOffset\":(\\d+),\"maxOffset\":(\\d+)\\}");
+        for (String line : cons.lines().filter(l -> l.contains("\"records_consumed\"")).toList()) {
+            Matcher m = range.matcher(line);
+            while (m.find()) {
+                Set<Long> s = consumed.computeIfAbsent(Integer.parseInt(m.group(1)), k -> new HashSet<>());
+                for (long o = Long.parseLong(m.group(2)); o <= Long.parseLong(m.group(3)); o++) {
+                    s.add(o);
+                }
+            }
+        }
+        for (Map.Entry<Integer, Set<Long>> e : acked.entrySet()) {
+            Set<Long> missing = new HashSet<>(e.getValue());
+            missing.removeAll(consumed.getOrDefault(e.getKey(), Set.of()));
+            assertTrue(missing.isEmpty(), "partition " + e.getKey() + ": acknowledged but not consumed: " + missing);
+        }
+    }
+
+    @Test
+    void producerAndConsumerPerfTest() {
+        String t = Util.unique("cli-perf");
+        Util.createTopic(B, t, 3);
+        String p = Tool.ok(PRODUCER_PERF, null, "--topic", t, "--num-records", "20000", "--record-size", "100",
+                "--throughput", "-1", "--producer-props", "bootstrap.servers=" + BS, "acks=all").out();
+        assertTrue(p.contains("20000 records sent"), p);
+        String c = Tool.ok(CONSUMER_PERF, null, "--bootstrap-server", BS, "--topic", t, "--messages", "20000",
+                "--timeout", "30000").out();
+        // CSV: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, ...
+        String[] row = c.lines().filter(l -> !l.startsWith("start.time") && l.contains(",")).reduce((a, b) -> b)
+                .orElseThrow().split(",\\s*");
+        assertEquals(20000, Long.parseLong(row[4].trim()), c);
+    }
+}
