@@ -38,6 +38,9 @@ pub enum TopicError {
     UnknownTopic,
     #[error("storage error: {0}")]
     Storage(String),
+    /// Deleting an internal topic (`__consumer_offsets` holds every group's committed offsets).
+    #[error("Topic '{0}' is an internal topic and cannot be deleted.")]
+    InternalTopic(String),
 }
 
 impl TopicError {
@@ -49,6 +52,9 @@ impl TopicError {
             TopicError::InvalidConfig(_) => 40,
             TopicError::UnknownTopic => 3,
             TopicError::Storage(_) => 56,
+            // TOPIC_AUTHORIZATION_FAILED: the code Kafka answers when deletion of a topic is not
+            // permitted (no principal here may delete an internal topic).
+            TopicError::InternalTopic(_) => 29,
         }
     }
 }
@@ -434,6 +440,10 @@ impl ReplicaManager {
 
     /// Delete a topic and its data.
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
+        // Every entry point (DeleteTopics, the dashboard, the CLI through DeleteTopics) ends here.
+        if is_internal_topic(name) {
+            return Err(TopicError::InternalTopic(name.to_string()));
+        }
         let _admin = self.admin.lock();
         let mut next = self.topics.read().clone();
         let topic = next.remove(name).ok_or(TopicError::UnknownTopic)?;
@@ -575,6 +585,28 @@ impl ReplicaManager {
                 }
                 Ok(Ok(())) => p.notify(),
                 Err(_) => {}
+            }
+        }
+    }
+
+    /// Right after start-up: fsync the tail each unclean log re-scanned and move its
+    /// recovery-point checkpoint past it. Without this the checkpoint only moves with the first
+    /// background flush (a second or more later), so a crash loop shorter than that re-scans an
+    /// ever longer tail on every restart. Blocking; the fsyncs run outside the logs' locks.
+    pub fn checkpoint_recovery(&self, now_ms: i64) {
+        for p in self.all_partitions() {
+            let ticket =
+                p.with_log(|log| (log.recovery_checked_bytes() > 0).then(|| log.flush_ticket()));
+            let Ok(Some(ticket)) = ticket else { continue };
+            let advanced = ticket.wait().map_err(LogError::from).and_then(|()| {
+                match p.with_log(|log| log.tick_deferred(now_ms)) {
+                    Ok(Ok(Some(advance))) => advance.write().map_err(LogError::from),
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok(None)) | Err(_) => Ok(()),
+                }
+            });
+            if let Err(e) = advanced {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "could not checkpoint the recovered log");
             }
         }
     }
