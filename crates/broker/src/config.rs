@@ -75,7 +75,8 @@ impl Default for BrokerConfig {
             log_flush_background_ms: 1_000,
             shutdown_grace_ms: 10_000,
             groups: Default::default(),
-            http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            // Loopback: the dashboard has no authentication and can create and delete topics.
+            http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             http: streamforge_http::HttpOptions::default(),
             tiered: None,
         }
