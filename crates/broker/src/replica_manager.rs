@@ -207,6 +207,9 @@ impl Topic {
     }
 }
 
+/// Logs closed at once at shutdown (threads, each waiting on its own fsyncs).
+pub const CLOSE_THREADS_MAX: usize = 16;
+
 /// Topics only the broker itself writes (Kafka's internal topics).
 pub fn is_internal_topic(name: &str) -> bool {
     name == "__consumer_offsets" || name == "__transaction_state"
@@ -612,14 +615,28 @@ impl ReplicaManager {
     }
 
     /// Flush and close every log (writes the clean-shutdown markers).
+    ///
+    /// Each close is a handful of fsyncs; one after another they made a clean shutdown of a
+    /// broker with the 50 `__consumer_offsets` partitions take over a second. They are I/O
+    /// waits, not CPU, so up to [`CLOSE_THREADS_MAX`] run at once.
     pub fn close_all(&self) {
-        for p in self.all_partitions() {
-            if let Some(log) = p.take_log()
-                && let Err(e) = log.close()
-            {
-                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing log failed");
+        let partitions = self.all_partitions();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..partitions.len().min(CLOSE_THREADS_MAX) {
+                scope.spawn(|| {
+                    while let Some(p) =
+                        partitions.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                    {
+                        if let Some(log) = p.take_log()
+                            && let Err(e) = log.close()
+                        {
+                            tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing log failed");
+                        }
+                    }
+                });
             }
-        }
+        });
     }
 }
 
