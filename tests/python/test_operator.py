@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 
 import wire
+from clients import confluent_consume, confluent_produce
 from group_helpers import Member, create_topic, wait_for
 from harness import find_binary, free_port
 
@@ -246,3 +248,43 @@ def test_clean_shutdown_is_prompt_with_idle_clients_and_an_sse_stream(broker_fac
             sock.close()
     assert code == 0
     assert elapsed < SHUTDOWN_PROMPT_S, f"SIGTERM to exit took {elapsed:.2f}s"
+
+
+def checked_bytes_per_start(log: str, topic: str) -> list[int]:
+    """`recovery_checked_bytes` of `topic`'s "loaded topic" line, for every start in the log."""
+    out = []
+    for section in log.split("===== start #")[1:]:
+        m = re.search(rf"loaded topic topic={re.escape(topic)} .*recovery_checked_bytes=(\d+)",
+                      section)
+        out.append(int(m.group(1)) if m else 0)
+    return out
+
+
+@pytest.mark.slow
+def test_a_crash_loop_does_not_rescan_the_recovered_tail(broker_factory, topic_name):
+    # No background flush: before the fix nothing moved the recovery point after an unclean
+    # start until the first flush, so every restart of a crash loop re-scanned the same tail.
+    b = broker_factory(extra_args=["--log-flush-background-ms", "0"])
+    create_topic(b.bootstrap, topic_name, 1)
+    confluent_produce(b.bootstrap, topic_name, "none", n=2000, extra={"acks": "1"})
+    b.restart(hard=True)  # kill -9: the tail is re-scanned once
+    time.sleep(1.0)  # well under the 1 s background-flush interval plus a tick, by default
+    b.restart(hard=True)  # and again, before any flush
+    first, second = checked_bytes_per_start(b.log_text(), topic_name)[1:3]
+    assert first > 0, "the first unclean start should re-scan the unflushed tail"
+    assert second == 0, f"the second start re-scanned {second} bytes already recovered"
+    assert len(confluent_consume(b.bootstrap, topic_name, 1, 2000)) == 2000
+
+
+def test_the_dashboard_warns_when_exposed_without_authentication(broker_factory):
+    b = broker_factory(start=False)
+    default_command = b.command
+
+    def command() -> list[str]:
+        cmd = default_command()
+        cmd[cmd.index("--http-listen") + 1] = f"0.0.0.0:{free_port()}"
+        return cmd
+
+    b.command = command
+    b.start()
+    assert "the dashboard is reachable from the network and has no authentication" in b.log_text()

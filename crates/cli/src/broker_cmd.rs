@@ -314,6 +314,12 @@ mod tests {
     }
 
     #[test]
+    fn the_dashboard_listens_on_loopback_by_default() {
+        let c = broker_config(Args::default()).unwrap();
+        assert!(c.http_listen.expect("on by default").ip().is_loopback());
+    }
+
+    #[test]
     fn listen_accepts_kafka_listener_forms() {
         let want = |s: &str| parse_listen(s).unwrap().to_string();
         assert_eq!(want("localhost:9092"), "127.0.0.1:9092");
