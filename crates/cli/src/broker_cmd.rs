@@ -10,9 +10,13 @@ use streamforge_broker::{Broker, BrokerConfig};
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// TOML file with any of the settings below (keys in snake_case, e.g. `data_dir`).
+    /// TOML file with any of the settings below (keys in snake_case, e.g. `data_dir`, or
+    /// Kafka's broker property names, e.g. `log.dirs`, `listeners`, `num.partitions`).
     #[arg(long, env = "STREAMFORGE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Print the effective settings (flags > env > file > defaults) as a config file and exit.
+    #[arg(long)]
+    pub print_config: bool,
     /// Kafka listener: HOST:PORT, :PORT (all interfaces), or PLAINTEXT://HOST:PORT [default: 0.0.0.0:9092].
     #[arg(long, env = "STREAMFORGE_LISTEN")]
     pub listen: Option<String>,
@@ -131,7 +135,10 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading config file {}", path.display()))?;
-            toml::from_str(&text)
+            let table: toml::Table = toml::from_str(&text)
+                .with_context(|| format!("parsing config file {}", path.display()))?;
+            toml::Value::Table(crate::kafka_names::normalize(table)?)
+                .try_into()
                 .with_context(|| format!("parsing config file {}", path.display()))?
         }
         None => FileConfig::default(),
@@ -255,6 +262,13 @@ pub fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.print_config {
+        print!(
+            "{}",
+            crate::kafka_names::print_config(&broker_config(args)?)?
+        );
+        return Ok(());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
