@@ -332,7 +332,7 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
         .groups
         .with_coordinator_durable(|c, now, out| c.commit_offsets(now, domain, out));
     if !durable {
-        tracing::warn!(group = ?request.group_id, "offset commit not stored; answering COORDINATOR_NOT_AVAILABLE so the client retries");
+        tracing::warn!(group = %request.group_id.0, "offset commit not stored; answering COORDINATOR_NOT_AVAILABLE so the client retries");
     }
     // Answer in request order.
     let mut resp = OffsetCommitResponse::default();
