@@ -127,14 +127,7 @@ impl Broker {
         // background flush does not re-scan an ever longer tail on every restart.
         let st = state.clone();
         tokio::task::spawn_blocking(move || st.replicas.checkpoint_recovery(util::now_ms()));
-        tracing::info!(
-            addr = %kafka_addr,
-            advertised = %format!("{}:{}", state.advertised_host, state.advertised_port),
-            node_id = state.config.node_id,
-            cluster_id = %state.cluster_id,
-            data_dir = %state.config.data_dir.display(),
-            "broker listening"
-        );
+        log_listening(&state, kafka_addr);
         tiered::startup(&state).await;
         let http = match http_listener {
             Some(listener) => Some(start_dashboard(listener, &state)?),
@@ -164,6 +157,17 @@ impl Broker {
             _data_dir_lock: data_dir_lock,
         })
     }
+}
+
+fn log_listening(state: &BrokerState, kafka_addr: SocketAddr) {
+    tracing::info!(
+        addr = %kafka_addr,
+        advertised = %format!("{}:{}", state.advertised_host, state.advertised_port),
+        node_id = state.config.node_id,
+        cluster_id = %state.cluster_id,
+        data_dir = %state.config.data_dir.display(),
+        "broker listening"
+    );
 }
 
 async fn bind_kafka(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), BrokerError> {
