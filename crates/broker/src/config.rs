@@ -90,7 +90,8 @@ impl Default for BrokerConfig {
             max_partitions: None,
             shutdown_grace_ms: 10_000,
             groups: Default::default(),
-            http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            // Loopback: the dashboard has no authentication and can create and delete topics.
+            http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             http: streamforge_http::HttpOptions::default(),
             tiered: None,
         }

@@ -269,6 +269,7 @@ fn topic_error(e: TopicError) -> ViewError {
         | TopicError::InvalidConfig(_) => ViewError::InvalidArgument(e.to_string()),
         TopicError::UnknownTopic => ViewError::NotFound(e.to_string()),
         TopicError::Storage(_) => ViewError::Internal(e.to_string()),
+        TopicError::InternalTopic(_) => ViewError::Forbidden(e.to_string()),
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod config;
 mod connection;
+pub mod data_dir_lock;
 pub mod frame_pool;
 pub mod group_service;
 pub mod handlers;
@@ -22,6 +23,7 @@ pub mod topic_store;
 pub mod util;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
@@ -41,8 +43,10 @@ pub enum BrokerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot open the data directory: {0}")]
-    Storage(String),
+    #[error("cannot open data directory {}: {message}", path.display())]
+    Storage { path: PathBuf, message: String },
+    #[error(transparent)]
+    Lock(#[from] data_dir_lock::DataDirLockError),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("cannot bind the dashboard listener on {addr}: {source}")]
@@ -85,62 +89,26 @@ impl BrokerState {
 pub struct Broker;
 
 impl Broker {
-    /// Open the data directory, bind the listener and start serving.
+    /// Bind every listener, lock and open the data directory, then start serving.
+    ///
+    /// Order matters to an operator: a taken port fails before any file is created, and no
+    /// connection is accepted (the accept loop starts last) before the logs are recovered.
     pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
         if config.http_listen.is_some() {
             // Before anything records a metric, so /metrics and the live view see everything.
             streamforge_http::install_metrics();
         }
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| BrokerError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
-        let kafka_addr = listener.local_addr().map_err(|source| BrokerError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        let (listener, kafka_addr) = bind_kafka(config.listen).await?;
         let (advertised_host, advertised_port) = advertised(&config, kafka_addr)?;
-
-        let data_dir = config.data_dir.clone();
-        let log_defaults = config.log_defaults.clone();
-        let groups_config = config.groups.clone();
-        let (replicas, cluster_id, groups, producer_ids) = tokio::task::spawn_blocking(move || {
-            let replicas = ReplicaManager::open(&data_dir, log_defaults)
-                .map_err(|e| BrokerError::Storage(e.to_string()))?;
-            let cluster_id = replicas
-                .store()
-                .cluster_id(new_cluster_id)
-                .map_err(|e| BrokerError::Storage(e.to_string()))?;
-            let groups = group_service::GroupService::open(&replicas, groups_config)
-                .map_err(|e| BrokerError::Storage(e.to_string()))?;
-            let producer_ids = producer_ids::ProducerIdManager::open(&data_dir)
-                .map_err(|e| BrokerError::Storage(e.to_string()))?;
-            Ok::<_, BrokerError>((
-                replicas,
-                cluster_id,
-                Arc::new(groups),
-                Arc::new(producer_ids),
-            ))
-        })
-        .await
-        .map_err(|e| BrokerError::Storage(e.to_string()))??;
-
-        let request_memory_kib = request_memory_kib(&config);
-        let tiered_config = match &config.tiered {
-            Some(c) => c.clone(),
-            None => streamforge_tiered::TieredConfig {
-                store: streamforge_tiered::StoreSpec::Local {
-                    path: config.data_dir.join("remote-storage"),
-                },
-                fail_point: streamforge_tiered::FailPoint::from_env(),
-                ..Default::default()
-            },
+        let http_listener = match config.http_listen {
+            Some(addr) => Some(bind_http(addr).await?),
+            None => None,
         };
+        let data_dir_lock = data_dir_lock::DataDirLock::acquire(&config.data_dir)?;
+        let (replicas, cluster_id, groups, producer_ids) = open_storage(&config).await?;
+        let request_memory_kib = request_memory_kib(&config);
         let tiering = streamforge_tiered::TieringManager::new(
-            streamforge_tiered::TieredStorage::new(tiered_config)
+            streamforge_tiered::TieredStorage::new(tiered_config(&config))
                 .map_err(|e| BrokerError::Config(e.to_string()))?,
         );
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -160,18 +128,14 @@ impl Broker {
         });
         let partitions_max = partition_limit::resolve(state.config.max_partitions);
         state.replicas.set_partitions_max(partitions_max);
-        tracing::info!(
-            addr = %kafka_addr,
-            partitions_max,
-            advertised = %format!("{}:{}", state.advertised_host, state.advertised_port),
-            node_id = state.config.node_id,
-            cluster_id = %state.cluster_id,
-            data_dir = %state.config.data_dir.display(),
-            "broker listening"
-        );
+        // Recovery is done: checkpoint it now, so a crash loop shorter than the first
+        // background flush does not re-scan an ever longer tail on every restart.
+        let st = state.clone();
+        tokio::task::spawn_blocking(move || st.replicas.checkpoint_recovery(util::now_ms()));
+        log_listening(&state, kafka_addr, partitions_max);
         tiered::startup(&state).await;
-        let http = match state.config.http_listen {
-            Some(addr) => Some(start_dashboard(addr, &state).await?),
+        let http = match http_listener {
+            Some(listener) => Some(start_dashboard(listener, &state)?),
             None => None,
         };
         // (After the dashboard installed the recorder.)
@@ -197,7 +161,88 @@ impl Broker {
             state,
             shutdown_tx,
             serving,
+            _data_dir_lock: data_dir_lock,
         })
+    }
+}
+
+fn log_listening(state: &BrokerState, kafka_addr: SocketAddr, partitions_max: usize) {
+    tracing::info!(
+        addr = %kafka_addr,
+        partitions_max,
+        advertised = %format!("{}:{}", state.advertised_host, state.advertised_port),
+        node_id = state.config.node_id,
+        cluster_id = %state.cluster_id,
+        data_dir = %state.config.data_dir.display(),
+        "broker listening"
+    );
+}
+
+async fn bind_kafka(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), BrokerError> {
+    let bind_error = |source| BrokerError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let bound = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, bound))
+}
+
+async fn bind_http(addr: SocketAddr) -> Result<TcpListener, BrokerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BrokerError::HttpBind { addr, source })
+}
+
+type OpenedStorage = (
+    ReplicaManager,
+    String,
+    Arc<group_service::GroupService>,
+    Arc<producer_ids::ProducerIdManager>,
+);
+
+/// Recovers the partition logs, the cluster id, `__consumer_offsets` and the producer ids.
+async fn open_storage(config: &BrokerConfig) -> Result<OpenedStorage, BrokerError> {
+    let data_dir = config.data_dir.clone();
+    let log_defaults = config.log_defaults.clone();
+    let groups_config = config.groups.clone();
+    let storage_error = {
+        let path = data_dir.clone();
+        move |message: String| BrokerError::Storage {
+            path: path.clone(),
+            message,
+        }
+    };
+    let error = storage_error.clone();
+    tokio::task::spawn_blocking(move || {
+        let replicas =
+            ReplicaManager::open(&data_dir, log_defaults).map_err(|e| error(e.to_string()))?;
+        let cluster_id = replicas
+            .store()
+            .cluster_id(new_cluster_id)
+            .map_err(|e| error(e.to_string()))?;
+        let groups = group_service::GroupService::open(&replicas, groups_config)
+            .map_err(|e| error(e.to_string()))?;
+        let producer_ids =
+            producer_ids::ProducerIdManager::open(&data_dir).map_err(|e| error(e.to_string()))?;
+        Ok::<_, BrokerError>((
+            replicas,
+            cluster_id,
+            Arc::new(groups),
+            Arc::new(producer_ids),
+        ))
+    })
+    .await
+    .map_err(|e| storage_error(e.to_string()))?
+}
+
+fn tiered_config(config: &BrokerConfig) -> streamforge_tiered::TieredConfig {
+    match &config.tiered {
+        Some(c) => c.clone(),
+        None => streamforge_tiered::TieredConfig {
+            store: streamforge_tiered::StoreSpec::Local {
+                path: config.data_dir.join("remote-storage"),
+            },
+            fail_point: streamforge_tiered::FailPoint::from_env(),
+            ..Default::default()
+        },
     }
 }
 
@@ -208,6 +253,8 @@ pub struct BrokerHandle {
     state: Arc<BrokerState>,
     shutdown_tx: watch::Sender<bool>,
     serving: JoinHandle<()>,
+    /// Held until the handle is dropped (after shutdown closed every log).
+    _data_dir_lock: data_dir_lock::DataDirLock,
 }
 
 impl BrokerHandle {
@@ -245,11 +292,20 @@ impl BrokerHandle {
     }
 }
 
-/// Starts the dashboard over the broker's read-only view.
-async fn start_dashboard(
-    addr: SocketAddr,
+/// Starts the dashboard over the broker's read-only view, on its already bound listener.
+fn start_dashboard(
+    listener: TcpListener,
     state: &Arc<BrokerState>,
 ) -> Result<streamforge_http::HttpServer, BrokerError> {
+    let addr = listener
+        .local_addr()
+        .map_err(|source| BrokerError::HttpBind {
+            addr: state
+                .config
+                .http_listen
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
+            source,
+        })?;
     let mut options = state.config.http.clone();
     if options.bench_history_path.is_none() {
         options.bench_history_path = Some(
@@ -260,9 +316,15 @@ async fn start_dashboard(
                 .join("bench-history.json"),
         );
     }
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            addr = %addr,
+            "the dashboard is reachable from the network and has no authentication: anyone who \
+             can connect can create and delete topics (use --http-listen 127.0.0.1:PORT, or off)"
+        );
+    }
     let view = Arc::new(http_view::BrokerView::new(state.clone()));
-    streamforge_http::serve(addr, view, options)
-        .await
+    streamforge_http::serve_on(listener, view, options)
         .map_err(|source| BrokerError::HttpBind { addr, source })
 }
 

@@ -2,6 +2,9 @@
 //! each partition's `Log` behind a mutex, the high watermark (= log end offset on one broker)
 //! and a watch channel per partition so long-polling fetches wake up on appends.
 
+mod lifecycle;
+pub use lifecycle::CLOSE_THREADS_MAX;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,6 +42,9 @@ pub enum TopicError {
     UnknownTopic,
     #[error("storage error: {0}")]
     Storage(String),
+    /// Deleting an internal topic (`__consumer_offsets` holds every group's committed offsets).
+    #[error("Topic '{0}' is an internal topic and cannot be deleted.")]
+    InternalTopic(String),
 }
 
 impl TopicError {
@@ -50,6 +56,9 @@ impl TopicError {
             TopicError::InvalidConfig(_) => 40,
             TopicError::UnknownTopic => 3,
             TopicError::Storage(_) => 56,
+            // TOPIC_AUTHORIZATION_FAILED: the code Kafka answers when deletion of a topic is not
+            // permitted (no principal here may delete an internal topic).
+            TopicError::InternalTopic(_) => 29,
         }
     }
 }
@@ -527,6 +536,10 @@ impl ReplicaManager {
 
     /// Delete a topic and its data.
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
+        // Every entry point (DeleteTopics, the dashboard, the CLI through DeleteTopics) ends here.
+        if is_internal_topic(name) {
+            return Err(TopicError::InternalTopic(name.to_string()));
+        }
         let _admin = self.admin.lock();
         let mut next = self.topics.read().clone();
         let topic = next.remove(name).ok_or(TopicError::UnknownTopic)?;
@@ -668,17 +681,6 @@ impl ReplicaManager {
                 }
                 Ok(Ok(())) => p.notify(),
                 Err(_) => {}
-            }
-        }
-    }
-
-    /// Flush and close every log (writes the clean-shutdown markers).
-    pub fn close_all(&self) {
-        for p in self.all_partitions() {
-            if let Some(log) = p.take_log()
-                && let Err(e) = log.close()
-            {
-                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing log failed");
             }
         }
     }

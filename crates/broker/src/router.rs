@@ -12,7 +12,8 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    admin, api_versions, cluster, configs, fetch, groups, metadata, offsets, produce, producer,
+    admin, api_versions, cluster, configs, fetch, group_protocol, groups, metadata, offsets,
+    produce, producer,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -99,6 +100,13 @@ pub static ROUTES: &[Route] = &[
     route!(ListGroups, 0, 5, groups::handle_list_groups),
     route!(DeleteGroups, 0, 2, groups::handle_delete_groups),
     route!(OffsetDelete, 0, 0, groups::handle_offset_delete),
+    // KIP-848 consumer groups: answered, always with UNSUPPORTED_VERSION (see the handler).
+    route!(
+        ConsumerGroupHeartbeat,
+        0,
+        1,
+        group_protocol::handle_consumer_group_heartbeat
+    ),
     // Idempotent producers.
     route!(InitProducerId, 0, 5, producer::handle_init_producer_id),
     route!(DescribeProducers, 0, 0, producer::handle_describe_producers),

@@ -10,12 +10,16 @@ use streamforge_broker::{Broker, BrokerConfig};
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// TOML file with any of the settings below (keys in snake_case, e.g. `data_dir`).
+    /// TOML file with any of the settings below (keys in snake_case, e.g. `data_dir`, or
+    /// Kafka's broker property names, e.g. `log.dirs`, `listeners`, `num.partitions`).
     #[arg(long, env = "STREAMFORGE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Kafka listener address [default: 0.0.0.0:9092].
+    /// Print the effective settings (flags > env > file > defaults) as a config file and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Kafka listener: HOST:PORT, :PORT (all interfaces), or PLAINTEXT://HOST:PORT [default: 0.0.0.0:9092].
     #[arg(long, env = "STREAMFORGE_LISTEN")]
-    pub listen: Option<SocketAddr>,
+    pub listen: Option<String>,
     /// HOST:PORT clients are told to connect to [default: the listen address; 127.0.0.1 for 0.0.0.0].
     #[arg(long, env = "STREAMFORGE_ADVERTISED_LISTENER")]
     pub advertised_listener: Option<String>,
@@ -83,7 +87,9 @@ pub struct Args {
     /// Most partitions the broker hosts [default: derived from the open-files limit].
     #[arg(long, env = "STREAMFORGE_MAX_PARTITIONS")]
     pub max_partitions: Option<usize>,
-    /// Dashboard and /metrics address, or `off` [default: 0.0.0.0:8080].
+    /// Dashboard and /metrics address (HOST:PORT, :PORT), or `off`. It has no authentication and
+    /// can create and delete topics, so it listens on loopback only unless told otherwise
+    /// [default: 127.0.0.1:8080].
     #[arg(long, env = "STREAMFORGE_HTTP_LISTEN")]
     pub http_listen: Option<String>,
     /// Partitions of `__consumer_offsets` when it is created (`offsets.topic.num.partitions`) [default: 50].
@@ -110,7 +116,7 @@ pub struct Args {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
     advertised_listener: Option<String>,
     data_dir: Option<PathBuf>,
     node_id: Option<i32>,
@@ -149,7 +155,10 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading config file {}", path.display()))?;
-            toml::from_str(&text)
+            let table: toml::Table = toml::from_str(&text)
+                .with_context(|| format!("parsing config file {}", path.display()))?;
+            toml::Value::Table(crate::kafka_names::normalize(table)?)
+                .try_into()
                 .with_context(|| format!("parsing config file {}", path.display()))?
         }
         None => FileConfig::default(),
@@ -167,7 +176,9 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
             }
         };
     }
-    set!(listen);
+    if let Some(l) = args.listen.or(file.listen) {
+        c.listen = parse_listen(&l).with_context(|| format!("--listen {l}"))?;
+    }
     c.advertised_listener = args.advertised_listener.or(file.advertised_listener);
     set!(data_dir);
     set!(node_id);
@@ -212,10 +223,7 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         c.http_listen = if h.eq_ignore_ascii_case("off") {
             None
         } else {
-            Some(
-                h.parse()
-                    .with_context(|| format!("--http-listen {h}: want HOST:PORT or off"))?,
-            )
+            Some(parse_listen(&h).with_context(|| format!("--http-listen {h} (or off)"))?)
         };
     }
     let a = &args.tiered;
@@ -245,7 +253,50 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     Ok(c)
 }
 
+/// A listener address as Kafka's `listeners` accepts it: `HOST:PORT`, `:PORT` (every
+/// interface), `[::1]:PORT`, optionally prefixed `PLAINTEXT://`; HOST may be a name
+/// (`localhost`), resolved now, preferring IPv4.
+pub fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
+    let s = text.trim();
+    let s = match s.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("PLAINTEXT") => rest,
+        Some((scheme, _)) => {
+            anyhow::bail!("security protocol {scheme} is not supported (only PLAINTEXT)")
+        }
+        None => s,
+    };
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("want HOST:PORT, :PORT or PLAINTEXT://HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| anyhow::anyhow!("port '{port}' is not a number from 0 to 65535"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .with_context(|| format!("cannot resolve host '{host}'"))?
+        .collect();
+    resolved
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(resolved.first())
+        .copied()
+        .ok_or_else(|| anyhow::anyhow!("host '{host}' has no address"))
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.print_config {
+        print!(
+            "{}",
+            crate::kafka_names::print_config(&broker_config(args)?)?
+        );
+        return Ok(());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -302,5 +353,26 @@ mod tests {
         assert_eq!(c.num_partitions, 5);
         assert_eq!(c.http_listen, None);
         assert_eq!(c.listen, BrokerConfig::default().listen);
+    }
+
+    #[test]
+    fn the_dashboard_listens_on_loopback_by_default() {
+        let c = broker_config(Args::default()).unwrap();
+        assert!(c.http_listen.expect("on by default").ip().is_loopback());
+    }
+
+    #[test]
+    fn listen_accepts_kafka_listener_forms() {
+        let want = |s: &str| parse_listen(s).unwrap().to_string();
+        assert_eq!(want("localhost:9092"), "127.0.0.1:9092");
+        assert_eq!(want(":9092"), "0.0.0.0:9092");
+        assert_eq!(want("PLAINTEXT://127.0.0.1:9093"), "127.0.0.1:9093");
+        assert_eq!(want("plaintext://localhost:9094"), "127.0.0.1:9094");
+        assert_eq!(want("[::1]:9092"), "[::1]:9092");
+        assert_eq!(want("0.0.0.0:0"), "0.0.0.0:0");
+        let err = |s: &str| parse_listen(s).unwrap_err().to_string();
+        assert!(err("9092").contains("HOST:PORT"), "{}", err("9092"));
+        assert!(err("SSL://h:1").contains("SSL"));
+        assert!(err("h:99999").contains("99999"));
     }
 }

@@ -6,9 +6,11 @@ use streamforge_client::ClientConfig;
 /// Flags every client subcommand takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnArgs {
-    /// Broker(s) to bootstrap from, comma-separated HOST:PORT.
+    /// Broker(s) to bootstrap from, comma-separated HOST:PORT (also `--bootstrap-server`, `-b`).
     #[arg(
         long,
+        short = 'b',
+        visible_alias = "bootstrap-server",
         global = true,
         default_value = "localhost:9092",
         env = "STREAMFORGE_BOOTSTRAP"

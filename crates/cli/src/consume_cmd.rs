@@ -23,6 +23,9 @@ pub struct Args {
     /// group has no committed offset; only beginning/end).
     #[arg(long, default_value = "end")]
     from: String,
+    /// Same as `--from beginning` (kafka-console-consumer's flag).
+    #[arg(long, conflicts_with = "from")]
+    from_beginning: bool,
     /// Only this partition (without a group).
     #[arg(long, short = 'p')]
     partition: Option<i32>,
@@ -67,7 +70,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: Args) -> anyhow::Result<()> {
-    let start = parse_start(&args.from)?;
+    let start = if args.from_beginning {
+        Start::Beginning
+    } else {
+        parse_start(&args.from)?
+    };
     let format = if args.conn.json {
         "json".to_string()
     } else {

@@ -9,6 +9,7 @@ mod consume_cmd;
 mod dashboard_bench;
 mod dump_log_cmd;
 mod groups_cmd;
+mod kafka_names;
 mod produce_cmd;
 mod topics_cmd;
 
@@ -44,8 +45,37 @@ enum Command {
     Bench(bench_cmd::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line an operator can act on: no `Debug` forms and no backtrace (even with
+            // RUST_BACKTRACE set; those are for panics), each cause said once.
+            eprintln!("streamforge: error: {}", error_chain(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `outer: cause: root cause`, skipping a cause whose text its parent already ends with
+/// (errors that print their source in their own message, as `thiserror`'s `{source}` does).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Broker(a) => broker_cmd::run(a),
         Command::Topics(a) => topics_cmd::run(a),
@@ -55,5 +85,25 @@ fn main() -> anyhow::Result<()> {
         Command::Cluster(a) => cluster_cmd::run(a),
         Command::DumpLog(a) => dump_log_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[test]
+    fn a_cause_already_in_its_parents_message_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address in use");
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot bind 127.0.0.1:9092: {source}")]
+        struct Bind {
+            source: std::io::Error,
+        }
+        let e = anyhow::Error::new(Bind { source: io }).context("starting the broker");
+        assert_eq!(
+            error_chain(&e),
+            "starting the broker: cannot bind 127.0.0.1:9092: Address in use"
+        );
     }
 }

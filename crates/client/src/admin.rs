@@ -239,7 +239,11 @@ impl Admin {
         let r = conn.send(&req, version).await?;
         for t in r.responses {
             let name = t.name.map(|n| n.0.to_string()).unwrap_or_default();
-            ClientError::check(t.error_code, || format!("delete topic {name}"))?;
+            let msg = t.error_message.map(|m| m.to_string()).unwrap_or_default();
+            ClientError::check(t.error_code, || match msg.as_str() {
+                "" => format!("delete topic {name}"),
+                m => format!("delete topic {name}: {m}"),
+            })?;
         }
         self.cluster.invalidate_metadata();
         Ok(())

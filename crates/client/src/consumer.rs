@@ -363,7 +363,12 @@ impl Consumer {
                 OffsetReset::Latest => LATEST_TIMESTAMP,
                 OffsetReset::None => {
                     return Err(ClientError::InvalidArgument(format!(
-                        "no committed offset for {need_reset:?} and offset reset is none"
+                        "no committed offset for {} and offset reset is none",
+                        need_reset
+                            .iter()
+                            .map(|(topic, partition)| format!("{topic}-{partition}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )));
                 }
             };

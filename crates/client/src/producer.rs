@@ -386,10 +386,13 @@ impl Producer {
         };
         let Some((appended, wake)) = appended else {
             inner.memory.add_permits(permits);
-            return Err(ClientError::UnknownTopicOrPartition(format!(
-                "{topic}-{:?}",
-                record.partition
-            )));
+            // `topic-99`, or just the topic when the partitioner chose (never a `Some(99)`).
+            return Err(ClientError::UnknownTopicOrPartition(
+                match record.partition {
+                    Some(p) => format!("{topic}-{p}"),
+                    None => topic.to_string(),
+                },
+            ));
         };
         if wake || appended.index_in_batch == 0 {
             inner.wake_sender.notify_one();

@@ -164,6 +164,16 @@ impl GroupCoordinator {
         }
     }
 
+    /// Recomputes the earliest-deadline bound over every group (after state was loaded).
+    pub(crate) fn reschedule_all(&mut self) {
+        self.earliest_deadline_ms = self
+            .groups
+            .values()
+            .map(next_deadline)
+            .min()
+            .unwrap_or(i64::MAX);
+    }
+
     /// Advances the clock: fires join/sync/session timers and offsets retention.
     pub fn tick(&mut self, now_ms: i64, out: &mut Effects) {
         if now_ms >= self.next_retention_check_ms {
@@ -191,12 +201,7 @@ impl GroupCoordinator {
                 self.fire_group_timers(&group_id, now_ms, out);
             }
         }
-        self.earliest_deadline_ms = self
-            .groups
-            .values()
-            .map(next_deadline)
-            .min()
-            .unwrap_or(i64::MAX);
+        self.reschedule_all();
     }
 }
 

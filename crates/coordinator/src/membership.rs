@@ -680,7 +680,7 @@ fn fire_sync_timer(ctx: &Ctx<'_>, group: &mut Group, now_ms: i64, out: &mut Effe
         return;
     }
     let laggards: Vec<String> = group.pending_sync.iter().cloned().collect();
-    tracing::info!(group = %group.group_id, members = ?laggards, "removing members that did not sync in time");
+    tracing::info!(group = %group.group_id, members = %laggards.join(","), "removing members that did not sync in time");
     for member_id in laggards {
         if let Some(mut member) = group.remove_member(&member_id) {
             answer_removed(&mut member, out);
@@ -723,7 +723,7 @@ fn complete_join(ctx: &Ctx<'_>, group: &mut Group, now_ms: i64, out: &mut Effect
         group = %group.group_id,
         generation = group.generation_id,
         members = group.members.len(),
-        protocol = ?group.protocol_name,
+        protocol = group.protocol_name.as_deref().unwrap_or(""),
         "rebalance join phase complete"
     );
     let leader_members = member_list(group);

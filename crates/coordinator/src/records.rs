@@ -418,6 +418,10 @@ impl GroupCoordinator {
         self.groups.retain(|_, g| {
             !(g.members.is_empty() && g.offsets.is_empty() && g.protocol_type.is_none())
         });
+        // Restored members' session timers start now (as Kafka's coordinator schedules them on
+        // load); without this the earliest deadline stays unset and a dead member is never
+        // expired until some other event touches the coordinator.
+        self.reschedule_all();
         let mut out = crate::Effects::default();
         self.tick(now_ms, &mut out);
         debug_assert!(out.replies.is_empty(), "nothing is parked after a replay");

@@ -131,6 +131,10 @@ pub async fn live_stream(
     State(state): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let receiver = state.live.subscribe();
+    let mut shutdown = state.shutdown.clone();
+    let stopped = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
     let stream = futures::stream::unfold(receiver, |mut receiver| async move {
         loop {
             match receiver.recv().await {
@@ -145,6 +149,7 @@ pub async fn live_stream(
             }
         }
     });
+    let stream = futures::StreamExt::take_until(stream, stopped);
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 

@@ -28,6 +28,9 @@ pub enum ViewError {
     /// This broker does not provide the feature yet (501).
     #[error("{0}")]
     Unsupported(String),
+    /// The action is never allowed, e.g. deleting an internal topic (403).
+    #[error("{0}")]
+    Forbidden(String),
     /// Anything else (500).
     #[error("{0}")]
     Internal(String),

@@ -54,7 +54,7 @@ impl std::fmt::Debug for HttpOptions {
 /// A running dashboard server.
 pub struct HttpServer {
     local_addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    shutdown: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     sampler: tokio::task::JoinHandle<()>,
 }
@@ -65,16 +65,17 @@ impl HttpServer {
         self.local_addr
     }
 
-    /// Stops accepting, lets open requests finish (SSE streams are cut), and waits.
+    /// Stops accepting, ends the SSE streams at once, lets open requests finish, and waits
+    /// (at most [`SHUTDOWN_GRACE_MS`]).
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.shutdown.send_replace(true);
         self.sampler.abort();
-        // SSE streams never end by themselves; give requests a moment, then stop.
-        if tokio::time::timeout(std::time::Duration::from_secs(2), &mut self.server)
-            .await
-            .is_err()
+        if tokio::time::timeout(
+            std::time::Duration::from_millis(SHUTDOWN_GRACE_MS),
+            &mut self.server,
+        )
+        .await
+        .is_err()
         {
             self.server.abort();
         }
@@ -88,6 +89,9 @@ impl Drop for HttpServer {
     }
 }
 
+/// Longest wait at shutdown for in-flight dashboard requests (SSE streams end at once).
+pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
+
 /// Binds `addr` and serves the dashboard in the background.
 pub async fn serve(
     addr: SocketAddr,
@@ -95,11 +99,24 @@ pub async fn serve(
     options: HttpOptions,
 ) -> std::io::Result<HttpServer> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_on(listener, view, options)
+}
+
+/// Serves the dashboard on a listener bound earlier (the broker binds every listener before
+/// it opens the data directory, so a taken port fails start-up before anything is created).
+pub fn serve_on(
+    listener: tokio::net::TcpListener,
+    view: Arc<dyn ClusterView>,
+    options: HttpOptions,
+) -> std::io::Result<HttpServer> {
     let local_addr = listener.local_addr()?;
     let metrics = install_metrics();
     let live = live::LiveSampler::new(Arc::clone(&metrics.tap));
     let sampler = live.spawn();
+    let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+    let mut graceful = shutdown_rx.clone();
     let state = routes::AppState {
+        shutdown: shutdown_rx,
         view,
         metrics,
         live,
@@ -109,11 +126,10 @@ pub async fn serve(
         )),
     };
     let app = routes::router(state);
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         let result = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = rx.await;
+            .with_graceful_shutdown(async move {
+                let _ = graceful.wait_for(|stop| *stop).await;
             })
             .await;
         if let Err(error) = result {
@@ -123,7 +139,7 @@ pub async fn serve(
     tracing::info!(addr = %local_addr, "dashboard listening");
     Ok(HttpServer {
         local_addr,
-        shutdown: Some(tx),
+        shutdown,
         server,
         sampler,
     })

@@ -21,6 +21,8 @@ pub struct AppState {
     pub metrics: &'static MetricsHub,
     pub live: Arc<LiveSampler>,
     pub bench: Arc<BenchHub>,
+    /// Turns `true` at shutdown: open SSE streams end at once instead of holding it up.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 /// An error answer: a status and a message the operator can act on, as `{"error": "..."}`.
@@ -54,6 +56,7 @@ impl From<ViewError> for ApiError {
             ViewError::Conflict(_) => StatusCode::CONFLICT,
             ViewError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
             ViewError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ViewError::Forbidden(_) => StatusCode::FORBIDDEN,
         };
         ApiError {
             status,

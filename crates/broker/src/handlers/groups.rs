@@ -43,6 +43,11 @@ const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 /// Kafka's INVALID_REQUEST.
 const INVALID_REQUEST: i16 = 42;
+/// Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+/// Why a transactional id is refused.
+pub const TRANSACTIONS_UNSUPPORTED: &str =
+    "Transactions are not supported by this broker (transactional.id refused).";
 /// Keys answered per batched FindCoordinator (a named bound on work per request).
 const FIND_COORDINATOR_KEYS_MAX: usize = 10_000;
 
@@ -63,7 +68,14 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
     let mut resp = FindCoordinatorResponse::default();
     let answer = |key_type: i8| -> (i16, Option<StrBytes>) {
         match key_type {
-            KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION => (codes::NONE, None),
+            KEY_TYPE_GROUP => (codes::NONE, None),
+            // Transactions are not served: refusing the transactional id here (as InitProducerId
+            // does) makes clients fail `initTransactions` at once and fatally, with this message,
+            // instead of hanging on the first transaction request.
+            KEY_TYPE_TRANSACTION => (
+                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                Some(s(TRANSACTIONS_UNSUPPORTED)),
+            ),
             other => (
                 INVALID_REQUEST,
                 Some(s(&format!("unsupported coordinator key type {other}"))),
@@ -320,7 +332,7 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
         .groups
         .with_coordinator_durable(|c, now, out| c.commit_offsets(now, domain, out));
     if !durable {
-        tracing::warn!(group = ?request.group_id, "offset commit not stored; answering COORDINATOR_NOT_AVAILABLE so the client retries");
+        tracing::warn!(group = %request.group_id.0, "offset commit not stored; answering COORDINATOR_NOT_AVAILABLE so the client retries");
     }
     // Answer in request order.
     let mut resp = OffsetCommitResponse::default();

@@ -6,6 +6,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod fetch;
+pub mod group_protocol;
 pub mod groups;
 pub mod metadata;
 pub mod offsets;

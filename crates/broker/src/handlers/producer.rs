@@ -28,6 +28,21 @@ pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame)
     let expected = (request.producer_id.0 >= 0 && request.producer_epoch >= 0)
         .then_some((request.producer_id.0, request.producer_epoch));
     let timeout_ms = request.transaction_timeout_ms;
+    if let Some(tid) = transactional_id.as_deref().filter(|t| !t.is_empty()) {
+        // Transactions (AddPartitionsToTxn, EndTxn, ...) are not served yet. Accepting the id
+        // would let a transactional producer start and then hang until its timeout; refusing
+        // the transactional id makes librdkafka, the Java client and kafkajs fail
+        // `initTransactions` at once with a fatal error (Kafka answers the same code when the
+        // principal may not use the transactional id). The empty id stays INVALID_REQUEST.
+        tracing::warn!(
+            transactional_id = %tid,
+            client_id = req.client_id.as_deref().unwrap_or(""),
+            "refusing a transactional producer: transactions are not supported by this broker \
+             (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)"
+        );
+        resp.error_code = kafka_protocol::ResponseError::TransactionalIdAuthorizationFailed.code();
+        return Ok(Some(req.respond(&resp)?));
+    }
     // Allocating a new block persists it (fsync): keep that off the async workers.
     let result = tokio::task::spawn_blocking(move || match transactional_id {
         None => ids.init_idempotent(),

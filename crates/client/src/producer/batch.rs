@@ -121,9 +121,10 @@ impl Producer {
         };
         let Some((runs, wake)) = appended else {
             inner.memory.add_permits(reserve_bytes);
-            return Err(ClientError::UnknownTopicOrPartition(format!(
-                "{topic}-{partition:?}"
-            )));
+            return Err(ClientError::UnknownTopicOrPartition(match partition {
+                Some(p) => format!("{topic}-{p}"),
+                None => topic.to_string(),
+            }));
         };
         if wake || runs.iter().any(|r| r.first_index_in_batch == 0) {
             inner.wake_sender.notify_one();

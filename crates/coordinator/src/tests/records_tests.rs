@@ -89,6 +89,30 @@ fn replayed_members_keep_heartbeating_or_expire() {
 }
 
 #[test]
+fn replayed_members_expire_on_the_timer_alone() {
+    // Regression: restored members got a heartbeat deadline but the coordinator's
+    // earliest-deadline bound stayed unset, so with no other event (no join, no heartbeat) the
+    // timer never fired and a dead member held the group Stable forever.
+    let mut h = Harness::new(config(100));
+    let (_ids, _generation) = h.stable_group("g", 2);
+    let now = h.now_ms + 60_000;
+    let fresh = replayed(&h, now);
+    assert_eq!(fresh.group_state("g"), Some(GroupState::Stable));
+    assert!(
+        fresh.next_deadline_ms() <= now + i64::from(SESSION_MS),
+        "the broker's timer must be woken for the restored members' sessions"
+    );
+    let mut r = Harness {
+        c: fresh,
+        now_ms: now,
+        ..Harness::new(config(100))
+    };
+    r.advance(i64::from(SESSION_MS) + 1);
+    assert_eq!(r.c.group_state("g"), Some(GroupState::Empty));
+    assert_eq!(r.c.describe_group("g", 5).members.len(), 0);
+}
+
+#[test]
 fn snapshot_records_replay_to_the_same_state() {
     let mut h = Harness::new(config(100));
     let (ids, generation) = h.stable_group("g", 2);

@@ -1,0 +1,216 @@
+//! Kafka's broker property names in the `--config` TOML file, and `broker --print-config`.
+//!
+//! An operator coming from Kafka writes `log.dirs = "/var/lib/sf"` or `listeners =
+//! "PLAINTEXT://:9092"`. In TOML an unquoted dotted key is a nested table (`log` → `dirs`), a
+//! quoted one a flat key; both are accepted: every table except our own sections is flattened
+//! into dotted names, which are then mapped to our snake_case names.
+
+use anyhow::Context;
+use streamforge_broker::BrokerConfig;
+
+/// Kafka name → our key. Only settings with the same meaning are mapped.
+const KAFKA_NAMES: &[(&str, &str)] = &[
+    ("listeners", "listen"),
+    ("advertised.listeners", "advertised_listener"),
+    ("log.dirs", "data_dir"),
+    ("log.dir", "data_dir"),
+    ("node.id", "node_id"),
+    ("broker.id", "node_id"),
+    ("num.partitions", "num_partitions"),
+    ("auto.create.topics.enable", "auto_create_topics"),
+    ("log.retention.ms", "retention_ms"),
+    ("log.retention.bytes", "retention_bytes"),
+    ("log.segment.bytes", "segment_bytes"),
+    ("log.flush.interval.messages", "flush_messages"),
+    ("log.flush.interval.ms", "flush_ms"),
+    ("message.max.bytes", "max_message_bytes"),
+    ("socket.request.max.bytes", "socket_request_max_bytes"),
+    ("queued.max.request.bytes", "queued_max_request_bytes"),
+    ("max.connections", "max_connections"),
+    ("connections.max.idle.ms", "connections_max_idle_ms"),
+    ("offsets.topic.num.partitions", "offsets_topic_partitions"),
+    (
+        "group.initial.rebalance.delay.ms",
+        "group_initial_rebalance_delay_ms",
+    ),
+    (
+        "group.min.session.timeout.ms",
+        "group_min_session_timeout_ms",
+    ),
+    (
+        "group.max.session.timeout.ms",
+        "group_max_session_timeout_ms",
+    ),
+    ("offsets.retention.minutes", "offsets_retention_minutes"),
+];
+
+/// Our sections, kept as tables.
+const SECTIONS: &[&str] = &["tiered"];
+
+/// Rewrites Kafka property names (dotted or quoted) into our keys.
+pub fn normalize(table: toml::Table) -> anyhow::Result<toml::Table> {
+    let mut flat = Vec::new();
+    for (key, value) in table {
+        match value {
+            toml::Value::Table(t) if !SECTIONS.contains(&key.as_str()) => {
+                flatten(&key, t, &mut flat)
+            }
+            v => flat.push((key, v)),
+        }
+    }
+    let mut out = toml::Table::new();
+    for (key, value) in flat {
+        let ours = KAFKA_NAMES
+            .iter()
+            .find(|(kafka, _)| *kafka == key)
+            .map(|(_, ours)| *ours);
+        let (name, value) = match ours {
+            Some(name) => (name.to_string(), kafka_value(&key, value)?),
+            None => (key, value),
+        };
+        if out.insert(name.clone(), value).is_some() {
+            anyhow::bail!("{name} is set twice (under its own and its Kafka name)");
+        }
+    }
+    Ok(out)
+}
+
+fn flatten(prefix: &str, table: toml::Table, out: &mut Vec<(String, toml::Value)>) {
+    for (key, value) in table {
+        let name = format!("{prefix}.{key}");
+        match value {
+            toml::Value::Table(t) => flatten(&name, t, out),
+            v => out.push((name, v)),
+        }
+    }
+}
+
+/// Kafka spells some values differently: lists of listeners/dirs (one is supported here).
+fn kafka_value(key: &str, value: toml::Value) -> anyhow::Result<toml::Value> {
+    match (key, value) {
+        ("listeners" | "advertised.listeners" | "log.dirs", toml::Value::String(s)) => {
+            let items: Vec<&str> = s
+                .split(',')
+                .map(str::trim)
+                .filter(|i| !i.is_empty())
+                .collect();
+            match items.as_slice() {
+                [one] => Ok(toml::Value::String(one.to_string())),
+                _ => anyhow::bail!("{key} = \"{s}\": exactly one entry is supported"),
+            }
+        }
+        (_, v) => Ok(v),
+    }
+}
+
+/// The effective settings as a `--config` file (what `broker --print-config` prints).
+pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
+    let l = &c.log_defaults;
+    let g = &c.groups.coordinator;
+    let mut t = toml::Table::new();
+    let mut put = |k: &str, v: toml::Value| {
+        t.insert(k.to_string(), v);
+    };
+    let int = |v: i64| toml::Value::Integer(v);
+    let uint = |v: u64| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
+    put("listen", toml::Value::String(c.listen.to_string()));
+    if let Some(a) = &c.advertised_listener {
+        put("advertised_listener", toml::Value::String(a.clone()));
+    }
+    put(
+        "data_dir",
+        toml::Value::String(c.data_dir.display().to_string()),
+    );
+    put("node_id", int(c.node_id.into()));
+    put("num_partitions", int(c.num_partitions.into()));
+    put(
+        "auto_create_topics",
+        toml::Value::Boolean(c.auto_create_topics),
+    );
+    put("retention_ms", int(l.retention_ms));
+    put("retention_bytes", int(l.retention_bytes));
+    put("segment_bytes", uint(l.segment_bytes));
+    put("flush_messages", int(l.flush_messages));
+    put("flush_ms", int(l.flush_ms));
+    put("log_flush_background_ms", uint(c.log_flush_background_ms));
+    put("max_message_bytes", uint(l.max_message_bytes));
+    put(
+        "socket_request_max_bytes",
+        uint(c.socket_request_max_bytes as u64),
+    );
+    put(
+        "queued_max_request_bytes",
+        uint(c.queued_max_request_bytes as u64),
+    );
+    put("max_connections", uint(c.max_connections as u64));
+    put("connections_max_idle_ms", uint(c.connections_max_idle_ms));
+    put("request_read_timeout_ms", uint(c.request_read_timeout_ms));
+    put(
+        "http_listen",
+        toml::Value::String(c.http_listen.map_or("off".to_string(), |a| a.to_string())),
+    );
+    put(
+        "offsets_topic_partitions",
+        int(g.offsets_topic_partitions.into()),
+    );
+    put(
+        "group_initial_rebalance_delay_ms",
+        int(g.group_initial_rebalance_delay_ms),
+    );
+    put(
+        "group_min_session_timeout_ms",
+        int(g.group_min_session_timeout_ms.into()),
+    );
+    put(
+        "group_max_session_timeout_ms",
+        int(g.group_max_session_timeout_ms.into()),
+    );
+    put(
+        "offsets_retention_minutes",
+        int(g.offsets_retention_ms / 60_000),
+    );
+    let mut text = toml::to_string(&t).context("printing the configuration")?;
+    if let Some(tiered) = &c.tiered {
+        let mut section = toml::Table::new();
+        section.insert(
+            "tiered".to_string(),
+            toml::Value::try_from(tiered).context("printing the tiered settings")?,
+        );
+        text.push('\n');
+        text.push_str(&toml::to_string(&section).context("printing the tiered settings")?);
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_names_dotted_or_quoted_map_to_ours() {
+        let table: toml::Table = toml::from_str(
+            "log.dirs = \"/var/lib/sf\"\n\"num.partitions\" = 3\nlisteners = \"PLAINTEXT://:9092\"\nnode_id = 4\n[tiered]\nprefix = \"x\"\n",
+        )
+        .unwrap();
+        let out = normalize(table).unwrap();
+        assert_eq!(out["data_dir"].as_str(), Some("/var/lib/sf"));
+        assert_eq!(out["num_partitions"].as_integer(), Some(3));
+        assert_eq!(out["listen"].as_str(), Some("PLAINTEXT://:9092"));
+        assert_eq!(out["node_id"].as_integer(), Some(4));
+        assert!(out["tiered"].is_table());
+    }
+
+    #[test]
+    fn both_names_or_two_dirs_are_refused() {
+        let twice: toml::Table =
+            toml::from_str("data_dir = \"a\"\n\"log.dirs\" = \"b\"\n").unwrap();
+        assert!(normalize(twice).unwrap_err().to_string().contains("twice"));
+        let two: toml::Table = toml::from_str("\"log.dirs\" = \"a,b\"\n").unwrap();
+        assert!(
+            normalize(two)
+                .unwrap_err()
+                .to_string()
+                .contains("one entry")
+        );
+    }
+}
