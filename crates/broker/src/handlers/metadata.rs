@@ -127,6 +127,12 @@ fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
             e.leader_epoch = LEADER_EPOCH;
             e.replica_nodes = vec![node];
             e.isr_nodes = vec![node];
+            if p.offline_reason().is_some() {
+                // As Kafka reports a partition whose only replica is on a failed log dir.
+                e.error_code = ErrorCode::LeaderNotAvailable.code();
+                e.leader_id = BrokerId(-1);
+                e.offline_replicas = vec![node];
+            }
             e
         })
         .collect();
