@@ -92,7 +92,10 @@ impl TopicStore {
 /// The `cluster.id` of a `meta.properties` file: text, with a non-empty printable id.
 fn parse_cluster_id(bytes: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let id = text.lines().find_map(|l| l.strip_prefix("cluster.id="))?.trim();
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster.id="))?
+        .trim();
     let printable = !id.is_empty() && id.chars().all(|c| c.is_ascii_graphic());
     printable.then(|| id.to_string())
 }
@@ -142,6 +145,9 @@ mod tests {
         fs::write(dir.path().join(META_FILE), b"\xff\x00garbage").unwrap();
         let err = store.cluster_id(|| "third".into()).unwrap_err();
         assert!(err.to_string().contains("meta.properties"), "{err}");
-        assert_eq!(fs::read(dir.path().join(META_FILE)).unwrap(), b"\xff\x00garbage");
+        assert_eq!(
+            fs::read(dir.path().join(META_FILE)).unwrap(),
+            b"\xff\x00garbage"
+        );
     }
 }

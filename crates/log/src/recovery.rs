@@ -288,6 +288,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         recovery_checked_bytes: checked_bytes,
         background_flush_started_ms: now_ms,
         retention_checked_ms: now_ms,
+        damaged_warnings: crate::log::damaged_warnings(),
     };
     if log_start_offset > next_offset {
         // The tail holding the log start was lost: nothing below it may be served.

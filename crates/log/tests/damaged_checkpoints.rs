@@ -53,7 +53,11 @@ fn a_garbage_recovery_point_rechecks_the_whole_log() {
     garbage(&dir.path().join("recovery-point-offset-checkpoint"));
     let log = Log::open(dir.path(), config(), 0).unwrap();
     assert_eq!(log.log_end_offset(), BATCHES * RECORDS_PER_BATCH);
-    assert_eq!(log.recovery_checked_bytes(), size, "recovery did not start at 0");
+    assert_eq!(
+        log.recovery_checked_bytes(),
+        size,
+        "recovery did not start at 0"
+    );
     assert_eq!(read_everything(&log), BATCHES * RECORDS_PER_BATCH);
 }
 
@@ -109,6 +113,8 @@ fn an_unreadable_checkpoint_error_names_the_file() {
     let file = dir.path().join("leader-epoch-checkpoint");
     fs::remove_file(&file).unwrap();
     fs::create_dir(&file).unwrap(); // reading it fails with EISDIR, not InvalidData
-    let err = Log::open(dir.path(), config(), 0).err().expect("open fails");
+    let err = Log::open(dir.path(), config(), 0)
+        .err()
+        .expect("open fails");
     assert!(err.to_string().contains("leader-epoch-checkpoint"), "{err}");
 }
