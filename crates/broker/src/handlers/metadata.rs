@@ -44,12 +44,15 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         let allow_auto_create = state.config.auto_create_topics
             && (req.api_version < 4 || request.allow_auto_topic_creation);
         for t in request.topics.unwrap_or_default() {
+            // v10+: a topic given by id has name null, or "" from the Java client (4.x);
+            // Kafka resolves both by the id.
+            let by_id = !t.topic_id.is_nil() && t.name.as_ref().is_none_or(|n| n.is_empty());
             let entry = match t.name {
-                Some(name) => {
+                Some(name) if !by_id => {
                     let name = name.0.to_string();
                     lookup_or_create(&state, &name, allow_auto_create).await
                 }
-                None => match state.replicas.topic_by_id(t.topic_id) {
+                _ => match state.replicas.topic_by_id(t.topic_id) {
                     Some(topic) => topic_entry(&state, &topic),
                     None => error_entry(None, t.topic_id, ErrorCode::UnknownTopicId),
                 },
