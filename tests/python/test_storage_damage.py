@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 import wire
 from dataset import create_topic
+from test_metadata_topic_id import metadata_v12
 
 SEGMENT_BYTES = 64 * 1024
 RECORDS = 600
@@ -193,6 +194,9 @@ def test_unloadable_flushed_segment_makes_only_its_partition_offline(broker_fact
         meta.close()
     assert p.error is not None and p.error.code() == KafkaError.LEADER_NOT_AVAILABLE, p.error
     assert p.leader == -1
+    [raw] = metadata_v12(broker.port, [(bytes(16), bad)])
+    [rp] = raw["partitions"]
+    assert rp["error"] == 5 and rp["leader"] == -1 and rp["offline"] == rp["replicas"] != [], rp
     # ... every other partition serves, with a real client.
     assert produce_error(broker.port, good) == 0
     assert list_offsets_error(broker.bootstrap, good) == 0
