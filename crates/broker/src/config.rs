@@ -43,6 +43,10 @@ pub struct BrokerConfig {
     /// this much acknowledged data. 0 = only on roll (and `flush.ms`/`flush.messages`, acks=all
     /// group commit, clean shutdown). Kafka leaves this to the OS and relies on replication.
     pub log_flush_background_ms: u64,
+    /// Background scrub: every this many ms, re-check the CRC of every batch of every sealed
+    /// segment (outside the logs' locks); damage is logged at ERROR and counted in
+    /// `streamforge_scrub_errors_total`. 0 = off (the default).
+    pub log_scrub_interval_ms: u64,
     /// Graceful shutdown: longest wait for in-flight requests before closing the logs.
     pub shutdown_grace_ms: u64,
     /// Consumer groups: coordinator settings and the `__consumer_offsets` topic.
@@ -73,6 +77,7 @@ impl Default for BrokerConfig {
             request_read_timeout_ms: 60_000,
             log_tick_interval_ms: 1_000,
             log_flush_background_ms: 1_000,
+            log_scrub_interval_ms: 0,
             shutdown_grace_ms: 10_000,
             groups: Default::default(),
             http_listen: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),

@@ -12,6 +12,7 @@ mod http_view_groups;
 pub mod producer_ids;
 pub mod replica_manager;
 pub mod router;
+mod scrubber;
 mod server;
 pub mod tiered;
 pub mod topic_config;
@@ -179,6 +180,7 @@ impl Broker {
         ));
         let housekeeping = tokio::spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
         tokio::spawn(tiered::run(state.clone(), shutdown_rx.clone()));
+        tokio::spawn(scrubber::run(state.clone(), shutdown_rx.clone()));
         let serving = tokio::spawn(server::run(
             state.clone(),
             listener,

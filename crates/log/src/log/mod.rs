@@ -390,6 +390,21 @@ impl Log {
         self.epochs.entries()
     }
 
+    /// Zero-copy views of every sealed segment (all but the active one), oldest first, to
+    /// verify with [`crate::verify_segment`] after releasing the log's lock (background scrub).
+    pub fn sealed_segments(&self) -> Vec<crate::SealedSegment> {
+        let active = self.active().base_offset();
+        self.segments
+            .values()
+            .filter(|s| s.base_offset() != active && !s.is_empty())
+            .map(|s| crate::SealedSegment {
+                base_offset: s.base_offset(),
+                path: s.log_path(),
+                bytes: s.all_bytes(),
+            })
+            .collect()
+    }
+
     /// Check the CRC of every batch in every segment (a full scrub). Returns the first bad batch
     /// with its segment's base offset.
     pub fn verify(&self) -> Option<(i64, BadBatch)> {
