@@ -11,11 +11,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 import wire
 from dataset import create_topic
+from test_metadata_topic_id import metadata_v12
 
 SEGMENT_BYTES = 64 * 1024
 RECORDS = 600
@@ -183,7 +184,19 @@ def test_unloadable_flushed_segment_makes_only_its_partition_offline(broker_fact
     # The damaged partition answers KAFKA_STORAGE_ERROR to produce, fetch and list offsets ...
     assert produce_error(broker.port, bad) == KAFKA_STORAGE_ERROR
     assert fetch_error_v4(broker.port, bad) == KAFKA_STORAGE_ERROR
-    assert list_offsets_error(broker.bootstrap, bad) == KAFKA_STORAGE_ERROR
+    # Metadata reports it as Kafka reports a partition whose only replica is on a failed log
+    # dir: LEADER_NOT_AVAILABLE, no leader, this broker offline (so clients do not send it
+    # ListOffsets: confluent-kafka's admin answers _NOENT locally).
+    meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "m"})
+    try:
+        p = meta.list_topics(bad, timeout=10).topics[bad].partitions[0]
+    finally:
+        meta.close()
+    assert p.error is not None and p.error.code() == KafkaError.LEADER_NOT_AVAILABLE, p.error
+    assert p.leader == -1
+    [raw] = metadata_v12(broker.port, [(bytes(16), bad)])
+    [rp] = raw["partitions"]
+    assert rp["error"] == 5 and rp["leader"] == -1 and rp["offline"] == rp["replicas"] != [], rp
     # ... every other partition serves, with a real client.
     assert produce_error(broker.port, good) == 0
     assert list_offsets_error(broker.bootstrap, good) == 0
@@ -191,3 +204,18 @@ def test_unloadable_flushed_segment_makes_only_its_partition_offline(broker_fact
     assert not errors and offsets == list(range(RECORDS + 1))
     metrics = urllib.request.urlopen(f"{broker.http_url}/metrics", timeout=10).read().decode()
     assert "streamforge_offline_partitions 1" in metrics
+
+
+def test_a_damaged_batch_is_logged_once_per_ten_seconds_not_per_fetch(broker_factory, topic_name):
+    """Every fetch retry of a consumer stuck at a damaged batch used to log the warning again."""
+    broker = broker_factory(extra_args=["--segment-bytes", str(SEGMENT_BYTES)])
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    produce(broker.bootstrap, topic_name)
+    sealed = sorted((broker.data_dir / f"{topic_name}-0").glob("*.log"))[0]
+    pos, base = batches_in(sealed)[len(batches_in(sealed)) // 2]
+    flip_byte(sealed, pos + 11, 0x04)
+    for _ in range(30):
+        assert fetch_error_v4(broker.port, topic_name, offset=base) == CORRUPT_MESSAGE
+    lines = [l for l in broker.log_path.read_text().splitlines() if "damaged record batch" in l]
+    assert len(lines) == 1, lines
+    assert "suppressed=0" in lines[0] and sealed.name in lines[0]

@@ -15,6 +15,7 @@ pub mod partition_limit;
 pub mod producer_ids;
 pub mod replica_manager;
 pub mod router;
+mod scrubber;
 mod server;
 mod storage_errors;
 pub mod tiered;
@@ -149,6 +150,7 @@ impl Broker {
         ));
         let housekeeping = tokio::spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
         tokio::spawn(tiered::run(state.clone(), shutdown_rx.clone()));
+        tokio::spawn(scrubber::run(state.clone(), shutdown_rx.clone()));
         let serving = tokio::spawn(server::run(
             state.clone(),
             listener,

@@ -229,11 +229,16 @@ impl TopicStore {
     /// The cluster id, created on first start.
     pub fn cluster_id(&self, fresh: impl FnOnce() -> String) -> std::io::Result<String> {
         let path = self.dir.join(META_FILE);
-        if let Ok(text) = fs::read_to_string(&path) {
-            for line in text.lines() {
-                if let Some(id) = line.strip_prefix("cluster.id=") {
-                    return Ok(id.trim().to_string());
-                }
+        match fs::read(&path) {
+            // An existing file must name the cluster: a damaged one stops the start-up (as
+            // Kafka does) instead of silently making this broker a new cluster.
+            Ok(bytes) => return parse_cluster_id(&bytes).ok_or_else(|| damaged_meta(&path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot read {}: {e}", path.display()),
+                ));
             }
         }
         let id = fresh();
@@ -241,6 +246,28 @@ impl TopicStore {
         write_atomically(&self.dir, META_FILE, text.as_bytes())?;
         Ok(id)
     }
+}
+
+/// The `cluster.id` of a `meta.properties` file: text, with a non-empty printable id.
+fn parse_cluster_id(bytes: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster.id="))?
+        .trim();
+    let printable = !id.is_empty() && id.chars().all(|c| c.is_ascii_graphic());
+    printable.then(|| id.to_string())
+}
+
+fn damaged_meta(path: &Path) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "damaged {}: no valid cluster.id line; refusing to start as a new cluster \
+             (restore the file or remove it together with the data)",
+            path.display()
+        ),
+    )
 }
 
 fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
@@ -280,6 +307,13 @@ mod tests {
         );
         let id = store.cluster_id(|| "first".into()).unwrap();
         assert_eq!(store.cluster_id(|| "second".into()).unwrap(), id);
+        fs::write(dir.path().join(META_FILE), b"\xff\x00garbage").unwrap();
+        let err = store.cluster_id(|| "third".into()).unwrap_err();
+        assert!(err.to_string().contains("meta.properties"), "{err}");
+        assert_eq!(
+            fs::read(dir.path().join(META_FILE)).unwrap(),
+            b"\xff\x00garbage"
+        );
     }
 
     #[test]

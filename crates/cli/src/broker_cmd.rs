@@ -57,6 +57,10 @@ pub struct Args {
     /// an unclean restart re-checks and a machine crash loses (0 = only rolled segments) [default: 1000].
     #[arg(long, env = "STREAMFORGE_LOG_FLUSH_BACKGROUND_MS")]
     pub log_flush_background_ms: Option<u64>,
+    /// Background scrub: re-check the CRC of every sealed segment every this many ms, logging
+    /// damage at ERROR and counting streamforge_scrub_errors_total (0 = off) [default: 0].
+    #[arg(long, env = "STREAMFORGE_LOG_SCRUB_INTERVAL_MS")]
+    pub log_scrub_interval_ms: Option<u64>,
     /// Default `max.message.bytes` (largest record batch) [default: 1048588].
     #[arg(long, env = "STREAMFORGE_MAX_MESSAGE_BYTES")]
     pub max_message_bytes: Option<u64>,
@@ -129,6 +133,7 @@ struct FileConfig {
     flush_messages: Option<i64>,
     flush_ms: Option<i64>,
     log_flush_background_ms: Option<u64>,
+    log_scrub_interval_ms: Option<u64>,
     max_message_bytes: Option<u64>,
     socket_request_max_bytes: Option<usize>,
     queued_max_request_bytes: Option<usize>,
@@ -191,6 +196,7 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(flush_messages => c.log_defaults.flush_messages);
     set!(flush_ms => c.log_defaults.flush_ms);
     set!(log_flush_background_ms);
+    set!(log_scrub_interval_ms);
     set!(max_message_bytes => c.log_defaults.max_message_bytes);
     set!(socket_request_max_bytes);
     set!(queued_max_request_bytes);

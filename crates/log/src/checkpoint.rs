@@ -54,17 +54,23 @@ fn write_entries_inner(dir: &Path, name: &str, entries: &[String]) -> io::Result
 /// Read the entries of `dir/name`; `Ok(None)` if the file does not exist.
 pub fn read_entries(dir: &Path, name: &str) -> io::Result<Option<Vec<Vec<i64>>>> {
     let path = dir.join(name);
-    let text = match fs::read_to_string(&path) {
-        Ok(t) => t,
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot read {}: {e}", path.display()),
+            ));
+        }
     };
     let bad = |why: &str| {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{}: {why}", path.display()),
+            format!("damaged checkpoint {}: {why}", path.display()),
         )
     };
+    let text = std::str::from_utf8(&bytes).map_err(|_| bad("not valid UTF-8 text"))?;
     let mut lines = text.lines();
     let version: u32 = lines
         .next()

@@ -5,6 +5,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint;
+use crate::segment::Segment;
 
 #[derive(Debug)]
 pub struct LeaderEpochCache {
@@ -18,17 +19,29 @@ pub struct LeaderEpochCache {
 
 impl LeaderEpochCache {
     pub fn load(dir: &Path) -> io::Result<LeaderEpochCache> {
-        let mut entries = Vec::new();
+        let mut entries: Vec<(i32, i64)> = Vec::new();
+        let bad = |why: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "damaged checkpoint {}: {why}",
+                    dir.join(checkpoint::LEADER_EPOCH_FILE).display()
+                ),
+            )
+        };
         if let Some(rows) = checkpoint::read_entries(dir, checkpoint::LEADER_EPOCH_FILE)? {
             for row in rows {
-                if let [epoch, offset] = row[..] {
-                    entries.push((epoch as i32, offset));
-                } else {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "malformed leader-epoch-checkpoint entry",
-                    ));
+                let [epoch, offset] = row[..] else {
+                    return Err(bad("an entry is not `epoch offset`"));
+                };
+                let epoch = i32::try_from(epoch).map_err(|_| bad("epoch out of range"))?;
+                let ordered = entries
+                    .last()
+                    .is_none_or(|&(e, o)| epoch > e && offset >= o);
+                if epoch < 0 || offset < 0 || !ordered {
+                    return Err(bad("entries are not increasing epochs and offsets"));
                 }
+                entries.push((epoch, offset));
             }
         }
         Ok(LeaderEpochCache {
@@ -36,6 +49,31 @@ impl LeaderEpochCache {
             entries,
             stale_on_disk: false,
         })
+    }
+
+    /// Rebuild the cache from the partition leader epochs of the batches in `segments` (oldest
+    /// first) and write it: each epoch starts at the first batch carrying it. Used when the
+    /// checkpoint is damaged; costs a walk of every batch header.
+    pub(crate) fn rebuild<'a>(
+        dir: &Path,
+        segments: impl Iterator<Item = &'a Segment>,
+    ) -> io::Result<LeaderEpochCache> {
+        let mut entries: Vec<(i32, i64)> = Vec::new();
+        for seg in segments {
+            seg.for_each_batch_from(seg.base_offset(), |view| {
+                let epoch = view.partition_leader_epoch();
+                if epoch >= 0 && entries.last().is_none_or(|&(e, _)| epoch > e) {
+                    entries.push((epoch, view.base_offset()));
+                }
+            });
+        }
+        let mut cache = LeaderEpochCache {
+            dir: dir.to_path_buf(),
+            entries,
+            stale_on_disk: false,
+        };
+        cache.persist()?;
+        Ok(cache)
     }
 
     fn persist(&mut self) -> io::Result<()> {

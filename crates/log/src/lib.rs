@@ -16,6 +16,7 @@ mod producer_snapshot;
 mod producer_state;
 mod reaper;
 mod recovery;
+mod scrub;
 mod segment;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ pub use crate::checkpoint::RecoveryPointAdvance;
 pub use crate::group_commit::{FlushTicket, GroupCommit};
 pub use crate::log::Log;
 pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};
+pub use crate::scrub::{SealedSegment, verify_segment};
 pub use crate::segment::{BadBatch, file_stem};
 
 /// `message.timestamp.type`.

@@ -43,6 +43,21 @@ fn corrupted(dir: &Path, base: i64, bad: &BadBatch) -> LogError {
     ))
 }
 
+/// A checkpoint whose contents cannot be parsed is treated as missing (logged at WARN with its
+/// path and what happens instead); any other read error stays an error.
+fn damaged_checkpoint_as_missing(
+    read: std::io::Result<Option<i64>>,
+    instead: &str,
+) -> Result<Option<i64>, LogError> {
+    match read {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            tracing::warn!(error = %e, "ignoring damaged checkpoint; {instead}");
+            Ok(None)
+        }
+        other => Ok(other?),
+    }
+}
+
 pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, LogError> {
     fs::create_dir_all(dir)?;
     // Files removed, cut or created here: the directory needs an fsync before the open is done.
@@ -83,12 +98,20 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
     }
 
     let clean = dir.join(CLEAN_SHUTDOWN_FILE).exists();
-    let log_start_ckpt = checkpoint::read_offset(dir, LOG_START_FILE)?;
-    // A missing checkpoint means nothing is known to be flushed.
+    let log_start_ckpt = damaged_checkpoint_as_missing(
+        checkpoint::read_offset(dir, LOG_START_FILE),
+        "the log start falls back to the first segment's base offset (or the leader-epoch \
+         cache's first start offset)",
+    )?;
+    // A missing checkpoint means nothing is known to be flushed; so does a damaged one (the
+    // whole log is CRC-checked, as Kafka does without a recovery point).
     let recovery_point_ckpt = if clean {
         None
     } else {
-        checkpoint::read_offset(dir, RECOVERY_POINT_FILE)?
+        damaged_checkpoint_as_missing(
+            checkpoint::read_offset(dir, RECOVERY_POINT_FILE),
+            "recovering from offset 0: every segment is CRC-checked",
+        )?
     };
     let recovery_point = if clean {
         i64::MAX
@@ -219,8 +242,25 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         .next_back()
         .map(Segment::next_offset)
         .expect("at least one segment");
-    let log_start_offset = log_start_ckpt.unwrap_or(first_base).max(first_base);
-    let epochs = LeaderEpochCache::load(dir)?;
+    let epochs = match LeaderEpochCache::load(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            tracing::warn!(error = %e, "rebuilding the leader-epoch cache from the batches' partition leader epochs");
+            LeaderEpochCache::rebuild(dir, segments.values())?
+        }
+        other => other?,
+    };
+    let log_start_offset = match log_start_ckpt {
+        Some(start) => start,
+        // The epoch cache's first entry is moved to the log start by DeleteRecords and
+        // retention, so it remembers a log start inside the first segment.
+        None => epochs
+            .entries()
+            .first()
+            .map(|&(_, start)| start)
+            .filter(|&start| start <= next_offset)
+            .unwrap_or(first_base),
+    }
+    .max(first_base);
     let recovery_point = if clean {
         next_offset
     } else {
@@ -248,6 +288,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         recovery_checked_bytes: checked_bytes,
         background_flush_started_ms: now_ms,
         retention_checked_ms: now_ms,
+        damaged_warnings: crate::log::damaged_warnings(),
     };
     if log_start_offset > next_offset {
         // The tail holding the log start was lost: nothing below it may be served.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::layout::PartitionId;
 use crate::local::{self, LocalSegment};
+use crate::manifest::RemoteSegment;
 use crate::stats;
 use crate::{RemotePartition, TieredStorage};
 
@@ -341,8 +342,7 @@ impl TieringManager {
         let mut total = remote_only_bytes + local_bytes;
         let mut cut: Option<i64> = None;
         for s in &m.segments {
-            let by_time =
-                policy.retention_ms >= 0 && now_ms - s.max_timestamp_ms > policy.retention_ms;
+            let by_time = expired_by_time(Some(s), policy.retention_ms, now_ms);
             let by_size = policy.retention_bytes >= 0
                 && total.saturating_sub(s.size_bytes) >= policy.retention_bytes as u64;
             if !(by_time || by_size) {
@@ -370,11 +370,7 @@ impl TieringManager {
             if s.next_base_offset > remote_next {
                 break; // not uploaded yet: never deleted
             }
-            let max_ts = m
-                .segment_for(s.base_offset)
-                .map(|r| r.max_timestamp_ms)
-                .unwrap_or(i64::MAX);
-            let by_time = lms >= 0 && now_ms - max_ts > lms;
+            let by_time = expired_by_time(m.segment_for(s.base_offset), lms, now_ms);
             let by_size = lbytes >= 0 && local_total.saturating_sub(s.size_bytes) >= lbytes as u64;
             if !(by_time || by_size) {
                 break;
@@ -387,6 +383,28 @@ impl TieringManager {
         }
         Ok(())
     }
+}
+
+/// When an uploaded segment was last written, as far as is known: its largest record timestamp
+/// or, when no record carries one (-1), its upload time, which comes after the segment was
+/// sealed (so age measured from it is never more than the true age). Kafka ages a segment
+/// without timestamps from its file's mtime (`LogSegment.largestTimestamp`).
+fn largest_timestamp_ms(s: &RemoteSegment) -> Option<i64> {
+    if s.max_timestamp_ms >= 0 {
+        Some(s.max_timestamp_ms)
+    } else {
+        (s.uploaded_at_ms > 0).then_some(s.uploaded_at_ms)
+    }
+}
+
+/// Whether `retention_ms` (-1 = unlimited) deletes `segment` at `now_ms`. A segment whose age
+/// cannot be known (not in the manifest, no timestamps, no upload time) is never deleted by
+/// time. (Records with timestamp -1 used to count as infinitely old: deleted at the first pass.)
+fn expired_by_time(segment: Option<&RemoteSegment>, retention_ms: i64, now_ms: i64) -> bool {
+    retention_ms >= 0
+        && segment
+            .and_then(largest_timestamp_ms)
+            .is_some_and(|ts| now_ms.saturating_sub(ts) > retention_ms)
 }
 
 fn delete_local(
@@ -418,4 +436,50 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(max_timestamp_ms: i64, uploaded_at_ms: i64) -> RemoteSegment {
+        RemoteSegment {
+            segment_id: "s".into(),
+            base_offset: 0,
+            last_offset: 9,
+            size_bytes: 100,
+            max_timestamp_ms,
+            max_timestamp_offset: if max_timestamp_ms < 0 { -1 } else { 9 },
+            batch_count: 1,
+            objects: Vec::new(),
+            uploaded_at_ms,
+        }
+    }
+
+    #[test]
+    fn segments_age_by_largest_timestamp_and_unknown_age_is_never_deleted_by_time() {
+        let now = 1_000_000_000;
+        let day = 86_400_000;
+        // Records without timestamps, uploaded just now: kept (used to be deleted at once).
+        assert!(!expired_by_time(Some(&segment(-1, now - 1_000)), day, now));
+        // ... and deleted once the upload is older than retention.ms.
+        assert!(expired_by_time(Some(&segment(-1, now - 2 * day)), day, now));
+        // No timestamps and no upload time: unknown age, never deleted by time.
+        assert!(!expired_by_time(Some(&segment(-1, 0)), 0, now));
+        assert!(!expired_by_time(None, 0, now));
+        // Timestamps decide when present, whatever the upload time.
+        assert!(expired_by_time(
+            Some(&segment(now - 2 * day, now)),
+            day,
+            now
+        ));
+        assert!(!expired_by_time(
+            Some(&segment(now - 1_000, now - 2 * day)),
+            day,
+            now
+        ));
+        // 1970-dated records go; unlimited retention keeps everything.
+        assert!(expired_by_time(Some(&segment(5, now)), day, now));
+        assert!(!expired_by_time(Some(&segment(5, now)), -1, now));
+    }
 }

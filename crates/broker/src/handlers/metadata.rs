@@ -50,12 +50,15 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             && (req.api_version < 4 || request.allow_auto_topic_creation);
         let mut creations_left = AUTO_CREATE_TOPICS_PER_REQUEST_MAX;
         for t in request.topics.unwrap_or_default() {
+            // v10+: a topic given by id has name null, or "" from the Java client (4.x);
+            // Kafka resolves both by the id.
+            let by_id = !t.topic_id.is_nil() && t.name.as_ref().is_none_or(|n| n.is_empty());
             let entry = match t.name {
-                Some(name) => {
+                Some(name) if !by_id => {
                     let name = name.0.to_string();
                     lookup_or_create(&state, &name, allow_auto_create, &mut creations_left).await
                 }
-                None => match state.replicas.topic_by_id(t.topic_id) {
+                _ => match state.replicas.topic_by_id(t.topic_id) {
                     Some(topic) => topic_entry(&state, &topic),
                     None => error_entry(None, t.topic_id, ErrorCode::UnknownTopicId),
                 },
@@ -144,6 +147,12 @@ fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
             e.leader_epoch = LEADER_EPOCH;
             e.replica_nodes = vec![node];
             e.isr_nodes = vec![node];
+            if p.offline_reason().is_some() {
+                // As Kafka reports a partition whose only replica is on a failed log dir.
+                e.error_code = ErrorCode::LeaderNotAvailable.code();
+                e.leader_id = BrokerId(-1);
+                e.offline_replicas = vec![node];
+            }
             e
         })
         .collect();

@@ -3,6 +3,7 @@
 mod append;
 mod idempotence;
 mod maintenance;
+mod rate_limit;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -56,6 +57,13 @@ pub struct Log {
     pub(crate) background_flush_started_ms: i64,
     /// When retention was last checked (`retention_check_interval_ms`); the open time at first.
     pub(crate) retention_checked_ms: i64,
+    /// Limits the damaged-batch warning, which every fetch retry would repeat.
+    pub(crate) damaged_warnings: rate_limit::WarnLimiter,
+}
+
+/// The damaged-batch warning limiter of a newly opened log.
+pub(crate) fn damaged_warnings() -> rate_limit::WarnLimiter {
+    rate_limit::WarnLimiter::new(rate_limit::DAMAGED_BATCH_WARN_INTERVAL)
 }
 
 pub(crate) fn sizing(config: &LogConfig) -> SegmentSizing {
@@ -167,13 +175,17 @@ impl Log {
     /// partition with CORRUPT_MESSAGE), never an empty success.
     fn damaged(&self, seg: &Segment, bad: BadBatch) -> LogError {
         let path = seg.log_path().display().to_string();
-        tracing::warn!(
-            path,
-            position = bad.position,
-            offset = bad.offset,
-            error = %bad.error,
-            "damaged record batch; reads of this partition from that offset fail"
-        );
+        if let Some(suppressed) = self.damaged_warnings.allow(std::time::Instant::now()) {
+            tracing::warn!(
+                path,
+                position = bad.position,
+                offset = bad.offset,
+                error = %bad.error,
+                suppressed,
+                "damaged record batch; reads of this partition from that offset fail \
+                 (at most one such line per partition per 10 s; `suppressed` since the last)"
+            );
+        }
         LogError::DamagedBatch {
             path,
             position: bad.position,
@@ -376,6 +388,21 @@ impl Log {
     /// The leader-epoch cache entries `(epoch, start offset)`.
     pub fn leader_epochs(&self) -> &[(i32, i64)] {
         self.epochs.entries()
+    }
+
+    /// Zero-copy views of every sealed segment (all but the active one), oldest first, to
+    /// verify with [`crate::verify_segment`] after releasing the log's lock (background scrub).
+    pub fn sealed_segments(&self) -> Vec<crate::SealedSegment> {
+        let active = self.active().base_offset();
+        self.segments
+            .values()
+            .filter(|s| s.base_offset() != active && !s.is_empty())
+            .map(|s| crate::SealedSegment {
+                base_offset: s.base_offset(),
+                path: s.log_path(),
+                bytes: s.all_bytes(),
+            })
+            .collect()
     }
 
     /// Check the CRC of every batch in every segment (a full scrub). Returns the first bad batch

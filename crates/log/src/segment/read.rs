@@ -216,6 +216,13 @@ impl Segment {
 
     /// Call `f` for every batch from the one containing `offset` to the end (header view;
     /// producer-state replay).
+    /// Every written byte of the segment, as one zero-copy slice (marks the mapping shared, so
+    /// a truncation copies instead of cutting in place).
+    pub fn all_bytes(&self) -> Bytes {
+        self.map_shared.store(true, Ordering::Relaxed);
+        self.map.slice(0, self.size_bytes as usize)
+    }
+
     pub fn for_each_batch_from(&self, offset: i64, mut f: impl FnMut(&RecordBatch<'_>)) {
         let Some(first) = self.translate_offset(offset) else {
             return;
