@@ -14,11 +14,11 @@ import java.util.function.Supplier;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.errors.TransactionalIdAuthorizationException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.quota.ClientQuotaFilter;
 import org.junit.jupiter.api.AfterAll;
@@ -81,19 +81,17 @@ class NotServedTest {
         try (KafkaProducer<String, String> p = Util.producer(B, Map.of(
                 ProducerConfig.TRANSACTIONAL_ID_CONFIG, Util.unique("tx"),
                 ProducerConfig.MAX_BLOCK_MS_CONFIG, "10000"))) {
-            // InitProducerId with a transactional id is answered, but AddPartitionsToTxn is not
-            // served, so the first transactional send fails with UnsupportedVersionException.
-            Throwable t = assertThrows(Exception.class, () -> {
-                p.initTransactions();
-                p.beginTransaction();
-                p.send(new ProducerRecord<>(Util.unique("txtopic"), "k", "v")).get(20, TimeUnit.SECONDS);
-                p.commitTransaction();
-            });
+            // Until transactions are served, FindCoordinator/InitProducerId for a transactional
+            // id answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED, so initTransactions fails at once
+            // (fatally) instead of the first transactional send hanging.
+            long start = System.nanoTime();
+            Throwable t = assertThrows(Exception.class, p::initTransactions);
             Throwable c = t;
-            while (c.getCause() != null && !(c instanceof UnsupportedVersionException)) {
+            while (c.getCause() != null && !(c instanceof TransactionalIdAuthorizationException)) {
                 c = c.getCause();
             }
-            assertInstanceOf(UnsupportedVersionException.class, c, "transactional send: " + t);
+            assertInstanceOf(TransactionalIdAuthorizationException.class, c, "initTransactions: " + t);
+            assertTrue(System.nanoTime() - start < TimeUnit.SECONDS.toNanos(5), "initTransactions took too long");
         }
     }
 
