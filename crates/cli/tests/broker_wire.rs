@@ -339,6 +339,16 @@ fn bad_frames() -> Vec<(&'static str, Vec<u8>)> {
     absurd_compact.put_i16(-1);
     absurd_compact.put_u8(0); // header tagged fields
     absurd_compact.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    // Found by the fuzzer: kafka-protocol stops a varint after five bytes even if the fifth
+    // says "more", so this count (~2^32) once slipped past the guard and aborted the broker.
+    let mut absurd_compact_5 = BytesMut::new();
+    absurd_compact_5.put_i32(16);
+    absurd_compact_5.put_i16(3); // Metadata v12 (flexible)
+    absurd_compact_5.put_i16(12);
+    absurd_compact_5.put_i32(5);
+    absurd_compact_5.put_i16(-1);
+    absurd_compact_5.put_u8(0); // header tagged fields
+    absurd_compact_5.put_slice(&[0xff, 0xff, 0xff, 0xff, 0xff]);
     let mut short_header = BytesMut::new();
     short_header.put_i32(3);
     short_header.put_slice(&[0, 3, 0]);
@@ -360,6 +370,10 @@ fn bad_frames() -> Vec<(&'static str, Vec<u8>)> {
         ("unsupported version", bad_version.to_vec()),
         ("absurd classic array count", absurd_count.to_vec()),
         ("absurd compact array count", absurd_compact.to_vec()),
+        (
+            "absurd compact count, continued fifth byte",
+            absurd_compact_5.to_vec(),
+        ),
         ("header shorter than 8 bytes", short_header.to_vec()),
         ("client id past the end", bad_client_id.to_vec()),
     ]

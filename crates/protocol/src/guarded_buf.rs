@@ -20,6 +20,9 @@ use kafka_protocol::protocol::buf::ByteBuf;
 /// int32 values below this are harmless even as counts (allocation of at most a few MiB).
 pub const SUSPICIOUS_I32_MIN: i32 = 1 << 16;
 
+/// The most bytes kafka-protocol reads for one unsigned varint (a u32).
+const UNSIGNED_VARINT_BYTES_MAX: u32 = 5;
+
 /// How suspicious int32 values are reported to the decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum I32Mode {
@@ -77,7 +80,10 @@ impl Buf for GuardedBuf {
             self.varint_value |= u64::from(b & 0x7f) << self.varint_shift;
         }
         self.varint_shift += 7;
-        if b & 0x80 == 0 {
+        // kafka-protocol's unsigned varint reader stops after 5 bytes even when the fifth has
+        // its continuation bit set, so the fifth byte ends a varint too (or that count would
+        // reach the decoder unchecked; varlongs never occur in request bodies).
+        if b & 0x80 == 0 || self.varint_shift >= UNSIGNED_VARINT_BYTES_MAX * 7 {
             let value = self.varint_value;
             let multi_byte = self.varint_shift > 7;
             self.varint_value = 0;
@@ -167,6 +173,16 @@ mod tests {
         let mut body = bytes::BytesMut::new();
         body.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]); // varint u32::MAX
         let r = decode::<MetadataRequest>(&body.freeze(), 9);
+        assert!(matches!(r, Err(GuardError::Decode(_))));
+    }
+
+    #[test]
+    fn absurd_compact_count_with_a_continued_fifth_byte_is_rejected() {
+        // Found by fuzz/fuzz_targets/metadata_request.rs: the decoder stops after five bytes
+        // whatever the fifth says, so this is a count of ~2^32 that used to reach
+        // `Vec::with_capacity` and abort the broker on a 16-byte request.
+        let body = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0xff]);
+        let r = decode::<MetadataRequest>(&body, 12);
         assert!(matches!(r, Err(GuardError::Decode(_))));
     }
 
