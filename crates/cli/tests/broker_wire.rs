@@ -311,6 +311,13 @@ fn pipelined_requests_are_answered_in_order() {
 }
 
 /// Raw bytes that must make the broker close that one connection (and nothing else).
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
 fn bad_frames() -> Vec<(&'static str, Vec<u8>)> {
     let mut unknown_key = BytesMut::new();
     unknown_key.put_i32(10);
@@ -349,6 +356,18 @@ fn bad_frames() -> Vec<(&'static str, Vec<u8>)> {
     absurd_compact_5.put_i16(-1);
     absurd_compact_5.put_u8(0); // header tagged fields
     absurd_compact_5.put_slice(&[0xff, 0xff, 0xff, 0xff, 0xff]);
+    // Found by the fuzzer: an assignments count of 0x41000000 whose 0/1 replacements consume the
+    // same bytes (two empty configs vs one assignment), once a 61 GB allocation.
+    let compensated = hex_bytes(
+        "0000000100000000000000004100000000000002000000000000000000000000000200000000000000000000010001150000003f0e",
+    );
+    let mut absurd_compensated = BytesMut::new();
+    absurd_compensated.put_i32(10 + compensated.len() as i32);
+    absurd_compensated.put_i16(19); // CreateTopics v3
+    absurd_compensated.put_i16(3);
+    absurd_compensated.put_i32(6);
+    absurd_compensated.put_i16(-1);
+    absurd_compensated.put_slice(&compensated);
     let mut short_header = BytesMut::new();
     short_header.put_i32(3);
     short_header.put_slice(&[0, 3, 0]);

@@ -11,8 +11,12 @@
 //! - Classic counts are plain int32s, indistinguishable from int32 fields by position. Values
 //!   that are larger than the bytes left (and than `SUSPICIOUS_I32_MIN`) are "suspicious". The
 //!   body is first decoded with every suspicious value replaced by 0 and then by 1: a plain
-//!   field does not change how many bytes are consumed, a count does (one element is at least
-//!   one byte). Only when both runs agree is the body decoded with the real values.
+//!   field does not change what the decoder reads next, a count does (one element is at least
+//!   one read). Both runs record a trace of every read (where it started and how many bytes it
+//!   took); only when the traces are identical is the body decoded with the real values.
+//!   Comparing only the bytes consumed is not enough: the fuzzer found a CreateTopics v3 body
+//!   where one assignment (8 bytes) in the second run took exactly as many bytes as two empty
+//!   configs in the first.
 
 use bytes::{Buf, Bytes, TryGetError};
 use kafka_protocol::protocol::buf::ByteBuf;
@@ -22,6 +26,10 @@ pub const SUSPICIOUS_I32_MIN: i32 = 1 << 16;
 
 /// The most bytes kafka-protocol reads for one unsigned varint (a u32).
 const UNSIGNED_VARINT_BYTES_MAX: u32 = 5;
+
+/// FNV-1a 64-bit offset basis and prime, for the read trace.
+const TRACE_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+const TRACE_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// How suspicious int32 values are reported to the decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +46,8 @@ pub struct GuardedBuf {
     pub suspicious: usize,
     varint_value: u64,
     varint_shift: u32,
+    /// FNV-1a hash of every read `(bytes left before it, bytes taken)`, in order.
+    trace: u64,
 }
 
 impl GuardedBuf {
@@ -48,6 +58,16 @@ impl GuardedBuf {
             suspicious: 0,
             varint_value: 0,
             varint_shift: 0,
+            trace: TRACE_SEED,
+        }
+    }
+}
+
+impl GuardedBuf {
+    /// Record a read of `taken` bytes starting with `self.remaining()` bytes left.
+    fn record(&mut self, taken: usize) {
+        for v in [self.inner.remaining() as u64, taken as u64] {
+            self.trace = (self.trace ^ v).wrapping_mul(TRACE_PRIME);
         }
     }
 }
@@ -70,10 +90,12 @@ impl Buf for GuardedBuf {
     }
 
     fn advance(&mut self, cnt: usize) {
+        self.record(cnt);
         self.inner.advance(cnt)
     }
 
     fn try_get_u8(&mut self) -> Result<u8, TryGetError> {
+        self.record(1);
         let b = self.inner.try_get_u8()?;
         // Single bytes are booleans or varint pieces; only multi-byte varints can be absurd.
         if self.varint_shift < 64 {
@@ -97,10 +119,12 @@ impl Buf for GuardedBuf {
     }
 
     fn try_get_i8(&mut self) -> Result<i8, TryGetError> {
+        self.record(1);
         self.inner.try_get_i8()
     }
 
     fn try_get_i32(&mut self) -> Result<i32, TryGetError> {
+        self.record(4);
         let v = self.inner.try_get_i32()?;
         if v >= SUSPICIOUS_I32_MIN && v as usize > self.inner.remaining() {
             self.suspicious += 1;
@@ -118,6 +142,7 @@ impl ByteBuf for GuardedBuf {
     }
 
     fn get_bytes(&mut self, size: usize) -> Bytes {
+        self.record(size);
         self.inner.split_to(size)
     }
 }
@@ -135,7 +160,7 @@ pub fn decode_guarded<T, E>(
     }
     let mut b = GuardedBuf::new(body.clone(), I32Mode::Replace(1));
     let second_ok = decode(&mut b).is_ok();
-    if !second_ok || a.remaining() != b.remaining() {
+    if !second_ok || a.trace != b.trace || a.remaining() != b.remaining() {
         return Err(GuardError::AbsurdCount);
     }
     let mut real = GuardedBuf::new(body.clone(), I32Mode::Real);
@@ -184,6 +209,22 @@ mod tests {
         let body = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0xff]);
         let r = decode::<MetadataRequest>(&body, 12);
         assert!(matches!(r, Err(GuardError::Decode(_))));
+    }
+
+    /// A CreateTopics v3 body found by fuzz/create_topics_request: assignments count 0x41000000;
+    /// as 0 the body reads two empty configs (8 bytes), as 1 one assignment (8 bytes), so both
+    /// runs consumed the same bytes and the real count reached `Vec::with_capacity` (61 GB).
+    pub(crate) const CREATE_TOPICS_V3_COMPENSATED_COUNT: &[u8] = &[
+        0, 0, 0, 0x1, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0, 0, 0, 0, 0, 0, 0x2, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0x2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x1, 0, 0x1, 0x15, 0, 0, 0, 0x3f, 0xe,
+    ];
+
+    #[test]
+    fn absurd_count_whose_replacements_consume_alike_is_rejected() {
+        use kafka_protocol::messages::CreateTopicsRequest;
+        let body = Bytes::from_static(CREATE_TOPICS_V3_COMPENSATED_COUNT);
+        let r = decode::<CreateTopicsRequest>(&body, 3);
+        assert!(matches!(r, Err(GuardError::AbsurdCount)));
     }
 
     #[test]
