@@ -6,6 +6,7 @@ use kafka_protocol::protocol::Decodable;
 use streamforge_protocol::RequestFrame;
 use streamforge_protocol::api_versions::unsupported_api_versions_response;
 use streamforge_protocol::frame::HeaderPrefix;
+use streamforge_protocol::guarded_buf::decode_guarded;
 
 use crate::{assert_round_trip, batches, served};
 
@@ -155,7 +156,7 @@ pub fn check_subscription(metadata: &Bytes) {
     if !(0..=3).contains(&version) {
         return;
     }
-    if let Ok(sub) = ConsumerProtocolSubscription::decode(&mut buf, version) {
+    if let Ok(sub) = decode_guarded(&buf, |b| ConsumerProtocolSubscription::decode(b, version)) {
         let theirs: Vec<String> = sub.topics.iter().map(|t| t.to_string()).collect();
         assert_eq!(ours, Some(theirs), "subscription topics disagree");
         assert_round_trip(&sub, version);
@@ -171,7 +172,7 @@ pub fn check_assignment(assignment: &Bytes) {
     if !(0..=3).contains(&version) {
         return;
     }
-    if let Ok(a) = ConsumerProtocolAssignment::decode(&mut buf, version) {
+    if let Ok(a) = decode_guarded(&buf, |b| ConsumerProtocolAssignment::decode(b, version)) {
         assert_round_trip(&a, version);
     }
 }
