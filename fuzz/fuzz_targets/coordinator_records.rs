@@ -7,9 +7,9 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use streamforge_coordinator::records::{decode_batches, decode_key, encode_batch};
+use streamforge_coordinator::{CoordinatorConfig, GroupCoordinator, OffsetsRecord};
 use streamforge_fuzz::batches::header_counts_fit;
 use streamforge_protocol::batch::BatchIter;
-use streamforge_coordinator::{CoordinatorConfig, GroupCoordinator, OffsetsRecord};
 
 const NOW_MS: i64 = 1_700_000_000_000;
 /// Records replayed per input (bounds the work of one execution).

@@ -38,5 +38,9 @@ fuzz_target!(|data: &[u8]| {
     drop(log); // unclean: no close, no marker written by this open
     let _ = std::fs::remove_file(dir.join(".kafka_cleanshutdown"));
     let log = Log::open(&dir, logdir::small_config(), NOW_MS).expect("unclean reopen");
-    assert_eq!(log.log_end_offset(), info.last_offset + 1, "recovery lost accepted data");
+    assert_eq!(
+        log.log_end_offset(),
+        info.last_offset + 1,
+        "recovery lost accepted data"
+    );
 });

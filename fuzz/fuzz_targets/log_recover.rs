@@ -28,11 +28,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if !clean {
-        assert!(log.verify().is_none(), "recovery left a corrupt batch behind");
+        assert!(
+            log.verify().is_none(),
+            "recovery left a corrupt batch behind"
+        );
     }
     let (start, end) = (log.log_start_offset(), log.log_end_offset());
     assert!(start <= end);
-    let read = log.read(start, 1 << 20, end, true).expect("reading from the log start");
+    let read = log
+        .read(start, 1 << 20, end, true)
+        .expect("reading from the log start");
     assert!(read.bytes <= log.size_bytes() as usize);
     let _ = log.offset_for_timestamp(0);
     if end > i64::MAX / 2 {

@@ -12,7 +12,12 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(&index.encode()[..], data, "re-encoding changes the bytes");
     let max_position = index.entries().iter().map(|e| u64::from(e.position)).max();
     for e in index.entries() {
-        for offset in [e.base_offset, e.base_offset.wrapping_add(1), i64::MIN, i64::MAX] {
+        for offset in [
+            e.base_offset,
+            e.base_offset.wrapping_add(1),
+            i64::MIN,
+            i64::MAX,
+        ] {
             let p = index.position_for_offset(offset);
             assert!(p == 0 || Some(p) <= max_position);
         }

@@ -57,9 +57,14 @@ pub fn check_batch(rest: &[u8], batch: RecordBatch<'_>) {
     m.set_partition_leader_epoch(3);
     assert_eq!(m.view().verify_crc().is_ok(), crc_ok);
     m.set_log_append_time(1_700_000_000_000);
-    m.view().verify_crc().expect("update_crc makes the CRC valid");
+    m.view()
+        .verify_crc()
+        .expect("update_crc makes the CRC valid");
     assert!(m.view().is_log_append_time());
-    assert_eq!(crc32c::crc32c(&copy[CRC_START..]), RecordBatch::parse(&copy).unwrap().crc());
+    assert_eq!(
+        crc32c::crc32c(&copy[CRC_START..]),
+        RecordBatch::parse(&copy).unwrap().crc()
+    );
 
     let header_ok = batch.validate_header().is_ok();
     let _ = tiered::first_record_at_or_after(bytes, batch.base_timestamp());
@@ -119,7 +124,9 @@ fn check_compressed(batch: RecordBatch<'_>) {
     rebuilt.extend_from_slice(&plain);
     let attributes = batch.attributes() & !streamforge_protocol::batch::COMPRESSION_MASK;
     if let Some(plain_batch) = wrap(&mut rebuilt, attributes) {
-        let _: Vec<_> = RecordIter::new(&plain_batch).expect("uncompressed").collect();
+        let _: Vec<_> = RecordIter::new(&plain_batch)
+            .expect("uncompressed")
+            .collect();
     }
 }
 

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batches;
+pub mod logdir;
 pub mod requests;
 pub mod served;
 
@@ -37,7 +38,8 @@ where
     let mut bytes: Bytes = buf.freeze();
     let back = T::decode(&mut bytes, version).expect("our own encoding does not decode");
     assert_eq!(&back, value, "decode(encode(x)) != x at version {version}");
-    assert!(bytes.is_empty(), "decoding our own encoding left bytes over");
+    assert!(
+        bytes.is_empty(),
+        "decoding our own encoding left bytes over"
+    );
 }
-
-pub mod logdir;

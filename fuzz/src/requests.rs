@@ -150,7 +150,10 @@ pub fn check_subscription(metadata: &Bytes) {
     let ours = streamforge_coordinator::parse_subscription_topics(metadata);
     let mut buf = metadata.clone();
     let Ok(version) = buf.try_get_i16() else {
-        assert!(ours.is_none(), "two bytes cannot hold a version and a topic list");
+        assert!(
+            ours.is_none(),
+            "two bytes cannot hold a version and a topic list"
+        );
         return;
     };
     if !(0..=3).contains(&version) {
@@ -196,4 +199,3 @@ pub fn encode_frame(key: ApiKey, version: i16, client_id: Option<&str>, body: &[
     out.put_slice(body);
     out.to_vec()
 }
-
