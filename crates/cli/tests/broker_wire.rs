@@ -368,6 +368,18 @@ fn bad_frames() -> Vec<(&'static str, Vec<u8>)> {
     absurd_compensated.put_i32(6);
     absurd_compensated.put_i16(-1);
     absurd_compensated.put_slice(&compensated);
+    // Found by the fuzzer: broker id counts hidden among runs of int32s (runs with 0 and 1 read
+    // alike), once a 4 GB allocation.
+    let aliased = hex_bytes(
+        "0000000200000300220100000000000000000000000000000000000000000008000000000000000000000000401a000000230000000000000000000000000000000000000000000000000000000000010000000000003900000000130003fffffa13000000000000000200000300220100000000000000000000000000000000000000000008000000000000000000000000000000000000000000000000002300000000000000000000000000000000000000000000000000000000000000000000ffff077200",
+    );
+    let mut absurd_aliased = BytesMut::new();
+    absurd_aliased.put_i32(10 + aliased.len() as i32);
+    absurd_aliased.put_i16(19); // CreateTopics v4
+    absurd_aliased.put_i16(4);
+    absurd_aliased.put_i32(7);
+    absurd_aliased.put_i16(-1);
+    absurd_aliased.put_slice(&aliased);
     let mut short_header = BytesMut::new();
     short_header.put_i32(3);
     short_header.put_slice(&[0, 3, 0]);
