@@ -168,7 +168,7 @@ pub fn batch_around(records: &[u8], count: i32, attributes: i16) -> Vec<u8> {
 pub fn header_counts_fit(records: &[u8]) -> bool {
     let mut pos = 0;
     while pos < records.len() {
-        let Some(len) = varint(records, &mut pos) else {
+        let Some(len) = varint32(records, &mut pos) else {
             return false;
         };
         let Some(end) = usize::try_from(len).ok().and_then(|l| pos.checked_add(l)) else {
@@ -178,20 +178,17 @@ pub fn header_counts_fit(records: &[u8]) -> bool {
             return false;
         };
         pos += 1; // attributes
-        for _ in 0..2 {
-            // timestamp delta, offset delta
-            if varint(record, &mut pos).is_none() {
-                return false;
-            }
+        if varlong(record, &mut pos).is_none() || varint32(record, &mut pos).is_none() {
+            return false; // timestamp delta, offset delta
         }
         for _ in 0..2 {
             // key, value: length then bytes
-            let Some(n) = varint(record, &mut pos) else {
+            let Some(n) = varint32(record, &mut pos) else {
                 return false;
             };
             pos = pos.saturating_add(usize::try_from(n).unwrap_or(0));
         }
-        match varint(record, &mut pos) {
+        match varint32(record, &mut pos) {
             Some(h) if h >= 0 && (h as u64) <= end.saturating_sub(pos) as u64 => {}
             _ => return false,
         }
@@ -200,8 +197,22 @@ pub fn header_counts_fit(records: &[u8]) -> bool {
     true
 }
 
+/// A zigzag varint read as kafka-protocol does: at most 5 bytes, truncated to 32 bits.
+fn varint32(b: &[u8], pos: &mut usize) -> Option<i32> {
+    let mut raw = 0u32;
+    for i in 0..5 {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        raw |= u32::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            break;
+        }
+    }
+    Some(((raw >> 1) as i32) ^ -((raw & 1) as i32))
+}
+
 /// A zigzag varlong at `b[*pos..]`.
-fn varint(b: &[u8], pos: &mut usize) -> Option<i64> {
+fn varlong(b: &[u8], pos: &mut usize) -> Option<i64> {
     let mut raw = 0u64;
     for i in 0..10 {
         let byte = *b.get(*pos)?;
