@@ -8,7 +8,6 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use streamforge_coordinator::records::{decode_batches, decode_key, encode_batch};
 use streamforge_coordinator::{CoordinatorConfig, GroupCoordinator, OffsetsRecord};
-use streamforge_fuzz::batches::header_counts_fit;
 use streamforge_protocol::batch::BatchIter;
 
 const NOW_MS: i64 = 1_700_000_000_000;
@@ -34,10 +33,11 @@ fuzz_target!(|data: &[u8]| {
     if data.len() > streamforge_fuzz::INPUT_BYTES_MAX {
         return;
     }
-    // See header_counts_fit: kafka-protocol's decoder aborts on absurd header counts.
+    // kafka-protocol's decoder aborts on absurd header counts and overflows on extreme
+    // deltas (see batches::kafka_protocol_can_decode): only hand it batches that pass.
     for item in BatchIter::new(data) {
         match item {
-            Ok((_, b)) if b.compression() == 0 && !header_counts_fit(b.records_bytes()) => return,
+            Ok((_, b)) if !streamforge_fuzz::batches::kafka_protocol_accepts(&b) => return,
             Ok(_) => {}
             Err(_) => break,
         }

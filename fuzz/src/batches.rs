@@ -84,7 +84,11 @@ fn check_records(batch: RecordBatch<'_>) {
     if let Ok(metas) = &ours {
         assert!(metas.len() <= batch.record_count() as usize);
     }
-    if !header_counts_fit(batch.records_bytes()) {
+    if !kafka_protocol_can_decode(
+        batch.records_bytes(),
+        batch.base_offset(),
+        batch.base_timestamp(),
+    ) {
         return;
     }
     let mut b = Bytes::copy_from_slice(batch.as_bytes());
@@ -130,6 +134,27 @@ fn check_compressed(batch: RecordBatch<'_>) {
     }
 }
 
+/// Whether kafka-protocol's decoder can take `batch` safely: its records (decompressed with the
+/// client's codecs when compressed, within [`DECOMPRESS_INPUT_BYTES_MAX`]) pass
+/// [`kafka_protocol_can_decode`].
+pub fn kafka_protocol_accepts(batch: &RecordBatch<'_>) -> bool {
+    let records = batch.records_bytes();
+    let (base_offset, base_timestamp) = (batch.base_offset(), batch.base_timestamp());
+    if batch.compression() == 0 {
+        return kafka_protocol_can_decode(records, base_offset, base_timestamp);
+    }
+    if records.len() > DECOMPRESS_INPUT_BYTES_MAX {
+        return false;
+    }
+    let Ok(codec) = Compression::from_attribute_bits(i16::from(batch.compression())) else {
+        return true; // kafka-protocol rejects the codec itself
+    };
+    match compression::decompress(codec, &Bytes::copy_from_slice(records)) {
+        Ok(plain) => kafka_protocol_can_decode(&plain, base_offset, base_timestamp),
+        Err(_) => false, // not worth the risk (e.g. a snappy header declaring 4 GiB)
+    }
+}
+
 /// Fix up `buf` (a header followed by records) as a valid batch with `attributes`: length,
 /// magic and CRC. `None` if the result is too large for a batch.
 pub fn wrap(buf: &mut [u8], attributes: i16) -> Option<RecordBatch<'_>> {
@@ -166,6 +191,13 @@ pub fn batch_around(records: &[u8], count: i32, attributes: i16) -> Vec<u8> {
 /// with it in the coordinator's replay and the dashboard's message view). Until those callers
 /// validate records first, the harness only hands it batches that pass this check.
 pub fn header_counts_fit(records: &[u8]) -> bool {
+    kafka_protocol_can_decode(records, 0, 0)
+}
+
+/// [`header_counts_fit`], and no record's timestamp or offset overflows `i64` from the batch's
+/// `base_timestamp` and `base_offset` (kafka-protocol adds them unchecked: a panic in builds with
+/// overflow checks, as every fuzz build; a wrapped value in the broker's release build).
+pub fn kafka_protocol_can_decode(records: &[u8], base_offset: i64, base_timestamp: i64) -> bool {
     let mut pos = 0;
     while pos < records.len() {
         let Some(len) = varint32(records, &mut pos) else {
@@ -178,8 +210,13 @@ pub fn header_counts_fit(records: &[u8]) -> bool {
             return false;
         };
         pos += 1; // attributes
-        if varlong(record, &mut pos).is_none() || varint32(record, &mut pos).is_none() {
+        let (Some(ts), Some(od)) = (varlong(record, &mut pos), varint32(record, &mut pos)) else {
             return false; // timestamp delta, offset delta
+        };
+        if base_timestamp.checked_add(ts).is_none()
+            || base_offset.checked_add(i64::from(od)).is_none()
+        {
+            return false;
         }
         for _ in 0..2 {
             // key, value: length then bytes
