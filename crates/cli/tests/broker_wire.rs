@@ -311,6 +311,13 @@ fn pipelined_requests_are_answered_in_order() {
 }
 
 /// Raw bytes that must make the broker close that one connection (and nothing else).
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
 fn bad_frames() -> Vec<(&'static str, Vec<u8>)> {
     let mut unknown_key = BytesMut::new();
     unknown_key.put_i32(10);
@@ -339,6 +346,40 @@ fn bad_frames() -> Vec<(&'static str, Vec<u8>)> {
     absurd_compact.put_i16(-1);
     absurd_compact.put_u8(0); // header tagged fields
     absurd_compact.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    // Found by the fuzzer: kafka-protocol stops a varint after five bytes even if the fifth
+    // says "more", so this count (~2^32) once slipped past the guard and aborted the broker.
+    let mut absurd_compact_5 = BytesMut::new();
+    absurd_compact_5.put_i32(16);
+    absurd_compact_5.put_i16(3); // Metadata v12 (flexible)
+    absurd_compact_5.put_i16(12);
+    absurd_compact_5.put_i32(5);
+    absurd_compact_5.put_i16(-1);
+    absurd_compact_5.put_u8(0); // header tagged fields
+    absurd_compact_5.put_slice(&[0xff, 0xff, 0xff, 0xff, 0xff]);
+    // Found by the fuzzer: an assignments count of 0x41000000 whose 0/1 replacements consume the
+    // same bytes (two empty configs vs one assignment), once a 61 GB allocation.
+    let compensated = hex_bytes(
+        "0000000100000000000000004100000000000002000000000000000000000000000200000000000000000000010001150000003f0e",
+    );
+    let mut absurd_compensated = BytesMut::new();
+    absurd_compensated.put_i32(10 + compensated.len() as i32);
+    absurd_compensated.put_i16(19); // CreateTopics v3
+    absurd_compensated.put_i16(3);
+    absurd_compensated.put_i32(6);
+    absurd_compensated.put_i16(-1);
+    absurd_compensated.put_slice(&compensated);
+    // Found by the fuzzer: broker id counts hidden among runs of int32s (runs with 0 and 1 read
+    // alike), once a 4 GB allocation.
+    let aliased = hex_bytes(
+        "0000000200000300220100000000000000000000000000000000000000000008000000000000000000000000401a000000230000000000000000000000000000000000000000000000000000000000010000000000003900000000130003fffffa13000000000000000200000300220100000000000000000000000000000000000000000008000000000000000000000000000000000000000000000000002300000000000000000000000000000000000000000000000000000000000000000000ffff077200",
+    );
+    let mut absurd_aliased = BytesMut::new();
+    absurd_aliased.put_i32(10 + aliased.len() as i32);
+    absurd_aliased.put_i16(19); // CreateTopics v4
+    absurd_aliased.put_i16(4);
+    absurd_aliased.put_i32(7);
+    absurd_aliased.put_i16(-1);
+    absurd_aliased.put_slice(&aliased);
     let mut short_header = BytesMut::new();
     short_header.put_i32(3);
     short_header.put_slice(&[0, 3, 0]);
@@ -360,6 +401,10 @@ fn bad_frames() -> Vec<(&'static str, Vec<u8>)> {
         ("unsupported version", bad_version.to_vec()),
         ("absurd classic array count", absurd_count.to_vec()),
         ("absurd compact array count", absurd_compact.to_vec()),
+        (
+            "absurd compact count, continued fifth byte",
+            absurd_compact_5.to_vec(),
+        ),
         ("header shorter than 8 bytes", short_header.to_vec()),
         ("client id past the end", bad_client_id.to_vec()),
     ]

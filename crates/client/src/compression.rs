@@ -118,6 +118,15 @@ pub const MAX_DECOMPRESSED_BATCH_BYTES: usize = 256 * 1024 * 1024;
 
 /// Decompresses the records section of a batch.
 pub fn decompress(c: Compression, data: &Bytes) -> Result<Bytes> {
+    if c == Compression::Snappy
+        && snappy_declared_bytes(data).is_some_and(|n| n > MAX_DECOMPRESSED_BATCH_BYTES as u64)
+    {
+        // kafka-protocol allocates (zeroed) what the header declares before decoding anything:
+        // a 10-byte batch could ask for 4 GiB (found by fuzz/compression).
+        return Err(ClientError::Compression(format!(
+            "{c}: batch declares over {MAX_DECOMPRESSED_BATCH_BYTES} bytes"
+        )));
+    }
     let mut input = data.clone();
     let out = match c {
         Compression::None => Ok(input),
@@ -133,6 +142,38 @@ pub fn decompress(c: Compression, data: &Bytes) -> Result<Bytes> {
         )));
     }
     Ok(out)
+}
+
+/// What a snappy input says it decompresses to, from its length headers (raw snappy: one
+/// varint; Kafka's xerial framing: one per block). `None` if the headers are malformed (the
+/// decoder then rejects the input before allocating).
+fn snappy_declared_bytes(data: &[u8]) -> Option<u64> {
+    const XERIAL_MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
+    let Some(mut rest) = data.strip_prefix(XERIAL_MAGIC.as_slice()) else {
+        return snappy_raw_declared_bytes(data);
+    };
+    let mut total = 0u64;
+    // Each block takes at least its 4-byte length, so this loop is bounded by the input.
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_first_chunk::<4>()?;
+        let len = u32::from_be_bytes(*len) as usize;
+        let block = tail.get(..len)?;
+        total = total.saturating_add(snappy_raw_declared_bytes(block)?);
+        rest = &tail[len..];
+    }
+    Some(total)
+}
+
+/// The uncompressed length at the start of a raw snappy block (a varint of at most 5 bytes).
+fn snappy_raw_declared_bytes(block: &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, b) in block.iter().take(5).enumerate() {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -156,6 +197,23 @@ mod tests {
             assert_eq!(&decompress(c, &z).unwrap()[..], &data[..]);
             assert_eq!(c.name().parse::<Compression>().unwrap(), c);
         }
+    }
+
+    #[test]
+    fn snappy_header_declaring_a_huge_batch_is_refused_before_allocating() {
+        // Found by fuzz/compression: raw snappy whose length varint says ~4 GiB.
+        let raw = Bytes::from_static(&[0xfb, 0xff, 0xff, 0xff, 0x0f, 0x00]);
+        let err = decompress(Compression::Snappy, &raw).unwrap_err();
+        assert!(err.to_string().contains("declares over"), "{err}");
+        let mut xerial = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01".to_vec();
+        for _ in 0..2 {
+            xerial.extend_from_slice(&6u32.to_be_bytes());
+            xerial.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x08, 0x00]); // 2 GiB each
+        }
+        let err = decompress(Compression::Snappy, &Bytes::from(xerial)).unwrap_err();
+        assert!(err.to_string().contains("declares over"), "{err}");
+        let ok = compress(Compression::Snappy, b"small").unwrap();
+        assert_eq!(snappy_declared_bytes(&ok), Some(5));
     }
 
     #[test]

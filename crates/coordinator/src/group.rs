@@ -312,7 +312,7 @@ impl Group {
 
 /// Reads the topic list of a `ConsumerProtocolSubscription` (all versions start with
 /// `version: int16, topics: [string]` in the non-flexible encoding).
-pub(crate) fn parse_subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
+pub fn parse_subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
     /// Bounds the work spent on a hostile subscription.
     const SUBSCRIPTION_TOPICS_MAX: usize = 100_000;
     let mut cursor = metadata;

@@ -24,7 +24,7 @@ mod types;
 mod tests;
 
 pub use coordinator::{CoordinatorConfig, Effects, GroupCoordinator, OffsetsAppend};
-pub use group::GroupState;
+pub use group::{GroupState, parse_subscription_topics};
 pub use records::{OffsetsRecord, RecordsError};
 pub use types::*;
 

@@ -358,11 +358,14 @@ impl Iterator for RecordIter<'_> {
 }
 
 /// `seq + delta`, wrapping from `i32::MAX` back to 0 as Kafka's producer sequences do.
+/// Wrapping arithmetic as Kafka's Java: a corrupt negative delta must not panic (fuzz/log_recover).
 pub fn increment_sequence(seq: i32, delta: i32) -> i32 {
-    if seq > i32::MAX - delta {
-        delta - (i32::MAX - seq) - 1
+    if seq > i32::MAX.wrapping_sub(delta) {
+        delta
+            .wrapping_sub(i32::MAX.wrapping_sub(seq))
+            .wrapping_sub(1)
     } else {
-        seq + delta
+        seq.wrapping_add(delta)
     }
 }
 
@@ -641,6 +644,13 @@ mod tests {
         assert_eq!(increment_sequence(i32::MAX, 1), 0);
         assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
         assert_eq!(increment_sequence(5, 3), 8);
+        // A corrupt negative lastOffsetDelta (recovery reads headers it has not validated):
+        // Java's int arithmetic, no overflow panic.
+        assert_eq!(
+            increment_sequence(5, -10),
+            (-10i32).wrapping_sub(i32::MAX - 5).wrapping_sub(1)
+        );
+        assert_eq!(increment_sequence(i32::MIN, -1), i32::MAX);
         let b = build_simple(
             BatchSpec {
                 producer_id: 1,

@@ -9,10 +9,15 @@
 //!   wrapper reassembles them and fails the read of the last byte when the value exceeds the
 //!   bytes left, so the decoder stops before allocating.
 //! - Classic counts are plain int32s, indistinguishable from int32 fields by position. Values
-//!   that are larger than the bytes left (and than `SUSPICIOUS_I32_MIN`) are "suspicious". The
-//!   body is first decoded with every suspicious value replaced by 0 and then by 1: a plain
-//!   field does not change how many bytes are consumed, a count does (one element is at least
-//!   one byte). Only when both runs agree is the body decoded with the real values.
+//!   that are larger than the bytes left (and than `SUSPICIOUS_I32_MIN`) are "suspicious". A
+//!   plain field's value never changes what the generated decoder reads next; a count's does.
+//!   The body is decoded with every suspicious value replaced by 0, then by "one more than the
+//!   bytes left" (`I32Mode::PastEnd`): if any suspicious value is a count, the first one (in
+//!   reading order; up to it both runs read alike) asks for more elements than there are bytes,
+//!   and that run fails, as every element takes at least one byte. Only when both runs succeed
+//!   alike is the body decoded with the real values. (An earlier version compared runs with 0
+//!   and 1 by bytes consumed, then by a trace of reads: the fuzzer beat both, e.g. with
+//!   CreateTopics bodies where counts and int32 elements shift through runs of 4-byte reads.)
 
 use bytes::{Buf, Bytes, TryGetError};
 use kafka_protocol::protocol::buf::ByteBuf;
@@ -20,11 +25,16 @@ use kafka_protocol::protocol::buf::ByteBuf;
 /// int32 values below this are harmless even as counts (allocation of at most a few MiB).
 pub const SUSPICIOUS_I32_MIN: i32 = 1 << 16;
 
+/// The most bytes kafka-protocol reads for one unsigned varint (a u32).
+const UNSIGNED_VARINT_BYTES_MAX: u32 = 5;
+
 /// How suspicious int32 values are reported to the decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum I32Mode {
     Real,
     Replace(i32),
+    /// Replace each by one more than the bytes left after it: too many elements for any count.
+    PastEnd,
 }
 
 /// A `Bytes` body with count checks; slices it hands out stay zero-copy.
@@ -77,7 +87,10 @@ impl Buf for GuardedBuf {
             self.varint_value |= u64::from(b & 0x7f) << self.varint_shift;
         }
         self.varint_shift += 7;
-        if b & 0x80 == 0 {
+        // kafka-protocol's unsigned varint reader stops after 5 bytes even when the fifth has
+        // its continuation bit set, so the fifth byte ends a varint too (or that count would
+        // reach the decoder unchecked; varlongs never occur in request bodies).
+        if b & 0x80 == 0 || self.varint_shift >= UNSIGNED_VARINT_BYTES_MAX * 7 {
             let value = self.varint_value;
             let multi_byte = self.varint_shift > 7;
             self.varint_value = 0;
@@ -98,8 +111,11 @@ impl Buf for GuardedBuf {
         let v = self.inner.try_get_i32()?;
         if v >= SUSPICIOUS_I32_MIN && v as usize > self.inner.remaining() {
             self.suspicious += 1;
-            if let I32Mode::Replace(r) = self.mode {
-                return Ok(r);
+            match self.mode {
+                I32Mode::Real => {}
+                I32Mode::Replace(r) => return Ok(r),
+                // At most the request size + 1, far below i32::MAX.
+                I32Mode::PastEnd => return Ok(self.inner.remaining().saturating_add(1) as i32),
             }
         }
         Ok(v)
@@ -127,7 +143,7 @@ pub fn decode_guarded<T, E>(
         // Nothing was replaced: this is the real decoding.
         return Ok(first);
     }
-    let mut b = GuardedBuf::new(body.clone(), I32Mode::Replace(1));
+    let mut b = GuardedBuf::new(body.clone(), I32Mode::PastEnd);
     let second_ok = decode(&mut b).is_ok();
     if !second_ok || a.remaining() != b.remaining() {
         return Err(GuardError::AbsurdCount);
@@ -168,6 +184,49 @@ mod tests {
         body.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]); // varint u32::MAX
         let r = decode::<MetadataRequest>(&body.freeze(), 9);
         assert!(matches!(r, Err(GuardError::Decode(_))));
+    }
+
+    #[test]
+    fn absurd_compact_count_with_a_continued_fifth_byte_is_rejected() {
+        // Found by fuzz/fuzz_targets/metadata_request.rs: the decoder stops after five bytes
+        // whatever the fifth says, so this is a count of ~2^32 that used to reach
+        // `Vec::with_capacity` and abort the broker on a 16-byte request.
+        let body = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0xff]);
+        let r = decode::<MetadataRequest>(&body, 12);
+        assert!(matches!(r, Err(GuardError::Decode(_))));
+    }
+
+    /// A CreateTopics v3 body found by fuzz/create_topics_request: assignments count 0x41000000;
+    /// as 0 the body reads two empty configs (8 bytes), as 1 one assignment (8 bytes), so both
+    /// runs consumed the same bytes and the real count reached `Vec::with_capacity` (61 GB).
+    pub(crate) const CREATE_TOPICS_V3_COMPENSATED_COUNT: &[u8] = &[
+        0, 0, 0, 0x1, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0, 0, 0, 0, 0, 0, 0x2, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0x2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x1, 0, 0x1, 0x15, 0, 0, 0, 0x3f, 0xe,
+    ];
+
+    #[test]
+    fn absurd_count_whose_replacements_consume_alike_is_rejected() {
+        use kafka_protocol::messages::CreateTopicsRequest;
+        let body = Bytes::from_static(CREATE_TOPICS_V3_COMPENSATED_COUNT);
+        let r = decode::<CreateTopicsRequest>(&body, 3);
+        assert!(matches!(r, Err(GuardError::AbsurdCount)));
+    }
+
+    /// A CreateTopics v4 body found by fuzz/create_topics_request: replica-assignment broker id
+    /// counts shift through runs of int32s, so runs with 0 and with 1 read exactly alike (same
+    /// positions and sizes) and a count of ~2^30 reached `Vec::with_capacity` (4 GB).
+    const CREATE_TOPICS_V4_ALIASED_COUNTS_HEX: &str = "0000000200000300220100000000000000000000000000000000000000000008000000000000000000000000401a000000230000000000000000000000000000000000000000000000000000000000010000000000003900000000130003fffffa13000000000000000200000300220100000000000000000000000000000000000000000008000000000000000000000000000000000000000000000000002300000000000000000000000000000000000000000000000000000000000000000000ffff077200";
+
+    #[test]
+    fn absurd_count_hidden_among_int32_elements_is_rejected() {
+        use kafka_protocol::messages::CreateTopicsRequest;
+        let hex = CREATE_TOPICS_V4_ALIASED_COUNTS_HEX;
+        let body: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let r = decode::<CreateTopicsRequest>(&Bytes::from(body), 4);
+        assert!(matches!(r, Err(GuardError::AbsurdCount)));
     }
 
     #[test]

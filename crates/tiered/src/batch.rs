@@ -75,7 +75,8 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchInfo, BatchError> {
         return Err(BatchError::BadMagic(magic));
     }
     let base_offset = be_i64(buf, 0);
-    let last_offset = base_offset + i64::from(be_i32(buf, LAST_OFFSET_DELTA_OFFSET));
+    // Wrapping, as the protocol crate's view: a corrupt header must not panic (fuzz/record_batch).
+    let last_offset = base_offset.wrapping_add(i64::from(be_i32(buf, LAST_OFFSET_DELTA_OFFSET)));
     Ok(BatchInfo {
         base_offset,
         last_offset,
@@ -131,7 +132,7 @@ pub fn first_record_at_or_after(batch: &[u8], timestamp_ms: i64) -> Option<(i64,
         let (offset_delta, _) = read_varlong(body.get(n1..)?)?;
         let ts = base_timestamp.checked_add(ts_delta)?;
         if ts >= timestamp_ms {
-            return Some((info.base_offset + offset_delta, ts));
+            return Some((info.base_offset.wrapping_add(offset_delta), ts));
         }
         at = body_end;
     }
@@ -202,6 +203,16 @@ pub mod fixture {
 mod tests {
     use super::fixture::make_batch;
     use super::*;
+
+    #[test]
+    fn offsets_near_i64_max_do_not_overflow() {
+        // Found by fuzz/record_batch: baseOffset i64::MAX with a positive lastOffsetDelta.
+        let mut b = make_batch(0, 2, 1_000, 4);
+        b[..8].copy_from_slice(&i64::MAX.to_be_bytes());
+        let info = parse_header(&b).unwrap();
+        assert_eq!(info.last_offset, i64::MAX.wrapping_add(1));
+        assert_eq!(first_record_at_or_after(&b, 0).map(|r| r.0), Some(i64::MAX));
+    }
 
     #[test]
     fn valid_batch_round_trips() {

@@ -42,7 +42,8 @@ pub struct RemoteSegment {
 impl RemoteSegment {
     /// The first offset after this segment.
     pub fn next_offset(&self) -> i64 {
-        self.last_offset + 1
+        // Saturating: a corrupt manifest's i64::MAX must be rejected, not panic.
+        self.last_offset.saturating_add(1)
     }
 }
 
@@ -86,7 +87,10 @@ impl PartitionManifest {
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.segments.iter().map(|s| s.size_bytes).sum()
+        self.segments
+            .iter()
+            .map(|s| s.size_bytes)
+            .fold(0, u64::saturating_add)
     }
 
     /// The first segment holding `offset` or, in a gap between segments, the next offsets
@@ -116,7 +120,11 @@ impl PartitionManifest {
             ));
         }
         for w in self.segments.windows(2) {
-            if w[1].base_offset < w[0].next_offset() {
+            if w[0]
+                .last_offset
+                .checked_add(1)
+                .is_none_or(|n| w[1].base_offset < n)
+            {
                 return Err(format!(
                     "segments overlap: {}..={} then {}",
                     w[0].base_offset, w[0].last_offset, w[1].base_offset
@@ -230,5 +238,7 @@ mod tests {
         assert!(PartitionManifest::decode("k", &m.encode()).is_err());
         assert!(PartitionManifest::decode("k", b"{not json").is_err());
         assert!(PartitionManifest::decode("k", b"").is_err());
+        m.segments = vec![seg("a", 0, i64::MAX), seg("b", i64::MAX, i64::MAX)];
+        assert!(PartitionManifest::decode("k", &m.encode()).is_err());
     }
 }

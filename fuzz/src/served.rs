@@ -1,0 +1,51 @@
+//! The APIs the broker serves and their version ranges: a copy of `ROUTES` in
+//! `crates/broker/src/router.rs` (without the handlers). `scripts/fuzz` compares the two before
+//! building and fails if they drift apart, so a newly routed API cannot go unfuzzed.
+
+use kafka_protocol::messages::ApiKey;
+use streamforge_protocol::api_versions::ApiRange;
+
+macro_rules! served {
+    ($($key:ident, $min:expr, $max:expr;)*) => {
+        /// `(api key, min version, max version)` of every served API, in routing-table order.
+        pub static SERVED: &[ApiRange] = &[
+            $(ApiRange { api_key: ApiKey::$key, min_version: $min, max_version: $max },)*
+        ];
+    };
+}
+
+// Keep in the order of router.rs, one line per route (scripts/fuzz parses both).
+served! {
+    Produce, 0, 11;
+    Fetch, 4, 12;
+    ListOffsets, 1, 10;
+    Metadata, 0, 13;
+    ApiVersions, 0, 4;
+    CreateTopics, 2, 7;
+    DeleteTopics, 1, 6;
+    DeleteRecords, 0, 2;
+    OffsetForLeaderEpoch, 2, 4;
+    DescribeConfigs, 1, 4;
+    AlterConfigs, 0, 2;
+    CreatePartitions, 0, 3;
+    IncrementalAlterConfigs, 0, 1;
+    DescribeCluster, 0, 1;
+    OffsetCommit, 2, 9;
+    OffsetFetch, 1, 9;
+    FindCoordinator, 0, 6;
+    JoinGroup, 0, 9;
+    Heartbeat, 0, 4;
+    LeaveGroup, 0, 5;
+    SyncGroup, 0, 5;
+    DescribeGroups, 0, 6;
+    ListGroups, 0, 5;
+    DeleteGroups, 0, 2;
+    OffsetDelete, 0, 0;
+    InitProducerId, 0, 5;
+    DescribeProducers, 0, 0;
+}
+
+/// The served range for `api_key`, if the broker serves it.
+pub fn find(api_key: ApiKey) -> Option<ApiRange> {
+    SERVED.iter().copied().find(|r| r.api_key == api_key)
+}
