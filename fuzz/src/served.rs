@@ -41,6 +41,7 @@ served! {
     ListGroups, 0, 5;
     DeleteGroups, 0, 2;
     OffsetDelete, 0, 0;
+    ConsumerGroupHeartbeat, 0, 1;
     InitProducerId, 0, 5;
     DescribeProducers, 0, 0;
 }
