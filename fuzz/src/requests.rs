@@ -126,6 +126,7 @@ fn decode_body(req: &RequestFrame) {
         ApiKey::ListGroups => drop(decode!(req, ListGroupsRequest)),
         ApiKey::DeleteGroups => drop(decode!(req, DeleteGroupsRequest)),
         ApiKey::OffsetDelete => drop(decode!(req, OffsetDeleteRequest)),
+        ApiKey::ConsumerGroupHeartbeat => drop(decode!(req, ConsumerGroupHeartbeatRequest)),
         ApiKey::InitProducerId => drop(decode!(req, InitProducerIdRequest)),
         ApiKey::DescribeProducers => drop(decode!(req, DescribeProducersRequest)),
         other => panic!("{other:?} is served but has no decoder in the fuzz harness"),

@@ -196,3 +196,49 @@ fn deleted_or_garbage_index_files_are_rebuilt() {
     assert_eq!(log.offset_for_timestamp(555).unwrap(), by_time);
     assert!(log.verify().is_none());
 }
+
+/// A batch whose offsets lie past what its segment's index can address (relative offsets are
+/// u32) is damage, even with a valid CRC: an unclean open cuts the segment before it and a clean
+/// open reports it, so no index entry is written with a truncated offset. (Found by the
+/// `log_recover` fuzz target: the rebuilt index pointed offset 0 at a batch ending at 2^44.)
+#[test]
+fn a_batch_past_the_segments_offset_range_is_cut_or_reported() {
+    for clean in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = build_simple(BatchSpec::default(), 3, 20);
+        bytes.extend(build_simple(
+            BatchSpec {
+                base_offset: 1 << 44,
+                ..BatchSpec::default()
+            },
+            2,
+            20,
+        ));
+        fs::write(dir.path().join(format!("{}.log", file_stem(0))), &bytes).unwrap();
+        if clean {
+            fs::write(dir.path().join(".kafka_cleanshutdown"), b"").unwrap();
+        }
+        let Ok(log) = Log::open(dir.path(), config(), 0) else {
+            assert!(clean, "an unclean open recovers by cutting the damage");
+            continue;
+        };
+        if clean {
+            match log.read(0, 1 << 20, log.log_end_offset(), true) {
+                Ok(info) => assert!(log.log_end_offset() <= 3 || info.bytes > 0),
+                Err(e) => assert!(matches!(e, LogError::DamagedBatch { .. }), "{e:?}"),
+            }
+        } else {
+            assert_eq!(
+                log.log_end_offset(),
+                3,
+                "the batch past the range is cut off"
+            );
+            assert!(log.verify().is_none());
+            let info = log.read(0, 1 << 20, 3, true).unwrap();
+            assert_eq!(
+                info.bytes,
+                bytes.len() - build_simple(BatchSpec::default(), 2, 20).len()
+            );
+        }
+    }
+}

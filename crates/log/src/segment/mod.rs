@@ -19,6 +19,11 @@ mod scan;
 /// segment never grows past `i32::MAX` bytes, as in Kafka where `segment.bytes` is an int).
 pub const SEGMENT_MAX_BYTES: u64 = i32::MAX as u64;
 
+/// Largest `last offset - base offset` of a batch in a segment: index entries store offsets
+/// relative to the segment's base as u32. A batch past it on disk is damage (appends roll
+/// long before it, `should_roll`).
+pub const SEGMENT_RELATIVE_OFFSET_MAX: i64 = u32::MAX as i64;
+
 /// `00000000000000000123` for base offset 123.
 pub fn file_stem(base_offset: i64) -> String {
     format!("{base_offset:020}")

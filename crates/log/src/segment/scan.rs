@@ -63,6 +63,16 @@ impl Segment {
                     error: format!("batch offset {} goes backwards", pos.base_offset),
                 });
             }
+            if pos.last_offset - self.base_offset > super::SEGMENT_RELATIVE_OFFSET_MAX {
+                return Some(BadBatch {
+                    position,
+                    offset: expected,
+                    error: format!(
+                        "batch offset {} is past what segment {} can index",
+                        pos.last_offset, self.base_offset
+                    ),
+                });
+            }
             if pos.max_timestamp > self.max_timestamp {
                 self.max_timestamp = pos.max_timestamp;
                 self.offset_of_max_timestamp = pos.last_offset;
@@ -109,7 +119,10 @@ impl Segment {
                     };
                 }
             };
-            if pos.base_offset < self.next_offset || pos.last_offset < pos.base_offset {
+            if pos.base_offset < self.next_offset
+                || pos.last_offset < pos.base_offset
+                || pos.last_offset - self.base_offset > super::SEGMENT_RELATIVE_OFFSET_MAX
+            {
                 return ScanOutcome {
                     valid_batches,
                     checked_bytes,
