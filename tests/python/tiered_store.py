@@ -282,7 +282,8 @@ class SeaweedStore(S3Store):
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
         ]
-        self.log = open(work_dir / "seaweedfs.log", "ab")
+        self.log_path = work_dir / "seaweedfs.log"
+        self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             self._wait_port(SEAWEED_START_TIMEOUT_S, "weed server")
@@ -329,7 +330,10 @@ class SeaweedStore(S3Store):
             except Exception as e:  # botocore's errors while the cluster comes up
                 last = e
                 time.sleep(0.5)
-        raise TimeoutError(f"SeaweedFS S3 gateway not ready: {last}")
+        self.log.flush()
+        tail = (self.log_path.read_text(errors="replace").splitlines() or [""])[-5:]
+        raise TimeoutError(f"SeaweedFS S3 gateway not ready: {last}; log tail (a full disk shows as "
+                           f"'Not enough data nodes'): {tail}")
 
     def close(self) -> None:
         super().close()
