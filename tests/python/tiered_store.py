@@ -274,6 +274,8 @@ class SeaweedStore(S3Store):
             "-master.telemetry=false",
             "-master.volumeSizeLimitMB=64",
             "-volume.max=16",
+            # The default (1% of the disk) refuses writes on a big disk that is nearly full.
+            "-volume.minFreeSpace=64MiB",
             "-filer",
             f"-filer.localSocket={self.sock_dir}/filer.sock",
             "-s3",
