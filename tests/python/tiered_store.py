@@ -3,6 +3,9 @@
 - `MotoStore`: a real S3-compatible server (`moto_server` from PyPI) started on a free loopback
   port, reached by the broker through a small TCP proxy so a test can make the store
   unreachable and bring it back without losing its contents (moto keeps data in memory).
+- `SeaweedStore`: SeaweedFS (`weed server`: master, volume server, filer and S3 gateway in one
+  process, data in a temp dir, every port a free loopback one), built from the Go module proxy
+  by scripts/setup; reached through the same kind of proxy. A real object store on disk.
 - `LocalStore`: the local-directory store (`--remote-storage file:///...`); unavailable = the
   directory replaced by a plain file.
 Both offer the same methods, so the same tests run against each.
@@ -10,21 +13,30 @@ Both offer the same methods, so the same tests run against each.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
-from harness import free_port
+from harness import REPO_ROOT, free_port
 
 BUCKET = "streamforge-cold"
 MOTO_START_TIMEOUT_S = 30.0
+SEAWEED_START_TIMEOUT_S = 90.0
+# weed does not finish its graceful stop in 20 s; its data dir is thrown away, so SIGKILL soon.
+SEAWEED_STOP_TIMEOUT_S = 3.0
 PROXY_CONNECTIONS_MAX = 256
+# The SeaweedFS version scripts/setup builds (one line, a Go module version).
+SEAWEEDFS_VERSION_FILE = REPO_ROOT / "tests" / "python" / "seaweedfs.version"
+SEAWEED_ACCESS_KEY = "streamforge"
+SEAWEED_SECRET_KEY = "streamforge-secret"
 
 
 def moto_server_bin() -> str:
@@ -36,6 +48,20 @@ def moto_server_bin() -> str:
     if not found:
         raise RuntimeError("moto_server not found: pip install -r tests/python/requirements.txt")
     return found
+
+
+def weed_bin() -> str:
+    """`$SEAWEEDFS_BIN`, else the binary scripts/setup builds into the user's cache dir."""
+    env = os.environ.get("SEAWEEDFS_BIN")
+    if env:
+        path = Path(env)
+    else:
+        version = SEAWEEDFS_VERSION_FILE.read_text().strip()
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        path = cache / "streamforge" / f"seaweedfs-{version}" / "weed"
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"SeaweedFS binary not found at {path}: run scripts/setup (it builds `weed`)")
+    return str(path)
 
 
 class TcpProxy:
@@ -117,40 +143,39 @@ class TcpProxy:
                 self._conns = [c for c in self._conns if c is not src and c is not dst]
 
 
-class MotoStore:
-    kind = "s3"
+class S3Store:
+    """What both S3-compatible servers share: a child process `proc` on loopback port `port`,
+    the broker reaching it through `proxy`, boto3 for the test's own look at the bucket."""
 
-    def __init__(self, work_dir: Path):
+    kind = "s3"
+    access_key = "test"
+    secret_key = "test"
+    stop_timeout_s = 10.0
+
+    def _connect(self, work_dir: Path) -> None:
         import boto3  # installed with moto[server]
 
-        self.port = free_port()
-        self.log = open(work_dir / "moto.log", "ab")
-        self.proc = subprocess.Popen(
-            [moto_server_bin(), "-H", "127.0.0.1", "-p", str(self.port)],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + MOTO_START_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moto_server exited with {self.proc.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("moto_server did not start")
-                time.sleep(0.1)
         self.proxy = TcpProxy(self.port)
         self.s3 = boto3.client(
             "s3",
             endpoint_url=f"http://127.0.0.1:{self.port}",
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
             region_name="us-east-1",
         )
-        self.s3.create_bucket(Bucket=BUCKET)
+
+    def _wait_port(self, timeout_s: float, name: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {self.proc.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} did not start")
+                time.sleep(0.1)
 
     def broker_args(self) -> list[str]:
         return [
@@ -163,7 +188,7 @@ class MotoStore:
         ]
 
     def broker_env(self) -> dict[str, str]:
-        return {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
 
     def keys(self) -> list[str]:
         out: list[str] = []
@@ -191,16 +216,131 @@ class MotoStore:
         else:
             self.proxy.down()
 
-    def close(self) -> None:
-        self.proxy.down()
+    def _stop(self) -> None:
+        """SIGTERM by pid, SIGKILL after a bounded wait."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self.log.close()
+
+    def close(self) -> None:
+        if getattr(self, "proxy", None) is not None:
+            self.proxy.down()
+        self._stop()
+
+
+class MotoStore(S3Store):
+    def __init__(self, work_dir: Path):
+        self.port = free_port()
+        self.log = open(work_dir / "moto.log", "ab")
+        self.proc = subprocess.Popen(
+            [moto_server_bin(), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            self._wait_port(MOTO_START_TIMEOUT_S, "moto_server")
+            self._connect(work_dir)
+            self.s3.create_bucket(Bucket=BUCKET)
+        except BaseException:
+            self.close()
+            raise
+
+
+class SeaweedStore(S3Store):
+    """`weed server` with only what an S3 gateway needs (master, one volume server, filer, S3),
+    all on 127.0.0.1, every port (and gRPC port) chosen free, telemetry off, data in work_dir."""
+
+    kind = "seaweedfs"
+    access_key = SEAWEED_ACCESS_KEY
+    secret_key = SEAWEED_SECRET_KEY
+    stop_timeout_s = SEAWEED_STOP_TIMEOUT_S
+
+    def __init__(self, work_dir: Path):
+        binary = weed_bin()
+        data = work_dir / "seaweedfs"
+        data.mkdir()
+        # Unix sockets need a short path (108 bytes); pytest's tmp paths can be longer.
+        self.sock_dir = tempfile.mkdtemp(prefix="sf-weed-")
+        config = work_dir / "seaweedfs-s3.json"
+        config.write_text(json.dumps(self._identities()))
+        self.port = free_port()
+        args = [binary, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}"]
+        args += self._port_args() + [
+            "-master.telemetry=false",
+            "-master.volumeSizeLimitMB=64",
+            "-volume.max=16",
+            # The default (1% of the disk) refuses writes on a big disk that is nearly full.
+            "-volume.minFreeSpace=64MiB",
+            "-filer",
+            f"-filer.localSocket={self.sock_dir}/filer.sock",
+            "-s3",
+            f"-s3.config={config}",
+            f"-s3.localSocket={self.sock_dir}/s3.sock",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+        ]
+        self.log_path = work_dir / "seaweedfs.log"
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_port(SEAWEED_START_TIMEOUT_S, "weed server")
+            self._connect(work_dir)
+            self._create_bucket(time.monotonic() + SEAWEED_START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+
+    def _port_args(self) -> list[str]:
+        # weed derives a gRPC port as HTTP port + 10000 unless told: give each one explicitly.
+        ports = {self.port}
+        while len(ports) < 8:
+            ports.add(free_port())
+        free = sorted(ports - {self.port})
+        out = [f"-s3.port={self.port}", f"-s3.port.grpc={free.pop()}"]
+        for role in ("master", "volume", "filer"):
+            out += [f"-{role}.port={free.pop()}", f"-{role}.port.grpc={free.pop()}"]
+        return out
+
+    @staticmethod
+    def _identities() -> dict:
+        return {
+            "identities": [
+                {
+                    "name": "streamforge",
+                    "credentials": [{"accessKey": SEAWEED_ACCESS_KEY, "secretKey": SEAWEED_SECRET_KEY}],
+                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                }
+            ]
+        }
+
+    def _create_bucket(self, deadline: float) -> None:
+        """The gateway listens before the filer and a writable volume are ready: retry, bounded."""
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weed server exited with {self.proc.returncode}")
+            try:
+                self.s3.create_bucket(Bucket=BUCKET)
+                self.s3.put_object(Bucket=BUCKET, Key="probe", Body=b"ready")
+                self.s3.delete_object(Bucket=BUCKET, Key="probe")
+                return
+            except Exception as e:  # botocore's errors while the cluster comes up
+                last = e
+                time.sleep(0.5)
+        self.log.flush()
+        tail = (self.log_path.read_text(errors="replace").splitlines() or [""])[-5:]
+        raise TimeoutError(f"SeaweedFS S3 gateway not ready: {last}; log tail (a full disk shows as "
+                           f"'Not enough data nodes'): {tail}")
+
+    def close(self) -> None:
+        super().close()
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
 
 
 class LocalStore:
