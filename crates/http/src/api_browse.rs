@@ -18,6 +18,8 @@ use crate::routes::{ApiError, ApiResult, AppState};
 pub const SEARCH_SCAN_MESSAGES_MAX: usize = 20_000;
 /// Key, value and header bytes examined per request, over all partitions.
 pub const SEARCH_SCAN_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// With `from=latest`, how far back from each partition's end the search starts.
+pub const SEARCH_LATEST_WINDOW_MESSAGES: i64 = 5_000;
 /// Longest filter text.
 pub const SEARCH_FILTER_LEN_MAX: usize = 1024;
 
@@ -116,20 +118,23 @@ fn int_param(params: &HashMap<String, String>, name: &str) -> ApiResult<Option<i
         .transpose()
 }
 
-/// `GET /api/topics/{t}/messages?from=earliest|latest | timestamp=MS, until=MS, key=, value=,
-/// header=name[=value], partition=N, limit=1..500, format=auto|text|hex`.
-pub async fn search(
-    State(state): State<AppState>,
-    Path(topic): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Json<SearchJson>> {
+struct SearchParams {
+    limit: usize,
+    format: PayloadFormat,
+    latest: bool,
+    start_ms: Option<i64>,
+    partition: Option<i64>,
+    filters: Filters,
+}
+
+fn parse(params: &HashMap<String, String>) -> ApiResult<SearchParams> {
     if let Some(unknown) = params.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(ApiError::bad_request(format!(
             "unknown parameter '{unknown}' (known: {})",
             KNOWN.join(", ")
         )));
     }
-    let limit = match int_param(&params, "limit")? {
+    let limit = match int_param(params, "limit")? {
         None => MESSAGES_LIMIT_DEFAULT,
         Some(l) if (1..=MESSAGES_LIMIT_MAX as i64).contains(&l) => l as usize,
         Some(l) => {
@@ -149,29 +154,45 @@ pub async fn search(
             )));
         }
     };
-    let start_ms = int_param(&params, "timestamp")?;
-    let header = text_param(&params, "header")?.map(|h| match h.split_once('=') {
+    let header = text_param(params, "header")?.map(|h| match h.split_once('=') {
         Some((k, v)) => (k.to_string(), Some(v.to_string())),
         None => (h, None),
     });
-    let filters = Filters {
-        key: text_param(&params, "key")?,
-        value: text_param(&params, "value")?,
-        header,
-        until_ms: int_param(&params, "until")?,
-    };
-    let only = int_param(&params, "partition")?;
+    Ok(SearchParams {
+        limit,
+        format,
+        latest,
+        start_ms: int_param(params, "timestamp")?,
+        partition: int_param(params, "partition")?,
+        filters: Filters {
+            key: text_param(params, "key")?,
+            value: text_param(params, "value")?,
+            header,
+            until_ms: int_param(params, "until")?,
+        },
+    })
+}
+
+/// `GET /api/topics/{t}/messages?from=earliest|latest | timestamp=MS, until=MS, key=, value=,
+/// header=name[=value], partition=N, limit=1..500, format=auto|text|hex`.
+pub async fn search(
+    State(state): State<AppState>,
+    Path(topic): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Json<SearchJson>> {
+    let q = parse(&params)?;
     let detail = state.view.topic(topic.clone()).await?;
     let mut scan = Scan::default();
     let mut found: Vec<(i32, Message)> = Vec::new();
     for p in detail.topic.partitions {
-        if only.is_some_and(|o| o != i64::from(p.partition)) {
+        if q.partition.is_some_and(|o| o != i64::from(p.partition)) {
             continue;
         }
-        let start = match start_ms {
+        let start = match q.start_ms {
             Some(ts) => ReadStart::Timestamp(ts),
-            None if latest => ReadStart::Offset(
-                (p.high_watermark - SEARCH_SCAN_MESSAGES_MAX as i64 / 4).max(p.log_start_offset),
+            // "latest" looks at the newest part of each partition.
+            None if q.latest => ReadStart::Offset(
+                (p.high_watermark - SEARCH_LATEST_WINDOW_MESSAGES).max(p.log_start_offset),
             ),
             None => ReadStart::Offset(p.log_start_offset),
         };
@@ -182,22 +203,29 @@ pub async fn search(
             limit: MESSAGES_LIMIT_MAX,
         };
         let matched = scan
-            .partition(&state, query, p.high_watermark, &filters, latest, limit)
+            .partition(
+                &state,
+                query,
+                p.high_watermark,
+                &q.filters,
+                q.latest,
+                q.limit,
+            )
             .await?;
         found.extend(matched.into_iter().map(|m| (p.partition, m)));
     }
     found.sort_by_key(|(p, m)| (m.timestamp_ms, *p, m.offset));
-    if latest && found.len() > limit {
-        found.drain(..found.len() - limit);
+    if q.latest && found.len() > q.limit {
+        found.drain(..found.len() - q.limit);
     }
-    found.truncate(limit);
+    found.truncate(q.limit);
     Ok(Json(SearchJson {
         topic,
         messages: found
             .into_iter()
             .map(|(partition, m)| FoundJson {
                 partition,
-                message: message_json(m, format),
+                message: message_json(m, q.format),
             })
             .collect(),
         scanned_messages: scan.messages,
