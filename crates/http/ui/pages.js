@@ -236,6 +236,7 @@ SF.messageBrowser = (el, topic, partition, query) => {
       <label>Show as<select name="format"><option value="auto">auto</option><option value="text">text</option><option value="hex">hex</option></select></label>
       <button class="btn btn-primary" type="submit">Load</button>
       <button class="btn" type="button" id="mb-next" disabled>Next page →</button>
+      <button class="btn" type="button" id="mb-download" disabled>Download JSON</button>
     </form>
     <div id="mb-info" class="muted"></div><div id="mb-table"></div>`;
   const form = el.querySelector("#mb-form");
@@ -264,10 +265,16 @@ SF.messageBrowser = (el, topic, partition, query) => {
       ? `No messages from there (log start ${page.log_start_offset}, high watermark ${page.high_watermark}).`
       : `Offsets ${page.messages[0].offset} – ${page.messages[page.messages.length - 1].offset} of ${page.log_start_offset} – ${page.high_watermark - 1}`;
     SF.messagesTable(el.querySelector("#mb-table"), page.messages);
+    shown = page;
+    el.querySelector("#mb-download").disabled = page.messages.length === 0;
   };
   const run = (start) => load(start).catch((e) => SF.banner(e.message));
   form.addEventListener("submit", (e) => { e.preventDefault(); run(null); });
   el.querySelector("#mb-next").addEventListener("click", () => run(next));
+  let shown = null;
+  el.querySelector("#mb-download").addEventListener("click", () => {
+    if (shown) SF.downloadJson(`${topic}-${partition}-from-${shown.messages[0].offset}.json`, shown.messages);
+  });
   run(null);
 };
 
@@ -346,7 +353,14 @@ SF.route(/^\/groups\/([^/]+)$/, "groups", ([id], el) => {
   let lagChart = null;
   let offsets = [];
   const cleanups = [() => lagChart && lagChart()];
-  el.querySelector("#gd-reset").addEventListener("click", () => SF.resetOffsetsDialog(id, offsets, () => {}));
+  // Any topic can get offsets, not only those the group has committed on.
+  el.querySelector("#gd-reset").addEventListener("click", async () => {
+    try {
+      const topics = await SF.api("/api/topics");
+      const known = topics.filter((t) => !t.internal).flatMap((t) => t.partitions.map((p) => ({ topic: t.name, partition: p.partition })));
+      SF.resetOffsetsDialog(id, offsets.length ? offsets.concat(known.filter((k) => !offsets.some((o) => o.topic === k.topic))) : known, () => {});
+    } catch (e) { SF.banner(e.message); }
+  });
   el.querySelector("#gd-delete-offsets").addEventListener("click", () => SF.deleteOffsetsDialog(id, offsets, () => {}));
   el.querySelector("#gd-delete").addEventListener("click", () => SF.deleteGroupDialog(id, () => SF.go("/groups")));
   // The broker keeps the lag history (one point per 10 s, last hour), so a reload keeps it.

@@ -169,6 +169,12 @@ describe('dashboard console actions', () => {
     await until('the log to start at 4', async () => /Log start offset\s*4/i.test(await page.innerText('#p-stats')));
     const offsets = await admin.fetchTopicOffsets(TOPIC);
     assert.equal(offsets.find((o) => o.partition === 0).low, '4');
+    // The partition's browser downloads what it shows: offsets 4..9.
+    await page.click('#mb-form button[type=submit]');
+    await until('the browser from the new log start', async () => (await page.locator('table.messages tr.msg').count()) === 6);
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#mb-download')]);
+    const saved = JSON.parse(fs.readFileSync(await download.path(), 'utf8'));
+    assert.deepEqual(saved.map((m) => m.offset), [4, 5, 6, 7, 8, 9]);
   });
 
   it('searches messages across partitions by key, value, header and time, pretty-prints JSON and downloads', async () => {
