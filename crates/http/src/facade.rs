@@ -1,4 +1,4 @@
-//! The read-only view of the cluster that the dashboard is built on.
+//! The view of the cluster that the dashboard is built on (reads, plus explicit actions).
 //!
 //! The http crate never reaches into broker internals: the broker implements [`ClusterView`]
 //! and hands it to [`crate::start`]. Everything here is plain data (serde-serializable) so the
@@ -40,7 +40,9 @@ pub enum ViewError {
     Kafka(kafka_protocol::ResponseError, String),
 }
 
-/// Read-only access to the cluster plus the two explicit actions (create and delete topic).
+/// Read access to the cluster plus explicit actions: create and delete topic, and the console
+/// actions (configs, partitions, records, produce, group offsets), each checked by the broker
+/// like its Kafka request.
 ///
 /// Implemented by the broker; every method is cheap enough to call once per HTTP request.
 pub trait ClusterView: Send + Sync + 'static {

@@ -2,7 +2,7 @@
 //! The StreamForge dashboard: an axum server inside the broker process with a JSON API,
 //! server-sent live numbers, an embedded web UI and Prometheus `/metrics`.
 //!
-//! The broker implements [`ClusterView`] (read-only access plus create/delete topic) and calls
+//! The broker implements [`ClusterView`] (reads plus the explicit actions) and calls
 //! [`serve`]. Benchmarks are plugged in through [`BenchRunner`]. Call [`install_metrics`] early
 //! in the process so every metric recorded by the broker reaches `/metrics` and the live view.
 
