@@ -15,8 +15,12 @@ use streamforge_http::{
     ViewFuture,
 };
 
+use crate::http_view_console as console;
 use crate::replica_manager::{LEADER_EPOCH, Topic, TopicError};
 use crate::{BrokerState, http_view_groups, topic_config};
+use streamforge_http::{
+    BrokerDetail, ConfigChange, OffsetReset, ProduceMessage, Produced, ResetOffset,
+};
 
 /// Bytes read from a log per round while collecting a page of messages.
 const BROWSE_READ_BYTES: usize = 1024 * 1024;
@@ -261,16 +265,9 @@ fn compression_name(c: Compression) -> &'static str {
     }
 }
 
+/// Kafka's error for a topic action (shown by name in the dashboard).
 fn topic_error(e: TopicError) -> ViewError {
-    match e {
-        TopicError::AlreadyExists(_) => ViewError::Conflict(e.to_string()),
-        TopicError::InvalidName(_)
-        | TopicError::InvalidPartitions(_)
-        | TopicError::InvalidConfig(_) => ViewError::InvalidArgument(e.to_string()),
-        TopicError::UnknownTopic => ViewError::NotFound(e.to_string()),
-        TopicError::Storage(_) => ViewError::Internal(e.to_string()),
-        TopicError::InternalTopic(_) => ViewError::Forbidden(e.to_string()),
-    }
+    console::kafka(e.kafka_code(), e.to_string())
 }
 
 impl ClusterView for BrokerView {
@@ -370,5 +367,61 @@ impl ClusterView for BrokerView {
             "{}:{}",
             self.state.advertised_host, self.state.advertised_port
         )
+    }
+
+    // The console's actions live in http_view_console.rs.
+    fn alter_topic_configs(&self, topic: String, changes: Vec<ConfigChange>) -> ViewFuture<'_, ()> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || {
+            console::alter_configs(&state, &topic, &changes)
+        }))
+    }
+
+    fn create_partitions(&self, topic: String, total: i32) -> ViewFuture<'_, ()> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || {
+            console::create_partitions(&state, &topic, total)
+        }))
+    }
+
+    fn delete_records(&self, topic: String, partition: i32, before: i64) -> ViewFuture<'_, i64> {
+        Box::pin(
+            async move { console::delete_records(&self.state, &topic, partition, before).await },
+        )
+    }
+
+    fn produce(&self, message: ProduceMessage) -> ViewFuture<'_, Produced> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || console::produce(&state, message)))
+    }
+
+    fn reset_offsets(&self, reset: OffsetReset) -> ViewFuture<'_, Vec<ResetOffset>> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || console::reset_offsets(&state, &reset)))
+    }
+
+    fn delete_group_offsets(
+        &self,
+        group: String,
+        topic: String,
+        partitions: Vec<i32>,
+    ) -> ViewFuture<'_, ()> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || {
+            console::delete_group_offsets(&state, &group, &topic, &partitions)
+        }))
+    }
+
+    fn delete_group(&self, group: String) -> ViewFuture<'_, ()> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || console::delete_group(&state, &group)))
+    }
+
+    fn broker_detail(&self) -> ViewFuture<'_, BrokerDetail> {
+        let state = self.state.clone();
+        let started_at_ms = self.started_at_ms;
+        Box::pin(blocking(move || {
+            Ok(console::broker_detail(&state, started_at_ms))
+        }))
     }
 }

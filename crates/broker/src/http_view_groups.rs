@@ -6,7 +6,9 @@ use streamforge_http::{GroupInfo, GroupMember, GroupOffset, TopicPartitions};
 use crate::BrokerState;
 
 /// DescribeGroups version whose answer shape we want (unknown groups come back as Dead).
-const DESCRIBE_VERSION: i16 = 5;
+pub(crate) const DESCRIBE_VERSION: i16 = 5;
+/// OffsetCommit version the dashboard's offset resets are checked as (v9+ errors).
+pub(crate) const COMMIT_VERSION: i16 = 9;
 /// Bounds on what we accept while decoding a member's assignment bytes.
 const ASSIGNMENT_TOPICS_MAX: usize = 10_000;
 const ASSIGNMENT_PARTITIONS_MAX: usize = 100_000;

@@ -9,6 +9,7 @@ pub mod frame_pool;
 pub mod group_service;
 pub mod handlers;
 pub mod http_view;
+mod http_view_console;
 mod http_view_groups;
 mod partition_create;
 pub mod partition_limit;

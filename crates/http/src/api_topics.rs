@@ -145,7 +145,7 @@ pub struct MessagesJson {
     pub messages: Vec<MessageJson>,
 }
 
-fn message_json(m: Message, format: PayloadFormat) -> MessageJson {
+pub(crate) fn message_json(m: Message, format: PayloadFormat) -> MessageJson {
     MessageJson {
         offset: m.offset,
         timestamp_ms: m.timestamp_ms,

@@ -1,4 +1,4 @@
-//! The read-only view of the cluster that the dashboard is built on.
+//! The view of the cluster that the dashboard is built on (reads, plus explicit actions).
 //!
 //! The http crate never reaches into broker internals: the broker implements [`ClusterView`]
 //! and hands it to [`crate::start`]. Everything here is plain data (serde-serializable) so the
@@ -34,9 +34,15 @@ pub enum ViewError {
     /// Anything else (500).
     #[error("{0}")]
     Internal(String),
+    /// Kafka's answer to the same request over the Kafka API: its error (shown by name, e.g.
+    /// `INVALID_CONFIG`) and message. The HTTP status follows from the error.
+    #[error("{1}")]
+    Kafka(kafka_protocol::ResponseError, String),
 }
 
-/// Read-only access to the cluster plus the two explicit actions (create and delete topic).
+/// Read access to the cluster plus explicit actions: create and delete topic, and the console
+/// actions (configs, partitions, records, produce, group offsets), each checked by the broker
+/// like its Kafka request.
 ///
 /// Implemented by the broker; every method is cheap enough to call once per HTTP request.
 pub trait ClusterView: Send + Sync + 'static {
@@ -62,6 +68,75 @@ pub trait ClusterView: Send + Sync + 'static {
     fn delete_topic(&self, name: String) -> ViewFuture<'_, ()>;
     /// The Kafka bootstrap address benchmarks started from the dashboard connect to.
     fn bootstrap_address(&self) -> String;
+
+    // ---- console actions (crate::console); a view without them answers 501 ----
+
+    /// Sets (`Some`) or removes (`None`, back to the default) topic config overrides, validated
+    /// like IncrementalAlterConfigs.
+    fn alter_topic_configs(
+        &self,
+        topic: String,
+        _changes: Vec<crate::console::ConfigChange>,
+    ) -> ViewFuture<'_, ()> {
+        unsupported(format!("editing the configs of '{topic}'"))
+    }
+    /// Grows a topic to `total` partitions (CreatePartitions).
+    fn create_partitions(&self, topic: String, total: i32) -> ViewFuture<'_, ()> {
+        unsupported(format!("adding partitions to '{topic}' ({total})"))
+    }
+    /// Deletes the records of one partition below `before_offset` (DeleteRecords); answers the
+    /// new log start offset.
+    fn delete_records(
+        &self,
+        topic: String,
+        partition: i32,
+        before_offset: i64,
+    ) -> ViewFuture<'_, i64> {
+        unsupported(format!(
+            "deleting records of {topic}-{partition} before {before_offset}"
+        ))
+    }
+    /// Appends one message, validated like a Produce request.
+    fn produce(
+        &self,
+        message: crate::console::ProduceMessage,
+    ) -> ViewFuture<'_, crate::console::Produced> {
+        unsupported(format!("producing to '{}'", message.topic))
+    }
+    /// Commits new offsets for an inactive group (like `kafka-consumer-groups --reset-offsets`).
+    fn reset_offsets(
+        &self,
+        reset: crate::console::OffsetReset,
+    ) -> ViewFuture<'_, Vec<crate::console::ResetOffset>> {
+        unsupported(format!("resetting the offsets of '{}'", reset.group))
+    }
+    /// Deletes a group's committed offsets of one topic (OffsetDelete); empty = all partitions.
+    fn delete_group_offsets(
+        &self,
+        group: String,
+        topic: String,
+        partitions: Vec<i32>,
+    ) -> ViewFuture<'_, ()> {
+        unsupported(format!(
+            "deleting the offsets of '{group}' on '{topic}' {partitions:?}"
+        ))
+    }
+    /// Deletes an empty group (DeleteGroups).
+    fn delete_group(&self, group: String) -> ViewFuture<'_, ()> {
+        unsupported(format!("deleting group '{group}'"))
+    }
+    /// This broker: data directory, disk use, configs.
+    fn broker_detail(&self) -> ViewFuture<'_, crate::console::BrokerDetail> {
+        unsupported("the broker page".to_string())
+    }
+}
+
+fn unsupported<T: Send + 'static>(what: String) -> ViewFuture<'static, T> {
+    Box::pin(async move {
+        Err(ViewError::Unsupported(format!(
+            "{what} is not available here"
+        )))
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]

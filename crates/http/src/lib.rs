@@ -2,15 +2,21 @@
 //! The StreamForge dashboard: an axum server inside the broker process with a JSON API,
 //! server-sent live numbers, an embedded web UI and Prometheus `/metrics`.
 //!
-//! The broker implements [`ClusterView`] (read-only access plus create/delete topic) and calls
+//! The broker implements [`ClusterView`] (reads plus the explicit actions) and calls
 //! [`serve`]. Benchmarks are plugged in through [`BenchRunner`]. Call [`install_metrics`] early
 //! in the process so every metric recorded by the broker reaches `/metrics` and the live view.
 
+mod api_browse;
 mod api_cluster;
+mod api_console;
+mod api_groups;
 mod api_topics;
 pub mod bench;
+pub mod console;
 pub mod facade;
+mod kafka_error;
 mod lag;
+mod lag_history;
 pub mod live;
 mod metrics_tap;
 mod payload;
@@ -27,6 +33,7 @@ pub use bench::{
     BenchFuture, BenchParams, BenchProgress, BenchProgressSink, BenchReport, BenchRow, BenchRunner,
     BenchTarget, LatencyPoint,
 };
+pub use console::*;
 pub use facade::*;
 pub use metrics_tap::{MetricsHub, install_metrics};
 
@@ -57,6 +64,7 @@ pub struct HttpServer {
     shutdown: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     sampler: tokio::task::JoinHandle<()>,
+    lag_sampler: tokio::task::JoinHandle<()>,
 }
 
 impl HttpServer {
@@ -70,6 +78,7 @@ impl HttpServer {
     pub async fn shutdown(mut self) {
         self.shutdown.send_replace(true);
         self.sampler.abort();
+        self.lag_sampler.abort();
         if tokio::time::timeout(
             std::time::Duration::from_millis(SHUTDOWN_GRACE_MS),
             &mut self.server,
@@ -85,6 +94,7 @@ impl HttpServer {
 impl Drop for HttpServer {
     fn drop(&mut self) {
         self.sampler.abort();
+        self.lag_sampler.abort();
         self.server.abort();
     }
 }
@@ -113,11 +123,14 @@ pub fn serve_on(
     let metrics = install_metrics();
     let live = live::LiveSampler::new(Arc::clone(&metrics.tap));
     let sampler = live.spawn();
+    let lag_history = Arc::new(lag_history::LagHistory::default());
+    let lag_sampler = lag_history.spawn(Arc::clone(&view));
     let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut graceful = shutdown_rx.clone();
     let state = routes::AppState {
         shutdown: shutdown_rx,
         view,
+        lag_history,
         metrics,
         live,
         bench: Arc::new(bench::BenchHub::new(
@@ -142,6 +155,7 @@ pub fn serve_on(
         shutdown,
         server,
         sampler,
+        lag_sampler,
     })
 }
 

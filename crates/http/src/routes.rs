@@ -6,13 +6,13 @@ use axum::Json;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{delete, get, post};
 
 use crate::bench::BenchHub;
 use crate::facade::{ClusterView, ViewError};
 use crate::live::LiveSampler;
 use crate::metrics_tap::MetricsHub;
-use crate::{api_cluster, api_topics, ui};
+use crate::{api_browse, api_cluster, api_console, api_groups, api_topics, ui};
 
 /// Everything a handler may need.
 #[derive(Clone)]
@@ -21,6 +21,7 @@ pub struct AppState {
     pub metrics: &'static MetricsHub,
     pub live: Arc<LiveSampler>,
     pub bench: Arc<BenchHub>,
+    pub lag_history: Arc<crate::lag_history::LagHistory>,
     /// Turns `true` at shutdown: open SSE streams end at once instead of holding it up.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -30,6 +31,9 @@ pub struct AppState {
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// Kafka's error for the same request (name like `INVALID_CONFIG`, and code), when the
+    /// broker refused the action the way it refuses the Kafka request.
+    pub kafka: Option<(String, i16)>,
 }
 
 impl ApiError {
@@ -37,6 +41,7 @@ impl ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
+            kafka: None,
         }
     }
 
@@ -44,6 +49,7 @@ impl ApiError {
         ApiError {
             status: StatusCode::NOT_FOUND,
             message: message.into(),
+            kafka: None,
         }
     }
 }
@@ -57,10 +63,16 @@ impl From<ViewError> for ApiError {
             ViewError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
             ViewError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ViewError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ViewError::Kafka(error, _) => crate::kafka_error::http_status(*error),
+        };
+        let kafka = match &e {
+            ViewError::Kafka(error, _) => Some((crate::kafka_error::name(*error), error.code())),
+            _ => None,
         };
         ApiError {
             status,
             message: e.to_string(),
+            kafka,
         }
     }
 }
@@ -70,11 +82,13 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::warn!(status = %self.status, error = %self.message, "dashboard request failed");
         }
-        (
-            self.status,
-            Json(serde_json::json!({ "error": self.message })),
-        )
-            .into_response()
+        let body = match self.kafka {
+            Some((name, code)) => serde_json::json!({
+                "error": self.message, "kafka_error": name, "kafka_code": code,
+            }),
+            None => serde_json::json!({ "error": self.message }),
+        };
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -96,8 +110,41 @@ pub fn router(state: AppState) -> Router {
             "/topics/{topic}/partitions/{partition}/messages",
             get(api_topics::messages),
         )
+        .route(
+            "/topics/{topic}/configs",
+            axum::routing::patch(api_console::alter_configs),
+        )
+        .route(
+            "/topics/{topic}/partitions",
+            post(api_console::create_partitions),
+        )
+        .route(
+            "/topics/{topic}/partitions/{partition}/delete-records",
+            post(api_console::delete_records),
+        )
+        .route(
+            "/topics/{topic}/messages",
+            get(api_browse::search).post(api_console::produce),
+        )
+        .route(
+            "/topics/{topic}/consumers",
+            get(api_console::topic_consumers),
+        )
+        .route("/broker", get(api_console::broker))
         .route("/groups", get(api_cluster::groups))
-        .route("/groups/{group}", get(api_cluster::group))
+        .route(
+            "/groups/{group}",
+            get(api_cluster::group).delete(api_groups::delete_group),
+        )
+        .route(
+            "/groups/{group}/reset-offsets",
+            post(api_groups::reset_offsets),
+        )
+        .route(
+            "/groups/{group}/offsets",
+            delete(api_groups::delete_offsets),
+        )
+        .route("/groups/{group}/lag-history", get(api_groups::lag_history))
         .route("/live", get(api_cluster::live))
         .route("/live/stream", get(api_cluster::live_stream))
         .route(

@@ -25,6 +25,21 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../ui/bench.js"),
     ),
     (
+        "console.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../ui/console.js"),
+    ),
+    (
+        "browse.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../ui/browse.js"),
+    ),
+    (
+        "broker.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../ui/broker.js"),
+    ),
+    (
         "style.css",
         "text/css; charset=utf-8",
         include_bytes!("../ui/style.css"),
@@ -52,7 +67,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
 ];
 
 /// Paths the browser-side router knows; anything else is a 404.
-const PAGE_PREFIXES: &[&str] = &["/topics", "/groups", "/bench", "/messages"];
+const PAGE_PREFIXES: &[&str] = &["/topics", "/groups", "/bench", "/messages", "/broker"];
 
 pub async fn asset(Path(path): Path<String>) -> Response {
     match ASSETS.iter().find(|(p, _, _)| *p == path) {

@@ -44,17 +44,47 @@ SF.badge = (text, kind) => `<span class="badge badge-${kind || "neutral"}">${SF.
 SF.stateBadge = (state) => SF.badge(state, { Stable: "ok", Empty: "neutral", Dead: "bad", PreparingRebalance: "warn", CompletingRebalance: "warn" }[state] || "neutral");
 
 // ---------- HTTP ----------
+// Errors say what went wrong in words: the broker's message with Kafka's error name when the
+// broker refused the action, or that the broker cannot be reached (never "Failed to fetch").
 SF.api = async (path, options = {}) => {
-  const response = await fetch(path, { headers: { "Content-Type": "application/json" }, ...options });
+  let response;
+  try {
+    response = await fetch(path, { headers: { "Content-Type": "application/json" }, ...options });
+  } catch (e) {
+    const err = new Error(`Cannot reach the broker at ${location.host}: it is not running or the network is down (${(options.method || "GET")} ${path.split("?")[0]}).`);
+    err.status = 0;
+    throw err;
+  }
   const text = await response.text();
   let body = null;
-  try { body = text ? JSON.parse(text) : null; } catch (_) { body = { error: text }; }
+  try { body = text ? JSON.parse(text) : null; } catch (_) { body = { error: text.trim() }; }
   if (!response.ok) {
-    const err = new Error((body && body.error) || `${response.status} ${response.statusText}`);
+    const message = (body && body.error) || `${response.status} ${response.statusText}`;
+    const err = new Error(body && body.kafka_error ? `${body.kafka_error}: ${message}` : message);
     err.status = response.status;
+    err.kafkaError = body && body.kafka_error;
     throw err;
   }
   return body;
+};
+
+// ---------- human-readable config values ----------
+const LONG_MAX = "9223372036854775807";
+SF.durationText = (ms) => {
+  const units = [["d", 86400000], ["h", 3600000], ["min", 60000], ["s", 1000]];
+  for (const [u, size] of units) if (ms >= size && ms % size === 0) return `${SF.num(ms / size)} ${u}`;
+  for (const [u, size] of units) if (ms >= size) return `${SF.num(ms / size, 1)} ${u}`;
+  return `${SF.num(ms)} ms`;
+};
+// "retention.ms" = 3600000 -> "1 h"; byte sizes as KiB/MiB; -1 and Long.MAX_VALUE as "unlimited".
+SF.configHuman = (name, value) => {
+  if (value == null) return null;
+  if (value === LONG_MAX || (value === "-1" && /(\.ms|\.bytes|\.messages)$/.test(name))) return "unlimited";
+  if (!/^\d+$/.test(value)) return null;
+  const n = Number(value);
+  if (/\.ms$/.test(name)) return SF.durationText(n);
+  if (/\.bytes$|max\.message\.bytes$/.test(name)) return n >= 1024 ? SF.bytes(n) : `${n} B`;
+  return null;
 };
 
 SF.banner = (message, kind = "error") => {
@@ -172,7 +202,7 @@ SF.staticChart = (el, title, xs, series, opts = {}) => {
     cursor: { drag: { x: false, y: false } },
     legend: { show: series.length > 1, live: false },
     scales: {
-      x: opts.minSpan ? { time: !!opts.time, range: (u, min, max) => (max == null ? [min, max] : [Math.min(min, max - opts.minSpan), max]) } : { time: !!opts.time },
+      x: opts.xRange ? { time: !!opts.time, range: () => opts.xRange } : opts.minSpan ? { time: !!opts.time, range: (u, min, max) => (max == null ? [min, max] : [Math.min(min, max - opts.minSpan), max]) } : { time: !!opts.time },
       y: { range: (u, min, max) => [0, Math.max(max * 1.15, 1)] },
     },
     axes: [
@@ -190,9 +220,10 @@ SF.staticChart = (el, title, xs, series, opts = {}) => {
 
 // ---------- modal ----------
 // Shows a dialog; `onSubmit(form)` may throw to keep it open with the error shown.
-SF.modal = (html, onSubmit) => {
+SF.modal = (html, onSubmit, wide = false) => {
   const modal = document.getElementById("modal");
   const box = document.getElementById("modal-box");
+  box.classList.toggle("modal-wide", wide);
   box.innerHTML = `<form class="modal-form">${html}<div class="modal-error hidden"></div></form>`;
   modal.classList.remove("hidden");
   const form = box.querySelector("form");

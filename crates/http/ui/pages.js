@@ -10,10 +10,8 @@ SF.route(/^\/$/, "overview", (params, el) => {
       <div class="card chart" id="ov-msgs"></div>
       <div class="card chart" id="ov-bytes"></div>
     </section>
-    <section class="grid2">
-      <div class="card chart" id="ov-reqs"></div>
-      <div class="card"><div class="card-title">Requests by API <span class="muted">(rate: last second · latency: last 10 s)</span></div><div id="ov-apis"></div></div>
-    </section>
+    <section class="card chart" id="ov-reqs"></section>
+    <section class="card" id="ov-apis-card"><div class="card-title">Requests by API <span class="muted">(rate: last second · latency: last 10 s)</span></div><div id="ov-apis"></div></section>
     <section class="card"><div class="card-title">Topics <span class="spacer"></span>
       <button class="btn btn-primary" id="ov-create">Create topic</button></div><div id="ov-topics"></div></section>`;
   const cleanups = [
@@ -68,12 +66,20 @@ SF.topicRates = () => {
   return map;
 };
 
-SF.topicsTable = (el, topics, reload) => {
+SF.topicsTable = (el, topics, reload, listId) => {
   if (topics.length === 0) { el.innerHTML = `<div class="empty">No topics yet. Create one, or let a producer auto-create it.</div>`; return; }
   const rates = SF.topicRates();
-  el.innerHTML = `<table class="topics"><thead><tr><th>Topic</th><th class="r">Partitions</th><th class="r">Messages</th><th class="r">Size</th>
-    <th class="r">In (msg/s)</th><th class="r">Out (msg/s)</th><th></th></tr></thead><tbody>
-    ${topics.map((t) => {
+  const rate = (t, f) => (rates[t.name] || {})[f] || 0;
+  const columns = { name: (t) => t.name, partitions: (t) => t.partition_count, messages: (t) => t.messages, size: (t) => t.size_bytes,
+    in: (t) => rate(t, "messages_in_per_sec"), out: (t) => rate(t, "messages_out_per_sec") };
+  const filterOf = (t, f) => (f === "internal" ? t.internal : f === "user" ? !t.internal : f === "empty" ? t.messages === 0 : true);
+  const shown = listId ? SF.applyList(listId, topics, columns, (t) => t.name, filterOf) : topics;
+  if (listId) SF.listCount(listId, shown.length, topics.length);
+  const head = (key, label, cls) => (listId ? SF.sortHead(listId, key, label, cls) : `<th class="${cls || ""}">${label}</th>`);
+  el.innerHTML = `<table class="topics"><thead><tr>${head("name", "Topic")}${head("partitions", "Partitions", "r")}${head("messages", "Messages", "r")}${head("size", "Size", "r")}
+    ${head("in", "In (msg/s)", "r")}${head("out", "Out (msg/s)", "r")}<th></th></tr></thead><tbody>
+    ${shown.length === 0 ? `<tr><td colspan="7" class="empty">No topic matches.</td></tr>` : ""}
+    ${shown.map((t) => {
       const r = rates[t.name] || {};
       return `<tr data-topic="${SF.esc(t.name)}"><td><a href="/topics/${encodeURIComponent(t.name)}" data-link>${SF.esc(t.name)}</a>${t.internal ? " " + SF.badge("internal") : ""}</td>
       <td class="r">${t.partition_count}</td><td class="r">${SF.num(t.messages)}</td><td class="r">${SF.bytes(t.size_bytes)}${t.remote_size_bytes ? ` <span class="muted">+ ${SF.bytes(t.remote_size_bytes)} remote</span>` : ""}</td>
@@ -82,6 +88,7 @@ SF.topicsTable = (el, topics, reload) => {
       ${t.internal ? "" : `<button class="btn btn-small btn-danger" data-delete="${SF.esc(t.name)}">Delete</button>`}</td></tr>`;
     }).join("")}</tbody></table>`;
   el.querySelectorAll("[data-delete]").forEach((b) => b.addEventListener("click", () => SF.deleteTopicDialog(b.dataset.delete, reload)));
+  if (listId) SF.bindSort(el, listId, () => SF.topicsTable(el, topics, reload, listId));
 };
 
 SF.createTopicDialog = (done) => {
@@ -121,8 +128,11 @@ SF.deleteTopicDialog = (name, done) => {
 // ---------- topics list ----------
 SF.route(/^\/topics$/, "topics", (params, el) => {
   el.innerHTML = `<header class="page-head"><div><h1>Topics</h1><div class="sub">Every topic on the cluster, internal ones last.</div></div>
-    <button class="btn btn-primary" id="tp-create">Create topic</button></header><section class="card" id="tp-list"></section>`;
-  const load = async () => SF.topicsTable(el.querySelector("#tp-list"), await SF.api("/api/topics"), load);
+    <button class="btn btn-primary" id="tp-create">Create topic</button></header><section class="card"><div id="tp-tools"></div><div id="tp-list"></div></section>`;
+  let last = [];
+  const draw = () => SF.topicsTable(el.querySelector("#tp-list"), last, load, "topics");
+  SF.listToolbar(el.querySelector("#tp-tools"), "topics", "Search topics", [["", "all topics"], ["user", "user topics"], ["internal", "internal topics"], ["empty", "without messages"]], draw);
+  const load = async () => { last = await SF.api("/api/topics"); draw(); };
   el.querySelector("#tp-create").addEventListener("click", () => SF.createTopicDialog(load));
   return SF.every(3000, load);
 });
@@ -130,11 +140,13 @@ SF.route(/^\/topics$/, "topics", (params, el) => {
 // ---------- topic ----------
 SF.route(/^\/topics\/([^/]+)$/, "topics", ([name], el) => {
   el.innerHTML = `<header class="page-head"><div><div class="crumbs"><a href="/topics" data-link>Topics</a> /</div><h1>${SF.esc(name)}</h1><div class="sub" id="t-sub">&nbsp;</div></div>
-    <button class="btn btn-danger" id="t-delete">Delete topic</button></header>
+    <div class="head-actions"><button class="btn btn-primary" id="t-produce">Produce message</button><button class="btn" id="t-add-parts">Add partitions</button>
+    <button class="btn btn-danger" id="t-delete">Delete topic</button></div></header>
     <section class="stats" id="t-stats"></section>
     <section class="card chart" id="t-chart"></section>
     <section class="card"><div class="card-title">Partitions</div><div id="t-parts"></div></section>
-    <section class="card"><div class="card-title">Configuration</div><div id="t-configs"></div></section>`;
+    <section class="card"><div class="card-title">Consumers</div><div id="t-consumers"></div></section>
+    <section class="card"><div class="card-title">Configuration <span class="spacer"></span><button class="btn btn-small" id="t-edit-config">Edit config</button></div><div id="t-configs"></div></section>`;
   const rate = (s, field) => { const t = (s.topics || []).find((x) => x.topic === name); return t ? t[field] : 0; };
   const cleanups = [SF.liveChart(el.querySelector("#t-chart"), "Messages per second", [
     { label: "in", value: (s) => rate(s, "messages_in_per_sec") },
@@ -142,14 +154,21 @@ SF.route(/^\/topics\/([^/]+)$/, "topics", ([name], el) => {
   ])];
   el.querySelector("#t-delete").addEventListener("click", () => SF.deleteTopicDialog(name, () => SF.go("/topics")));
   let configsShown = false;
-  cleanups.push(SF.every(3000, async () => {
+  let current = null;
+  const reloadConfigs = () => { configsShown = false; refresh().catch((e) => SF.banner(e.message)); };
+  el.querySelector("#t-edit-config").addEventListener("click", () => current && SF.editConfigDialog(name, current.configs, null, reloadConfigs));
+  el.querySelector("#t-add-parts").addEventListener("click", () => current && SF.addPartitionsDialog(name, current.partition_count, () => refresh().catch((e) => SF.banner(e.message))));
+  el.querySelector("#t-produce").addEventListener("click", () => current && SF.produceDialog(name, current.partitions.map((p) => p.partition), () => refresh().catch((e) => SF.banner(e.message))));
+  const refresh = async () => {
     let t;
     try { t = await SF.api(`/api/topics/${encodeURIComponent(name)}`); } catch (e) {
       if (e.status === 404) { el.querySelector("#t-parts").innerHTML = `<div class="empty">Topic ${SF.esc(name)} does not exist.</div>`; return; }
       throw e;
     }
     el.querySelector("#t-sub").innerHTML = `${t.topic_id ? "id " + SF.esc(t.topic_id) + " · " : ""}replication factor ${t.replication_factor}${t.internal ? " · " + SF.badge("internal") : ""}`;
-    el.querySelector("#t-delete").classList.toggle("hidden", t.internal);
+    current = t;
+    ["#t-delete", "#t-add-parts", "#t-produce"].forEach((b) => el.querySelector(b).classList.toggle("hidden", t.internal));
+    SF.topicConsumers(el.querySelector("#t-consumers"), name).catch((e) => SF.banner(e.message));
     const stat = (label, value) => `<div class="stat"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
     el.querySelector("#t-stats").innerHTML = stat("Partitions", t.partition_count) + stat("Messages", SF.num(t.messages)) +
       stat("Size on disk", SF.bytes(t.size_bytes)) + stat("In object store", t.remote_size_bytes == null ? "off" : SF.bytes(t.remote_size_bytes));
@@ -164,28 +183,39 @@ SF.route(/^\/topics\/([^/]+)$/, "topics", ([name], el) => {
         <td class="r"><a class="btn btn-small" href="/topics/${encodeURIComponent(name)}/partitions/${p.partition}" data-link>Browse</a></td></tr>`).join("")}</tbody></table>`;
     if (!configsShown) {
       configsShown = true;
-      const LONG_MAX = "9223372036854775807";
-      const value = (c) => c.sensitive ? "••••••" : c.value === LONG_MAX ? `<span title="${LONG_MAX}">unlimited</span>` : SF.esc(c.value ?? "null");
-      const rows = (list) => list.map((c) => `<tr class="${c.is_default ? "" : "strong"}"><td>${SF.esc(c.name)}</td><td class="mono">${value(c)}</td><td class="muted">${SF.esc(c.source)}</td></tr>`).join("");
+      // Human-readable first ("1 h"), the raw value beside it.
+      const value = (c) => {
+        if (c.sensitive) return "••••••";
+        const human = SF.configHuman(c.name, c.value);
+        return human ? `<span class="human">${SF.esc(human)}</span> <span class="muted mono raw">${SF.esc(c.value)}</span>` : `<span class="mono">${SF.esc(c.value ?? "null")}</span>`;
+      };
+      const edit = (c) => (t.internal ? "" : `<button class="btn btn-small" data-edit-config="${SF.esc(c.name)}">Edit</button>`);
+      const rows = (list) => list.map((c) => `<tr class="${c.is_default ? "" : "strong"}" data-config="${SF.esc(c.name)}"><td>${SF.esc(c.name)}</td><td class="cfg-value">${value(c)}</td><td class="muted">${SF.esc(c.source)}</td><td class="r">${edit(c)}</td></tr>`).join("");
       const set = t.configs.filter((c) => !c.is_default);
       const defaults = t.configs.filter((c) => c.is_default);
-      const head = `<thead><tr><th>Name</th><th>Value</th><th>Source</th></tr></thead>`;
+      const head = `<thead><tr><th>Name</th><th>Value</th><th>Source</th><th></th></tr></thead>`;
       el.querySelector("#t-configs").innerHTML = t.configs.length === 0 ? `<div class="empty">No configs reported.</div>` :
         (set.length ? `<table class="configs">${head}<tbody>${rows(set)}</tbody></table>` : `<div class="muted">Every config has its broker default.</div>`) +
         (defaults.length ? `<details class="config-defaults"><summary>Broker defaults (${defaults.length})</summary><table class="configs">${head}<tbody>${rows(defaults)}</tbody></table></details>` : "");
+      el.querySelectorAll("[data-edit-config]").forEach((b) => b.addEventListener("click", () => SF.editConfigDialog(name, t.configs, b.dataset.editConfig, reloadConfigs)));
     }
-  }));
+  };
+  cleanups.push(SF.every(3000, refresh));
   return () => cleanups.forEach((c) => c());
 });
 
 // ---------- partition + message browser ----------
 SF.route(/^\/topics\/([^/]+)\/partitions\/(\d+)$/, "topics", ([name, partition], el, query) => {
   el.innerHTML = `<header class="page-head"><div><div class="crumbs"><a href="/topics" data-link>Topics</a> / <a href="/topics/${encodeURIComponent(name)}" data-link>${SF.esc(name)}</a> /</div>
-    <h1>Partition ${partition}</h1><div class="sub" id="p-sub">&nbsp;</div></div></header>
+    <h1>Partition ${partition}</h1><div class="sub" id="p-sub">&nbsp;</div></div>
+    <button class="btn btn-danger" id="p-delete-records">Delete records</button></header>
     <section class="stats" id="p-stats"></section>
     <section class="card" id="p-browser"></section>`;
+  let hw = 0;
+  el.querySelector("#p-delete-records").addEventListener("click", () => SF.deleteRecordsDialog(name, Number(partition), hw, () => SF.render()));
   const cleanups = [SF.every(3000, async () => {
     const p = await SF.api(`/api/topics/${encodeURIComponent(name)}/partitions/${partition}`);
+    hw = p.high_watermark;
     el.querySelector("#p-sub").textContent = `leader ${p.leader} · epoch ${p.leader_epoch} · replicas ${p.replicas.join(", ")} · ISR ${p.isr.join(", ")}`;
     const stat = (label, value) => `<div class="stat"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
     el.querySelector("#p-stats").innerHTML = stat("Log start offset", SF.num(p.log_start_offset)) + stat("High watermark", SF.num(p.high_watermark)) +
@@ -206,6 +236,7 @@ SF.messageBrowser = (el, topic, partition, query) => {
       <label>Show as<select name="format"><option value="auto">auto</option><option value="text">text</option><option value="hex">hex</option></select></label>
       <button class="btn btn-primary" type="submit">Load</button>
       <button class="btn" type="button" id="mb-next" disabled>Next page →</button>
+      <button class="btn" type="button" id="mb-download" disabled>Download JSON</button>
     </form>
     <div id="mb-info" class="muted"></div><div id="mb-table"></div>`;
   const form = el.querySelector("#mb-form");
@@ -234,10 +265,16 @@ SF.messageBrowser = (el, topic, partition, query) => {
       ? `No messages from there (log start ${page.log_start_offset}, high watermark ${page.high_watermark}).`
       : `Offsets ${page.messages[0].offset} – ${page.messages[page.messages.length - 1].offset} of ${page.log_start_offset} – ${page.high_watermark - 1}`;
     SF.messagesTable(el.querySelector("#mb-table"), page.messages);
+    shown = page;
+    el.querySelector("#mb-download").disabled = page.messages.length === 0;
   };
   const run = (start) => load(start).catch((e) => SF.banner(e.message));
   form.addEventListener("submit", (e) => { e.preventDefault(); run(null); });
   el.querySelector("#mb-next").addEventListener("click", () => run(next));
+  let shown = null;
+  el.querySelector("#mb-download").addEventListener("click", () => {
+    if (shown) SF.downloadJson(`${topic}-${partition}-from-${shown.messages[0].offset}.json`, shown.messages);
+  });
   run(null);
 };
 
@@ -247,8 +284,11 @@ SF.payload = (p) => (p == null ? `<span class="muted">null</span>` :
 SF.messageDetail = (m) => {
   const b = m.batch;
   const kv = (k, v) => `<div class="kv-k">${k}</div><div class="kv-v">${v}</div>`;
-  const full = (p) => (p == null ? `<span class="muted">null</span>` :
-    `<pre>${SF.esc(p.data)}</pre><div class="muted small">${p.encoding}, ${SF.num(p.size_bytes)} bytes${p.truncated ? ", cut for display" : ""}</div>`);
+  const full = (p) => {
+    if (p == null) return `<span class="muted">null</span>`;
+    const pretty = SF.prettyJson(p);
+    return `<pre class="${pretty ? "json" : ""}">${SF.esc(pretty || p.data)}</pre><div class="muted small">${pretty ? "JSON, " : ""}${p.encoding}, ${SF.num(p.size_bytes)} bytes${p.truncated ? ", cut for display" : ""}</div>`;
+  };
   return `<div class="detail-grid">
     <div><div class="detail-title">Key</div>${full(m.key)}<div class="detail-title">Value</div>${full(m.value)}
       <div class="detail-title">Headers</div>${m.headers.length ? m.headers.map((h) => `<div><code>${SF.esc(h.key)}</code> = ${h.value ? SF.esc(h.value.data) : "null"}</div>`).join("") : `<span class="muted">none</span>`}</div>
@@ -259,67 +299,81 @@ SF.messageDetail = (m) => {
       ${kv("base sequence", b.base_sequence)}${kv("transactional", b.transactional)}</div></div></div>`;
 };
 
+// A JSON object or array value, pretty-printed; null for anything else.
+SF.prettyJson = (p) => {
+  if (!p || p.encoding !== "text" || p.truncated || !/^\s*[[{]/.test(p.data)) return null;
+  try { return JSON.stringify(JSON.parse(p.data), null, 2); } catch (_) { return null; }
+};
+
 SF.messagesTable = (el, messages) => {
   if (messages.length === 0) { el.innerHTML = ""; return; }
-  el.innerHTML = `<table class="messages"><thead><tr><th class="r">Offset</th><th>Timestamp</th><th>Key</th><th>Value</th><th>Headers</th><th>Batch</th></tr></thead><tbody>
-    ${messages.map((m, i) => `<tr class="msg" data-i="${i}"><td class="r mono">${m.offset}</td><td class="nowrap mono">${SF.esc(SF.time(m.timestamp_ms))}</td>
+  const withPartition = messages.some((m) => m.partition != null);
+  el.innerHTML = `<table class="messages"><thead><tr>${withPartition ? `<th class="r">Partition</th>` : ""}<th class="r">Offset</th><th>Timestamp</th><th>Key</th><th>Value</th><th>Headers</th><th>Batch</th></tr></thead><tbody>
+    ${messages.map((m, i) => `<tr class="msg" data-i="${i}">${withPartition ? `<td class="r mono">${m.partition}</td>` : ""}<td class="r mono">${m.offset}</td><td class="nowrap mono">${SF.esc(SF.time(m.timestamp_ms))}</td>
       <td>${SF.payload(m.key)}</td><td>${SF.payload(m.value)}</td>
       <td>${m.headers.length ? m.headers.map((h) => `<span class="hdr">${SF.esc(h.key)}=${h.value ? SF.esc(h.value.data.slice(0, 40)) : "null"}</span>`).join(" ") : `<span class="muted">–</span>`}</td>
       <td class="nowrap muted">${m.batch.base_offset}${m.batch.last_offset !== m.batch.base_offset ? "–" + m.batch.last_offset : ""} · ${SF.esc(m.batch.compression)}</td></tr>
-      <tr class="msg-detail hidden" data-d="${i}"><td colspan="6">${SF.messageDetail(m)}</td></tr>`).join("")}</tbody></table>`;
+      <tr class="msg-detail hidden" data-d="${i}"><td colspan="${withPartition ? 7 : 6}">${SF.messageDetail(m)}</td></tr>`).join("")}</tbody></table>`;
   el.querySelectorAll("tr.msg").forEach((tr) => tr.addEventListener("click", () =>
     el.querySelector(`tr[data-d="${tr.dataset.i}"]`).classList.toggle("hidden")));
 };
 
-// ---------- message browser entry (pick a topic and partition) ----------
-SF.route(/^\/messages$/, "messages", (params, el, query) => {
-  el.innerHTML = `<header class="page-head"><div><h1>Messages</h1><div class="sub">Browse any partition from an offset or a point in time.</div></div></header>
-    <section class="card"><form class="toolbar" id="mp-form"><label>Topic<select name="topic"></select></label>
-    <label>Partition<select name="partition"></select></label><button class="btn btn-primary" type="submit">Open</button></form></section>
-    <section class="card" id="mp-browser"><div class="empty">Pick a topic and a partition.</div></section>`;
-  const form = el.querySelector("#mp-form");
-  let topics = [];
-  const fillPartitions = () => {
-    const t = topics.find((x) => x.name === form.topic.value);
-    form.partition.innerHTML = t ? t.partitions.map((p) => `<option>${p.partition}</option>`).join("") : "";
-  };
-  SF.api("/api/topics").then((list) => {
-    topics = list;
-    form.topic.innerHTML = list.map((t) => `<option>${SF.esc(t.name)}</option>`).join("");
-    if (query.get("topic")) form.topic.value = query.get("topic");
-    fillPartitions();
-  }).catch((e) => SF.banner(e.message));
-  form.topic.addEventListener("change", fillPartitions);
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    if (!form.topic.value) return;
-    SF.messageBrowser(el.querySelector("#mp-browser"), form.topic.value, Number(form.partition.value || 0), new URLSearchParams());
-  });
-});
-
 // ---------- consumer groups ----------
 SF.route(/^\/groups$/, "groups", (params, el) => {
   el.innerHTML = `<header class="page-head"><div><h1>Consumer groups</h1><div class="sub">Groups with their state and how far behind they are.</div></div></header>
-    <section class="card" id="g-list"></section>`;
-  return SF.every(2000, async () => {
-    const groups = await SF.api("/api/groups");
-    el.querySelector("#g-list").innerHTML = groups.length === 0 ? `<div class="empty">No consumer groups yet.</div>` :
-      `<table><thead><tr><th>Group</th><th>State</th><th class="r">Members</th><th>Protocol</th><th class="r">Generation</th><th class="r">Total lag</th></tr></thead><tbody>
-      ${groups.map((g) => `<tr data-group="${SF.esc(g.group_id)}"><td><a href="/groups/${encodeURIComponent(g.group_id)}" data-link>${SF.esc(g.group_id)}</a></td><td>${SF.stateBadge(g.state)}</td>
+    <section class="card"><div id="g-tools"></div><div id="g-list"></div></section>`;
+  let groups = [];
+  const columns = { id: (g) => g.group_id, state: (g) => g.state, members: (g) => g.member_count, generation: (g) => g.generation, lag: (g) => g.total_lag };
+  const draw = () => {
+    const list = el.querySelector("#g-list");
+    if (groups.length === 0) { list.innerHTML = `<div class="empty">No consumer groups yet.</div>`; return; }
+    const shown = SF.applyList("groups", groups, columns, (g) => g.group_id + " " + g.offsets.map((o) => o.topic).join(" "), (g, f) => g.state === f);
+    SF.listCount("groups", shown.length, groups.length);
+    const h = (k, label, cls) => SF.sortHead("groups", k, label, cls);
+    list.innerHTML = `<table><thead><tr>${h("id", "Group")}${h("state", "State")}${h("members", "Members", "r")}<th>Protocol</th>${h("generation", "Generation", "r")}${h("lag", "Total lag", "r")}</tr></thead><tbody>
+      ${shown.length === 0 ? `<tr><td colspan="6" class="empty">No group matches.</td></tr>` : ""}
+      ${shown.map((g) => `<tr data-group="${SF.esc(g.group_id)}"><td><a href="/groups/${encodeURIComponent(g.group_id)}" data-link>${SF.esc(g.group_id)}</a></td><td>${SF.stateBadge(g.state)}</td>
         <td class="r">${g.member_count}</td><td>${SF.esc(g.protocol_type)}${g.protocol ? " / " + SF.esc(g.protocol) : ""}</td><td class="r">${g.generation}</td>
         <td class="r lag">${SF.num(g.total_lag)}</td></tr>`).join("")}</tbody></table>`;
-  });
+    SF.bindSort(list, "groups", draw);
+  };
+  SF.listToolbar(el.querySelector("#g-tools"), "groups", "Search groups or topics", [["", "any state"], ["Stable", "Stable"], ["Empty", "Empty"],
+    ["PreparingRebalance", "PreparingRebalance"], ["CompletingRebalance", "CompletingRebalance"]], draw);
+  return SF.every(2000, async () => { groups = await SF.api("/api/groups"); draw(); });
 });
 
 SF.route(/^\/groups\/([^/]+)$/, "groups", ([id], el) => {
-  el.innerHTML = `<header class="page-head"><div><div class="crumbs"><a href="/groups" data-link>Consumer groups</a> /</div><h1>${SF.esc(id)}</h1><div class="sub" id="gd-sub">&nbsp;</div></div></header>
+  el.innerHTML = `<header class="page-head"><div><div class="crumbs"><a href="/groups" data-link>Consumer groups</a> /</div><h1>${SF.esc(id)}</h1><div class="sub" id="gd-sub">&nbsp;</div></div>
+    <div class="head-actions"><button class="btn" id="gd-reset">Reset offsets</button><button class="btn btn-danger" id="gd-delete-offsets">Delete offsets</button>
+    <button class="btn btn-danger" id="gd-delete">Delete group</button></div></header>
     <section class="stats" id="gd-stats"></section>
     <section class="card chart" id="gd-chart"></section>
     <section class="card"><div class="card-title">Lag by partition</div><div id="gd-offsets"></div></section>
     <section class="card"><div class="card-title">Members</div><div id="gd-members"></div></section>`;
-  const lagHistory = [];
   let lagChart = null;
+  let offsets = [];
   const cleanups = [() => lagChart && lagChart()];
+  // Any topic can get offsets, not only those the group has committed on.
+  el.querySelector("#gd-reset").addEventListener("click", async () => {
+    try {
+      const topics = await SF.api("/api/topics");
+      const known = topics.filter((t) => !t.internal).flatMap((t) => t.partitions.map((p) => ({ topic: t.name, partition: p.partition })));
+      SF.resetOffsetsDialog(id, offsets.length ? offsets.concat(known.filter((k) => !offsets.some((o) => o.topic === k.topic))) : known, () => {});
+    } catch (e) { SF.banner(e.message); }
+  });
+  el.querySelector("#gd-delete-offsets").addEventListener("click", () => SF.deleteOffsetsDialog(id, offsets, () => {}));
+  el.querySelector("#gd-delete").addEventListener("click", () => SF.deleteGroupDialog(id, () => SF.go("/groups")));
+  // The broker keeps the lag history (one point per 10 s, last hour), so a reload keeps it.
+  const drawLag = async () => {
+    const h = await SF.api(`/api/groups/${encodeURIComponent(id)}/lag-history`);
+    const chartEl = el.querySelector("#gd-chart");
+    chartEl.dataset.points = h.points.length;
+    if (lagChart) lagChart();
+    lagChart = SF.staticChart(chartEl, `Total lag (last hour, one point per ${h.interval_ms / 1000} s, kept by the broker)`, h.points.map((p) => p.ts_ms / 1000),
+      [{ label: "lag", values: h.points.map((p) => p.total_lag) }],
+      { time: true, height: 180, xRange: [Date.now() / 1000 - (h.interval_ms * h.points_max) / 1000, Date.now() / 1000] });
+  };
+  cleanups.push(SF.every(10000, drawLag));
   cleanups.push(SF.every(2000, async () => {
     let g;
     try { g = await SF.api(`/api/groups/${encodeURIComponent(id)}`); } catch (e) {
@@ -330,11 +384,7 @@ SF.route(/^\/groups\/([^/]+)$/, "groups", ([id], el) => {
     const stat = (label, value, id2) => `<div class="stat" data-stat="${id2}"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
     el.querySelector("#gd-stats").innerHTML = stat("Total lag", SF.num(g.total_lag), "lag") + stat("Members", g.member_count, "members") +
       stat("Partitions", g.offsets.length, "partitions") + stat("State", SF.esc(g.state), "state");
-    lagHistory.push([Date.now() / 1000, g.total_lag]);
-    if (lagHistory.length > 300) lagHistory.shift();
-    if (lagChart) lagChart();
-    lagChart = SF.staticChart(el.querySelector("#gd-chart"), "Total lag (since this page opened)", lagHistory.map((p) => p[0]),
-      [{ label: "lag", values: lagHistory.map((p) => p[1]) }], { time: true, height: 180, minSpan: 60 });
+    offsets = g.offsets;
     const maxLag = Math.max(1, ...g.offsets.map((o) => o.lag || 0));
     const owner = {};
     g.members.forEach((m) => m.assignment.forEach((a) => a.partitions.forEach((p) => { owner[a.topic + "/" + p] = m.client_id || m.member_id; })));

@@ -4,59 +4,16 @@
 // deleted through the confirmation dialog, and no page logs a console error. Screenshots of each
 // page go to tests/artifacts/ (gitignored).
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
 import { Kafka, logLevel } from 'kafkajs';
-import { chromium } from 'playwright-core';
 
-import { Broker, freePort } from '../../node/lib/broker.mjs';
+import { DashboardBroker, launch, screenshotter, sleep, until } from '../lib/dashboard.mjs';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const ARTIFACTS = path.join(ROOT, 'tests', 'artifacts');
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const TOPIC = `dash-orders-${process.pid}`;
 const GROUP = `dash-group-${process.pid}`;
 const FIRST_BATCH = 20;
 const SECOND_BATCH = 15;
-const UI_TIMEOUT_MS = 20_000;
-
-/** The shared broker launcher, with the dashboard on its own free port. */
-class DashboardBroker extends Broker {
-  async start() {
-    if (this.httpPort == null) this.httpPort = await freePort();
-    return super.start();
-  }
-
-  args() {
-    return ['broker', '--listen', this.bootstrap, '--advertised-listener', this.bootstrap,
-      '--data-dir', this.dataDir, '--http-listen', `127.0.0.1:${this.httpPort}`, ...this.extraArgs];
-  }
-
-  get url() {
-    return `http://127.0.0.1:${this.httpPort}`;
-  }
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what, fn, timeoutMs = UI_TIMEOUT_MS) {
-  const deadline = Date.now() + timeoutMs;
-  let last;
-  while (Date.now() < deadline) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (e) {
-      last = e;
-    }
-    await sleep(200);
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${last.message}` : ''}`);
-}
 
 describe('dashboard in headless Chromium', () => {
   let broker;
@@ -66,10 +23,7 @@ describe('dashboard in headless Chromium', () => {
   let consumer;
   const consoleErrors = [];
 
-  const shot = async (name, fullPage = true) => {
-    fs.mkdirSync(ARTIFACTS, { recursive: true });
-    await page.screenshot({ path: path.join(ARTIFACTS, `dashboard-${name}.png`), fullPage });
-  };
+  let shot;
   const open = async (p) => {
     await page.goto(broker.url + p, { waitUntil: 'domcontentloaded' });
   };
@@ -79,18 +33,8 @@ describe('dashboard in headless Chromium', () => {
     await broker.start();
     await until('the dashboard', async () => (await fetch(`${broker.url}/healthz`)).ok);
     kafka = new Kafka({ clientId: 'dash-test', brokers: [broker.bootstrap], logLevel: logLevel.NOTHING, retry: { retries: 8 } });
-    // A fresh profile directory per run (Playwright passes it as --user-data-dir).
-    browser = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(os.tmpdir(), 'sf-chromium-')), {
-      executablePath: CHROMIUM,
-      headless: true,
-      viewport: { width: 1440, height: 960 },
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
-    page = browser.pages()[0] || await browser.newPage();
-    page.setDefaultTimeout(UI_TIMEOUT_MS);
-    page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${page.url()}: ${m.text()}`); });
-    page.on('pageerror', (e) => consoleErrors.push(`${page.url()}: ${e.message}`));
+    ({ browser, page } = await launch(consoleErrors));
+    shot = screenshotter(page, 'dashboard');
   });
 
   after(async () => {

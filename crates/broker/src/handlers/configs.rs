@@ -65,6 +65,14 @@ fn topic_entries(state: &BrokerState, overrides: &BTreeMap<String, String>) -> V
         .collect()
 }
 
+/// (name, value) of every broker config DescribeConfigs reports (the dashboard's broker page).
+pub(crate) fn broker_config_values(state: &BrokerState) -> Vec<(String, String)> {
+    broker_entries(state)
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect()
+}
+
 fn broker_entries(state: &BrokerState) -> Vec<ConfigEntry> {
     let c = &state.config;
     let d = &c.log_defaults;

@@ -2,6 +2,8 @@
 //! `demo` example.
 #![allow(dead_code)]
 
+pub mod client;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -185,6 +187,38 @@ impl ClusterView for MemView {
 
     fn bootstrap_address(&self) -> String {
         "127.0.0.1:9092".into()
+    }
+
+    /// Refuses like the broker does for a group with members.
+    fn delete_group(&self, group: String) -> ViewFuture<'_, ()> {
+        Box::pin(async move {
+            Err(ViewError::Kafka(
+                kafka_protocol::ResponseError::NonEmptyGroup,
+                format!("The group '{group}' is not empty."),
+            ))
+        })
+    }
+
+    /// Only retention.ms, and only numbers (enough to see the error shape).
+    fn alter_topic_configs(
+        &self,
+        _topic: String,
+        changes: Vec<ConfigChange>,
+    ) -> ViewFuture<'_, ()> {
+        Box::pin(async move {
+            for c in changes {
+                if c.value
+                    .as_deref()
+                    .is_some_and(|v| v.parse::<i64>().is_err())
+                {
+                    return Err(ViewError::Kafka(
+                        kafka_protocol::ResponseError::InvalidConfig,
+                        format!("Invalid value for configuration {}", c.name),
+                    ));
+                }
+            }
+            Ok(())
+        })
     }
 }
 
