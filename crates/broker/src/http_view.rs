@@ -15,7 +15,7 @@ use streamforge_http::{
     ViewFuture,
 };
 
-use crate::partition::{FetchIsolation, FetchParams, LEADER_EPOCH, OffsetSpec, PartitionError};
+use crate::partition::{FetchIsolation, FetchParams, OffsetSpec, PartitionError};
 use crate::replica_manager::{Topic, TopicError};
 use crate::{BrokerState, http_view_groups, topic_config};
 
@@ -58,7 +58,7 @@ impl BrokerView {
                     Some(PartitionInfo {
                         partition: p.index,
                         leader: node,
-                        leader_epoch: LEADER_EPOCH,
+                        leader_epoch: p.leader_epoch(),
                         replicas: vec![node],
                         isr: vec![node],
                         log_start_offset: offsets.log_start_offset,

@@ -432,7 +432,8 @@ impl Partition {
         params: AppendParams,
     ) -> Result<AppendInfo, PartitionError> {
         // One replica: the ISR is this broker, so every `acks` is met by the local append.
-        let _ = params.acks;
+        // (`min.insync.replicas` and the acks=all wait for followers go here.)
+        let AppendParams { acks: _ } = params;
         let appended = self.with_state(|serving, log| {
             if serving.role != PartitionRole::Leader {
                 return Err(PartitionError::NotLeaderOrFollower);
