@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::select_all;
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::FetchRequest;
+use streamforge_protocol::RequestFrame;
 use streamforge_protocol::fetch_writer::{
     FetchPartition, FetchResponseParts, FetchTopic, write_fetch_response,
 };
-use streamforge_protocol::{ErrorCode, RequestFrame};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -161,7 +162,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                 ..Default::default()
             };
             let Some(partition) = state.replicas.partition(&topic.name, p.partition) else {
-                fp.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                fp.error_code = ResponseError::UnknownTopicOrPartition.code();
                 out.errors = true;
                 topic.partitions.push(fp);
                 continue;

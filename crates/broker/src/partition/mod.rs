@@ -18,8 +18,8 @@ mod read;
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
 use kafka_protocol::ResponseError;
 use parking_lot::Mutex;
@@ -189,7 +189,9 @@ pub struct Partition {
     offline: Option<String>,
     /// Latest high watermark; fetches wait on it (-1 once the partition stopped).
     hw_tx: watch::Sender<i64>,
-    tiering: Option<Arc<TieringManager>>,
+    /// Weak: the tiering service holds this partition (as its `LocalLog`) while it is
+    /// registered, and the two must not keep each other alive.
+    tiering: Option<Weak<TieringManager>>,
     remote_enabled: AtomicBool,
 }
 
@@ -223,7 +225,7 @@ impl Partition {
             }),
             offline: None,
             hw_tx,
-            tiering: remote.tiering,
+            tiering: remote.tiering.as_ref().map(Arc::downgrade),
             remote_enabled: AtomicBool::new(remote.enabled),
         })
     }
@@ -261,7 +263,7 @@ impl Partition {
                     }),
                     offline: Some(e.to_string()),
                     hw_tx: watch::channel(0).0,
-                    tiering: remote.tiering,
+                    tiering: remote.tiering.as_ref().map(Arc::downgrade),
                     remote_enabled: AtomicBool::new(remote.enabled),
                 }
             }
@@ -503,7 +505,7 @@ impl Partition {
     /// The client-visible log start: the remote start when remote data reaches the local log.
     /// (The tiering service's lock is taken after the log's is released, never under it.)
     fn with_remote_start(&self, mut offsets: PartitionOffsets) -> PartitionOffsets {
-        if let Some(tiering) = &self.tiering {
+        if let Some(tiering) = self.tiering() {
             offsets.log_start_offset =
                 tiering.log_start_offset(&self.topic, self.index, offsets.local_log_start_offset);
         }
@@ -512,7 +514,12 @@ impl Partition {
 
     /// The remote state of this partition, when it is tiered and registered.
     fn remote(&self) -> Option<Arc<streamforge_tiered::RemotePartition>> {
-        self.tiering.as_ref()?.partition(&self.topic, self.index)
+        self.tiering()?.partition(&self.topic, self.index)
+    }
+
+    /// The broker's tiering service, while it runs.
+    fn tiering(&self) -> Option<Arc<TieringManager>> {
+        self.tiering.as_ref()?.upgrade()
     }
 
     /// Whether the topic config turns tiering on (`remote.storage.enable`).

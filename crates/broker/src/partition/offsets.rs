@@ -84,7 +84,7 @@ impl Partition {
         local: Result<(i64, i64), PartitionError>,
         local_start: i64,
     ) -> Result<(i64, i64), PartitionError> {
-        let (Some(remote), Some(tiering)) = (self.remote(), self.tiering.as_ref()) else {
+        let (Some(remote), Some(tiering)) = (self.remote(), self.tiering()) else {
             return local;
         };
         let m = remote.manifest();
@@ -154,7 +154,7 @@ impl Partition {
         // Fetches waiting below the new start wake and get OFFSET_OUT_OF_RANGE.
         self.publish_high_watermark();
         let (target, local_start) = moved?;
-        let (Some(remote), Some(tiering)) = (self.remote(), self.tiering.as_ref()) else {
+        let (Some(remote), Some(tiering)) = (self.remote(), self.tiering()) else {
             return Ok(local_start);
         };
         tiering.storage().delete_before(&remote, target).await?;

@@ -125,7 +125,7 @@ impl Partition {
                 .remote_enabled()
                 .then_some(Err(PartitionError::RemoteNotLoaded));
         };
-        let tiering = self.tiering.as_ref()?;
+        let tiering = self.tiering()?;
         let read = tiering
             .storage()
             .read(

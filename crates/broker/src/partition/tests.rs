@@ -253,8 +253,9 @@ fn tiering(remote_dir: &Path) -> Arc<TieringManager> {
 #[tokio::test]
 async fn a_tiered_partition_not_loaded_yet_answers_a_retriable_error() {
     let dir = tempfile::tempdir().unwrap();
+    let tiering = tiering(&dir.path().join("remote"));
     let remote = RemoteTier {
-        tiering: Some(tiering(&dir.path().join("remote"))),
+        tiering: Some(tiering.clone()),
         enabled: true,
     };
     let p = open(dir.path(), remote);
