@@ -90,3 +90,34 @@ impl ReplicaManager {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::PartitionRole;
+
+    #[test]
+    fn lifecycle_operations_move_a_partition_between_roles() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = ReplicaManager::open(dir.path(), Default::default(), None).unwrap();
+        rm.create_topic("t", 2, Default::default(), false).unwrap();
+        let p = rm.partition("t", 0).unwrap();
+        assert_eq!(p.role(), PartitionRole::Leader);
+        rm.make_follower("t", 0, 1, 2).unwrap();
+        assert_eq!(
+            (p.role(), p.leader_epoch(), p.leader_id()),
+            (PartitionRole::Follower, 1, Some(2))
+        );
+        rm.make_leader("t", 0, 2).unwrap();
+        assert_eq!((p.role(), p.leader_epoch()), (PartitionRole::Leader, 2));
+        rm.stop_partition("t", 1, true).unwrap();
+        assert!(!dir.path().join("t-1").exists());
+        assert_eq!(rm.partition("t", 1).unwrap().role(), PartitionRole::None);
+        let e = rm.make_leader("nope", 0, 0).unwrap_err();
+        assert_eq!(
+            e.kafka_code(),
+            kafka_protocol::ResponseError::UnknownTopicOrPartition.code()
+        );
+        rm.close_all();
+    }
+}
