@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import wire
@@ -75,6 +75,15 @@ def test_internal_topic_cannot_be_deleted_from_any_entry_point(broker_factory, t
     err = info.value.args[0]
     # (librdkafka reports the code only; the broker's message shows in the CLI and dashboard.)
     assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+
+    # DeleteRecords on every partition of it: INVALID_TOPIC_EXCEPTION, as Kafka answers.
+    futures = admin.delete_records(
+        [TopicPartition("__consumer_offsets", p, OFFSET_END) for p in range(50)],
+        request_timeout=30)
+    for tp, fut in futures.items():
+        with pytest.raises(KafkaException) as info:
+            fut.result(timeout=30)
+        assert info.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, (tp, info.value)
 
     # CLI.
     out = run_cli("topics", "delete", "__consumer_offsets", "--bootstrap", b.bootstrap)

@@ -16,7 +16,10 @@ use streamforge_coordinator::{
 };
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::replica_manager::{Partition, ReplicaManager, TopicError};
+use crate::partition::{
+    Acks, AppendParams, FetchIsolation, FetchParams, Partition, PartitionError,
+};
+use crate::replica_manager::{ReplicaManager, TopicError};
 use crate::util::now_ms;
 
 /// Records per batch written to `__consumer_offsets` (keeps batches far below
@@ -24,6 +27,9 @@ use crate::util::now_ms;
 const OFFSETS_BATCH_RECORDS_MAX: usize = 500;
 /// Bytes read per step while replaying a partition at start-up.
 const REPLAY_READ_BYTES: usize = 1 << 20;
+/// Kafka's coordinator writes its records with acks=all: a commit is acknowledged once every
+/// in-sync replica has it.
+const APPEND_PARAMS: AppendParams = AppendParams { acks: Acks::All };
 /// Longest the timer task sleeps when no timer is due (bounds clock skew effects).
 const TIMER_IDLE_MS: i64 = 1_000;
 /// Extra time a parked request waits beyond its rebalance timeout before giving up (the
@@ -137,7 +143,7 @@ impl GroupService {
         let appended_since_snapshot_bytes = topic
             .partitions
             .iter()
-            .map(|p| p.with_log(|log| log.size_bytes()).unwrap_or(0))
+            .map(|p| p.size_bytes().unwrap_or(0))
             .collect();
         Ok(GroupService {
             inner: Mutex::new(Inner {
@@ -310,8 +316,8 @@ impl GroupService {
     fn snapshot_and_truncate(&self, inner: &mut Inner, index: usize, now: i64) {
         let partition = &self.partitions[index];
         let records = inner.coordinator.snapshot_records(index as i32, now);
-        let start = match partition.with_log(|log| log.log_end_offset()) {
-            Ok(leo) => leo,
+        let start = match partition.offsets() {
+            Ok(offsets) => offsets.log_end_offset,
             Err(e) => {
                 tracing::error!(partition = index, error = %e, "snapshot: partition gone");
                 return;
@@ -321,9 +327,8 @@ impl GroupService {
             tracing::error!(partition = index, error = %e, "snapshot append failed");
             return;
         }
-        match partition.with_log(|log| log.delete_records_before(start)) {
-            Ok(Ok(log_start)) => {
-                partition.notify();
+        match partition.delete_local_records_before(start) {
+            Ok(log_start) => {
                 inner.appended_since_snapshot_bytes[index] = 0;
                 tracing::info!(
                     partition = index,
@@ -332,10 +337,7 @@ impl GroupService {
                     "snapshotted {OFFSETS_TOPIC} partition and dropped superseded records"
                 );
             }
-            Ok(Err(e)) => {
-                tracing::error!(partition = index, error = %e, "snapshot truncate failed")
-            }
-            Err(e) => tracing::error!(partition = index, error = %e, "snapshot: partition gone"),
+            Err(e) => tracing::error!(partition = index, error = %e, "snapshot truncate failed"),
         }
     }
 
@@ -372,7 +374,9 @@ fn append_records(partition: &Partition, records: &[OffsetsRecord]) -> Result<u6
     for chunk in records.chunks(OFFSETS_BATCH_RECORDS_MAX) {
         let mut batch = encode_batch(chunk, now_ms()).map_err(|e| e.to_string())?;
         bytes += batch.len() as u64;
-        partition.append(&mut batch).map_err(|e| e.to_string())?;
+        partition
+            .append(&mut batch, APPEND_PARAMS)
+            .map_err(|e| e.to_string())?;
     }
     Ok(bytes)
 }
@@ -386,19 +390,26 @@ fn replay_partition(
         partition: partition.index,
         message,
     };
-    let (start, end) = partition
-        .with_log(|log| (log.log_start_offset(), log.log_end_offset()))
-        .map_err(|e| error(e.to_string()))?;
+    let offsets = partition.offsets().map_err(|e| error(e.to_string()))?;
+    let (start, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
     let mut offset = start;
     let mut count = 0usize;
     // Each step advances by at least one batch, so the loop is bounded by the record count.
     while offset < end {
+        let params = FetchParams {
+            fetch_offset: offset,
+            max_bytes: REPLAY_READ_BYTES,
+            min_one_message: true,
+            isolation: FetchIsolation::LogEnd,
+            replica_id: -1,
+        };
         let read = partition
-            .with_log(|log| log.read(offset, REPLAY_READ_BYTES, end, true))
-            .map_err(|e| error(e.to_string()))?;
+            .read_local(params)
+            .map_err(|e| error(e.to_string()))?
+            .records;
         let read = match read {
             Ok(read) => read,
-            Err(e @ streamforge_log::LogError::DamagedBatch { .. }) => {
+            Err(e @ PartitionError::Log(streamforge_log::LogError::DamagedBatch { .. })) => {
                 // Damaged data on disk: keep what was replayed, serve the other partitions.
                 tracing::error!(partition = partition.index, error = %e, "{OFFSETS_TOPIC} replay stops at damaged data");
                 break;

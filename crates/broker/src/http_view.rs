@@ -16,7 +16,8 @@ use streamforge_http::{
 };
 
 use crate::http_view_console as console;
-use crate::replica_manager::{LEADER_EPOCH, Topic, TopicError};
+use crate::partition::{FetchIsolation, FetchParams, OffsetSpec, PartitionError};
+use crate::replica_manager::{Topic, TopicError};
 use crate::{BrokerState, http_view_groups, topic_config};
 use streamforge_http::{
     BrokerDetail, ConfigChange, OffsetReset, ProduceMessage, Produced, ResetOffset,
@@ -57,28 +58,19 @@ impl BrokerView {
                 .partitions
                 .iter()
                 .filter_map(|p| {
-                    p.with_log(|log| PartitionInfo {
+                    let offsets = p.offsets().ok()?;
+                    Some(PartitionInfo {
                         partition: p.index,
                         leader: node,
-                        leader_epoch: LEADER_EPOCH,
+                        leader_epoch: p.leader_epoch(),
                         replicas: vec![node],
                         isr: vec![node],
-                        log_start_offset: crate::tiered::log_start_offset(
-                            &self.state,
-                            &topic.name,
-                            p.index,
-                            log.log_start_offset(),
-                        ),
-                        log_end_offset: log.log_end_offset(),
-                        high_watermark: log.high_watermark(),
-                        size_bytes: log.size_bytes(),
-                        remote_size_bytes: crate::tiered::remote_size_bytes(
-                            &self.state,
-                            &topic.name,
-                            p.index,
-                        ),
+                        log_start_offset: offsets.log_start_offset,
+                        log_end_offset: offsets.log_end_offset,
+                        high_watermark: offsets.high_watermark,
+                        size_bytes: p.size_bytes().ok()?,
+                        remote_size_bytes: p.remote_size_bytes(),
                     })
-                    .ok()
                 })
                 .collect(),
         }
@@ -125,27 +117,35 @@ fn read_page(state: &BrokerState, query: &MessageQuery) -> Result<MessagePage, V
             query.topic, query.partition
         ))
     };
-    let (log_start_offset, high_watermark, start) = partition
-        .with_log(|log| {
-            let start = match query.start {
-                ReadStart::Offset(o) => Ok(o.max(log.log_start_offset())),
-                ReadStart::Timestamp(ts) => log
-                    .offset_for_timestamp(ts)
-                    .map(|found| found.map_or(log.high_watermark(), |(offset, _)| offset)),
-            };
-            (log.log_start_offset(), log.high_watermark(), start)
-        })
-        .map_err(gone)?;
-    let start = start.map_err(|e| ViewError::Internal(e.to_string()))?;
+    let offsets = partition.offsets().map_err(gone)?;
+    let (log_start_offset, high_watermark) =
+        (offsets.local_log_start_offset, offsets.high_watermark);
+    let start = match query.start {
+        ReadStart::Offset(o) => o.max(log_start_offset),
+        ReadStart::Timestamp(ts) => match partition.list_local_offset(OffsetSpec::Timestamp(ts)) {
+            Ok((_, offset)) if offset >= 0 => offset,
+            Ok(_) => high_watermark,
+            Err(e @ (PartitionError::Gone | PartitionError::Offline(_))) => return Err(gone(e)),
+            Err(e) => return Err(ViewError::Internal(e.to_string())),
+        },
+    };
     let mut messages = Vec::new();
     let mut position = start;
     for _ in 0..BROWSE_READ_ROUNDS_MAX {
         if messages.len() >= query.limit || position >= high_watermark {
             break;
         }
+        let params = FetchParams {
+            fetch_offset: position,
+            max_bytes: BROWSE_READ_BYTES,
+            min_one_message: true,
+            isolation: FetchIsolation::HighWatermark,
+            replica_id: -1,
+        };
         let read = partition
-            .with_log(|log| log.read(position, BROWSE_READ_BYTES, high_watermark, true))
+            .read_local(params)
             .map_err(gone)?
+            .records
             .map_err(|e| ViewError::Internal(e.to_string()))?;
         if read.bytes == 0 {
             break;

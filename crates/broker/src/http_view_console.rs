@@ -20,7 +20,8 @@ use streamforge_http::{
     ResetOffset, ViewError,
 };
 
-use crate::replica_manager::{Partition, TopicError, is_internal_topic};
+use crate::partition::{Acks, AppendParams, OffsetSpec, Partition};
+use crate::replica_manager::{TopicError, is_internal_topic};
 use crate::{BrokerState, topic_config};
 
 /// Kafka's error for `code`, with `message`; code 0 is not an error and must not get here.
@@ -102,45 +103,11 @@ pub async fn delete_records(
         .replicas
         .partition(topic, partition)
         .ok_or_else(|| unknown_partition(topic, partition))?;
-    let (target, local_start) = truncate_local(&part, before_offset)?;
-    crate::tiered::delete_records(state, topic, partition, target, local_start)
+    part.delete_records(before_offset)
         .await
-        .map_err(|code| {
-            kafka(
-                code,
-                format!("Deleting records of {topic}-{partition} failed."),
-            )
-        })
+        .map_err(|e| kafka(e.kafka_code(), e.to_string()))
 }
 
-/// The local part of DeleteRecords, as the Kafka handler does it (one place to port when the
-/// partition grows its own `delete_records`).
-fn truncate_local(part: &Partition, before_offset: i64) -> Result<(i64, i64), ViewError> {
-    let result = part
-        .with_log(|log| {
-            let hw = log.high_watermark();
-            let target = if before_offset == -1 {
-                hw
-            } else {
-                before_offset
-            };
-            if target < 0 || target > hw {
-                return Err(kafka(
-                    ResponseError::OffsetOutOfRange.code(),
-                    format!("Offset {target} is outside 0 .. the high watermark {hw}."),
-                ));
-            }
-            if target < log.log_start_offset() {
-                return Ok((target, log.log_start_offset()));
-            }
-            log.delete_records_before(target)
-                .map(|start| (target, start))
-                .map_err(|e| kafka(e.kafka_code(), e.to_string()))
-        })
-        .map_err(|e| kafka(e.kafka_code(), e.to_string()))?;
-    part.notify();
-    result
-}
 
 /// Kafka's default partitioner for a keyed record: murmur2 of the key, made positive.
 fn partition_for_key(key: &[u8], partitions: usize) -> i32 {
@@ -223,7 +190,7 @@ pub fn produce(state: &BrokerState, message: ProduceMessage) -> Result<Produced,
         .map_err(|e| ViewError::Internal(format!("encoding the message: {e:#}")))?;
     let size = buf.len() as u64;
     let info = part
-        .append(&mut buf)
+        .append(&mut buf, AppendParams { acks: Acks::All })
         .map_err(|e| kafka(e.kafka_code(), e.to_string()))?;
     metrics::counter!("streamforge_messages_in_total", "topic" => topic.clone()).increment(1);
     metrics::counter!("streamforge_bytes_in_total", "topic" => topic.clone()).increment(size);
@@ -253,22 +220,19 @@ fn require_inactive(state: &BrokerState, group: &str) -> Result<(), ViewError> {
 
 /// Where `target` puts a group's position on one partition (clamped like Kafka's tool).
 fn resolve_target(
-    state: &BrokerState,
     part: &Partition,
     target: OffsetTarget,
 ) -> Result<i64, ViewError> {
-    let (local_start, hw, by_time) = part
-        .with_log(|log| {
-            let by_time = match target {
-                OffsetTarget::Timestamp(ts) => {
-                    log.offset_for_timestamp(ts).map(|f| f.map(|(o, _)| o))
-                }
-                _ => Ok(None),
-            };
-            (log.log_start_offset(), log.high_watermark(), by_time)
-        })
+    let offsets = part
+        .offsets()
         .map_err(|e| kafka(e.kafka_code(), e.to_string()))?;
-    let start = crate::tiered::log_start_offset(state, &part.topic, part.index, local_start);
+    let (start, hw) = (offsets.log_start_offset, offsets.high_watermark);
+    let by_time = match target {
+        OffsetTarget::Timestamp(ts) => part
+            .list_local_offset(OffsetSpec::Timestamp(ts))
+            .map(|(_, offset)| (offset >= 0).then_some(offset)),
+        _ => Ok(None),
+    };
     Ok(match target {
         OffsetTarget::Earliest => start,
         OffsetTarget::Latest => hw,
@@ -303,7 +267,7 @@ pub fn reset_offsets(
             .ok_or_else(|| unknown_partition(&reset.topic, index))?;
         partitions.push(coord::CommitPartition {
             partition: index,
-            offset: resolve_target(state, &part, reset.target)?,
+            offset: resolve_target(&part, reset.target)?,
             leader_epoch: -1,
             metadata: None,
         });
@@ -425,7 +389,7 @@ pub fn broker_detail(state: &BrokerState, started_at_ms: i64) -> BrokerDetail {
         .replicas
         .all_partitions()
         .iter()
-        .filter_map(|p| p.with_log(|log| log.size_bytes()).ok())
+        .filter_map(|p| p.size_bytes().ok())
         .sum();
     let disk = rustix::fs::statvfs(&data_dir).ok();
     BrokerDetail {

@@ -51,7 +51,8 @@ pub fn one_group(state: &BrokerState, group_id: &str) -> Option<GroupInfo> {
             let high_watermark = state
                 .replicas
                 .partition(&topic.name, p.partition)
-                .and_then(|part| part.with_log(|log| log.high_watermark()).ok());
+                .and_then(|part| part.offsets().ok())
+                .map(|o| o.high_watermark);
             group_offsets.push(GroupOffset {
                 topic: topic.name.clone(),
                 partition: p.partition,

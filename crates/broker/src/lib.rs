@@ -11,6 +11,7 @@ pub mod handlers;
 pub mod http_view;
 mod http_view_console;
 mod http_view_groups;
+pub mod partition;
 mod partition_create;
 pub mod partition_limit;
 pub mod producer_ids;
@@ -35,7 +36,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::BrokerConfig;
-pub use replica_manager::{Partition, ReplicaManager, Topic};
+pub use partition::Partition;
+pub use replica_manager::{ReplicaManager, Topic};
 
 /// Errors starting the broker.
 #[derive(Debug, thiserror::Error)]
@@ -107,12 +109,14 @@ impl Broker {
             None => None,
         };
         let data_dir_lock = data_dir_lock::DataDirLock::acquire(&config.data_dir)?;
-        let (replicas, cluster_id, groups, producer_ids) = open_storage(&config).await?;
-        let request_memory_kib = request_memory_kib(&config);
+        // Before the logs: partitions read below their local log start through it.
         let tiering = streamforge_tiered::TieringManager::new(
             streamforge_tiered::TieredStorage::new(tiered_config(&config))
                 .map_err(|e| BrokerError::Config(e.to_string()))?,
         );
+        let (replicas, cluster_id, groups, producer_ids) =
+            open_storage(&config, tiering.clone()).await?;
+        let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let state = Arc::new(BrokerState {
             tiering,
@@ -202,7 +206,10 @@ type OpenedStorage = (
 );
 
 /// Recovers the partition logs, the cluster id, `__consumer_offsets` and the producer ids.
-async fn open_storage(config: &BrokerConfig) -> Result<OpenedStorage, BrokerError> {
+async fn open_storage(
+    config: &BrokerConfig,
+    tiering: Arc<streamforge_tiered::TieringManager>,
+) -> Result<OpenedStorage, BrokerError> {
     let data_dir = config.data_dir.clone();
     let log_defaults = config.log_defaults.clone();
     let groups_config = config.groups.clone();
@@ -215,8 +222,8 @@ async fn open_storage(config: &BrokerConfig) -> Result<OpenedStorage, BrokerErro
     };
     let error = storage_error.clone();
     tokio::task::spawn_blocking(move || {
-        let replicas =
-            ReplicaManager::open(&data_dir, log_defaults).map_err(|e| error(e.to_string()))?;
+        let replicas = ReplicaManager::open(&data_dir, log_defaults, Some(tiering))
+            .map_err(|e| error(e.to_string()))?;
         let cluster_id = replicas
             .store()
             .cluster_id(new_cluster_id)

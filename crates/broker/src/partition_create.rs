@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use streamforge_log::LogConfig;
 
-use crate::replica_manager::{Partition, TopicError};
+use crate::partition::{Partition, RemoteTier};
+use crate::replica_manager::TopicError;
 
 /// Kafka's collision rule: `.` and `_` may not be the only difference between two topic names
 /// (metric names replace one by the other). The existing topic `name` collides with, if any.
@@ -29,6 +30,7 @@ pub(crate) fn create_all(
     range: std::ops::Range<i32>,
     data_dir: &Path,
     config: &LogConfig,
+    remote: &RemoteTier,
 ) -> Result<Vec<Arc<Partition>>, TopicError> {
     let mut made: Vec<PathBuf> = Vec::new();
     let mut parts = Vec::with_capacity(range.len());
@@ -37,7 +39,7 @@ pub(crate) fn create_all(
         if !dir.exists() {
             made.push(dir);
         }
-        match Partition::create(topic, p, data_dir, config.clone()) {
+        match Partition::create(topic, p, data_dir, config.clone(), remote.clone()) {
             Ok(part) => parts.push(Arc::new(part)),
             Err(e) => {
                 remove_created(&parts, &made);
@@ -89,9 +91,15 @@ mod tests {
         let topic: Arc<str> = Arc::from("t");
         // Partition 2's directory path is taken by a file: its log cannot be opened.
         std::fs::write(dir.path().join("t-2"), b"not a directory").unwrap();
-        let err = create_all(&topic, 0..4, dir.path(), &LogConfig::default())
-            .err()
-            .unwrap();
+        let err = create_all(
+            &topic,
+            0..4,
+            dir.path(),
+            &LogConfig::default(),
+            &RemoteTier::default(),
+        )
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("none were created"), "{err}");
         let left: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()

@@ -1,6 +1,7 @@
-//! The partition manager of a single broker: topics (with UUIDs, persisted), their partitions,
-//! each partition's `Log` behind a mutex, the high watermark (= log end offset on one broker)
-//! and a watch channel per partition so long-polling fetches wake up on appends.
+//! The partition manager of a single broker: topics (with UUIDs, persisted) and the
+//! partitions hosted here, and the named lifecycle operations that move a partition between
+//! roles (`make_leader`, `make_follower`, `stop_partition`) — what a metadata delta will call.
+//! Each partition's state (log, role, epoch, high watermark) is owned by its [`Partition`].
 
 mod lifecycle;
 pub use lifecycle::CLOSE_THREADS_MAX;
@@ -11,17 +12,15 @@ use std::sync::Arc;
 
 use kafka_protocol::protocol::StrBytes;
 use parking_lot::{Mutex, RwLock};
-use streamforge_log::{AppendInfo, Log, LogConfig, LogError};
-use tokio::sync::watch;
+use streamforge_log::{LogConfig, LogError};
+use streamforge_tiered::TieringManager;
 use uuid::Uuid;
 
+use crate::partition::RemoteTier;
+pub use crate::partition::{LEADER_EPOCH, Partition, PartitionError};
 use crate::partition_create::{colliding_topic, create_all, remove_created};
 use crate::topic_config;
 use crate::topic_store::{TopicRecord, TopicStore};
-use crate::util::now_ms;
-
-/// Leader epoch of every partition on a single broker (no elections yet).
-pub const LEADER_EPOCH: i32 = 0;
 /// Kafka's limit on topic name length.
 pub const TOPIC_NAME_MAX_BYTES: usize = 249;
 /// Upper bound on partitions per topic (a named limit; Kafka has none but this guards typos).
@@ -72,166 +71,6 @@ impl From<LogError> for TopicError {
 impl From<std::io::Error> for TopicError {
     fn from(e: std::io::Error) -> Self {
         TopicError::Storage(e.to_string())
-    }
-}
-
-/// One partition we lead.
-pub struct Partition {
-    pub topic: Arc<str>,
-    pub index: i32,
-    pub dir: PathBuf,
-    /// `None` once the partition was deleted or the broker shut down, or if it is offline.
-    log: Mutex<Option<Log>>,
-    /// Why the log could not be opened at start-up (damaged flushed data, I/O error): the
-    /// partition is offline and every operation on it answers KAFKA_STORAGE_ERROR.
-    offline: Option<String>,
-    /// Latest high watermark; fetches wait on it.
-    hw_tx: watch::Sender<i64>,
-}
-
-/// Errors of partition operations.
-#[derive(Debug, thiserror::Error)]
-pub enum PartitionError {
-    #[error("partition is no longer hosted here")]
-    Gone,
-    #[error("partition is offline: {0}")]
-    Offline(String),
-    #[error(transparent)]
-    Log(#[from] LogError),
-}
-
-impl PartitionError {
-    pub fn kafka_code(&self) -> i16 {
-        match self {
-            PartitionError::Gone => 3,
-            PartitionError::Offline(_) => 56, // KAFKA_STORAGE_ERROR
-            PartitionError::Log(e) => e.kafka_code(),
-        }
-    }
-}
-
-impl Partition {
-    fn open(
-        topic: &Arc<str>,
-        index: i32,
-        data_dir: &Path,
-        config: LogConfig,
-    ) -> Result<Partition, LogError> {
-        let dir = data_dir.join(format!("{topic}-{index}"));
-        let mut log = Log::open(&dir, config, now_ms())?;
-        let leo = log.log_end_offset();
-        log.set_high_watermark(leo);
-        let (hw_tx, _) = watch::channel(leo);
-        Ok(Partition {
-            topic: topic.clone(),
-            index,
-            dir,
-            log: Mutex::new(Some(log)),
-            offline: None,
-            hw_tx,
-        })
-    }
-
-    /// Open a partition at start-up; a log that cannot be opened makes this partition offline
-    /// (logged at ERROR with its path) instead of stopping the broker: every other partition
-    /// serves, as docs/STORAGE.md promises.
-    fn open_or_offline(topic: &Arc<str>, index: i32, data_dir: &Path, config: LogConfig) -> Self {
-        match Partition::open(topic, index, data_dir, config) {
-            Ok(p) => p,
-            Err(e) => {
-                let dir = data_dir.join(format!("{topic}-{index}"));
-                tracing::error!(
-                    path = %dir.display(),
-                    error = %e,
-                    "cannot open partition log; the partition is offline (KAFKA_STORAGE_ERROR) until repaired"
-                );
-                Partition {
-                    topic: topic.clone(),
-                    index,
-                    dir,
-                    log: Mutex::new(None),
-                    offline: Some(e.to_string()),
-                    hw_tx: watch::channel(0).0,
-                }
-            }
-        }
-    }
-
-    /// Why this partition is offline, if it is.
-    pub fn offline_reason(&self) -> Option<&str> {
-        self.offline.as_deref()
-    }
-
-    /// A new partition (topic creation, CreatePartitions): this broker leads it from now on, so
-    /// the leader epoch starts at the log end offset here (Kafka's `makeLeader`), not in the
-    /// first Produce request, which would otherwise write and fsync the leader-epoch checkpoint.
-    /// Partitions loaded at startup assign it on their first append, as before: an empty log's
-    /// epoch entry does not survive recovery (Kafka truncates entries at or past the log end),
-    /// and re-adding it for every idle partition would slow every restart down.
-    pub(crate) fn create(
-        topic: &Arc<str>,
-        index: i32,
-        data_dir: &Path,
-        config: LogConfig,
-    ) -> Result<Partition, LogError> {
-        let partition = Partition::open(topic, index, data_dir, config)?;
-        if let Ok(assigned) = partition.with_log(|log| log.assign_epoch_start_offset(LEADER_EPOCH))
-        {
-            assigned?;
-        }
-        Ok(partition)
-    }
-
-    /// Run `f` with the log locked.
-    pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> Result<R, PartitionError> {
-        let mut guard = self.log.lock();
-        let Some(log) = guard.as_mut() else {
-            return Err(match &self.offline {
-                Some(why) => PartitionError::Offline(why.clone()),
-                None => PartitionError::Gone,
-            });
-        };
-        Ok(f(log))
-    }
-
-    /// Append as leader, advance the high watermark, wake waiting fetches.
-    pub fn append(&self, batches: &mut [u8]) -> Result<AppendInfo, PartitionError> {
-        let appended = self.with_log(|log| -> Result<_, LogError> {
-            let info = log.append_as_leader(batches, LEADER_EPOCH, now_ms())?;
-            let leo = log.log_end_offset();
-            log.set_high_watermark(leo);
-            Ok((info, leo))
-        })?;
-        if let Err(e) = &appended
-            && matches!(e, LogError::Io(_) | LogError::Corrupted(_))
-        {
-            crate::storage_errors::record(&self.topic, self.index, e);
-        }
-        let (info, hw) = appended?;
-        self.hw_tx.send_replace(hw);
-        Ok(info)
-    }
-
-    /// Flush to disk (acks=all with a flush policy, shutdown).
-    pub fn flush(&self) -> Result<(), PartitionError> {
-        self.with_log(|log| log.flush())??;
-        Ok(())
-    }
-
-    /// Watch the high watermark (long-poll fetch).
-    pub fn subscribe(&self) -> watch::Receiver<i64> {
-        self.hw_tx.subscribe()
-    }
-
-    /// Publish a high watermark change made through `with_log` (e.g. DeleteRecords).
-    pub fn notify(&self) {
-        if let Ok(hw) = self.with_log(|log| log.high_watermark()) {
-            self.hw_tx.send_replace(hw);
-        }
-    }
-
-    pub(crate) fn take_log(&self) -> Option<Log> {
-        self.log.lock().take()
     }
 }
 
@@ -301,6 +140,7 @@ fn open_partitions(
     count: i32,
     data_dir: &Path,
     config: &LogConfig,
+    remote: &RemoteTier,
 ) -> Vec<Arc<Partition>> {
     let count = count.max(0) as usize;
     let threads = std::thread::available_parallelism()
@@ -314,6 +154,7 @@ fn open_partitions(
                     p as i32,
                     data_dir,
                     config.clone(),
+                    remote.clone(),
                 ))
             })
             .collect();
@@ -328,8 +169,13 @@ fn open_partitions(
                     if p >= count {
                         break;
                     }
-                    let result =
-                        Partition::open_or_offline(topic, p as i32, data_dir, config.clone());
+                    let result = Partition::open_or_offline(
+                        topic,
+                        p as i32,
+                        data_dir,
+                        config.clone(),
+                        remote.clone(),
+                    );
                     opened.lock()[p] = Some(result);
                 }
             });
@@ -354,11 +200,18 @@ pub struct ReplicaManager {
     recovery_checked_bytes: u64,
     /// Most partitions over all topics (`partition_limit`); creations past it are refused.
     partitions_max: std::sync::atomic::AtomicUsize,
+    /// Tiered storage, which partitions read below their local log start.
+    tiering: Option<Arc<TieringManager>>,
 }
 
 impl ReplicaManager {
     /// Load the topic metadata and open every partition's log (recovering as needed).
-    pub fn open(data_dir: &Path, log_defaults: LogConfig) -> Result<ReplicaManager, TopicError> {
+    /// `tiering` serves reads below the local log start of tiered partitions.
+    pub fn open(
+        data_dir: &Path,
+        log_defaults: LogConfig,
+        tiering: Option<Arc<TieringManager>>,
+    ) -> Result<ReplicaManager, TopicError> {
         std::fs::create_dir_all(data_dir)?;
         let store = TopicStore::new(data_dir);
         let mut topics = BTreeMap::new();
@@ -370,11 +223,12 @@ impl ReplicaManager {
                 .map_err(|e| TopicError::Storage(format!("topic {}: bad id: {e}", rec.name)))?;
             let config = topic_config::log_config(&log_defaults, &rec.configs);
             let name: Arc<str> = Arc::from(rec.name.as_str());
-            let partitions = open_partitions(&name, rec.partitions, data_dir, &config);
-            let checked: u64 = partitions
-                .iter()
-                .filter_map(|p| p.with_log(|log| log.recovery_checked_bytes()).ok())
-                .sum();
+            let remote = RemoteTier {
+                tiering: tiering.clone(),
+                enabled: crate::tiered::remote_enabled(&rec.configs),
+            };
+            let partitions = open_partitions(&name, rec.partitions, data_dir, &config, &remote);
+            let checked: u64 = partitions.iter().map(|p| p.recovery_checked_bytes()).sum();
             recovery_checked_bytes += checked;
             logs += partitions.len();
             tracing::info!(topic = %rec.name, partitions = rec.partitions, recovery_checked_bytes = checked, "loaded topic");
@@ -403,6 +257,7 @@ impl ReplicaManager {
             admin: Mutex::new(()),
             recovery_checked_bytes,
             partitions_max: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            tiering,
         })
     }
 
@@ -514,7 +369,13 @@ impl ReplicaManager {
         }
         let log_config = topic_config::log_config(&self.log_defaults, &configs);
         let name_arc: Arc<str> = Arc::from(name);
-        let parts = create_all(&name_arc, 0..partitions, &self.data_dir, &log_config)?;
+        let parts = create_all(
+            &name_arc,
+            0..partitions,
+            &self.data_dir,
+            &log_config,
+            &self.remote_tier(&configs),
+        )?;
         let topic = Arc::new(Topic {
             name: name.to_string(),
             name_bytes: StrBytes::from_string(name.to_string()),
@@ -546,10 +407,8 @@ impl ReplicaManager {
         self.save(&next)?;
         *self.topics.write() = next;
         for p in &topic.partitions {
-            drop(p.take_log());
-            // Wake fetches waiting on this partition; they will see it is gone.
-            p.hw_tx.send_replace(-1);
-            if let Err(e) = std::fs::remove_dir_all(&p.dir) {
+            // Fetches waiting on it wake and see it is gone.
+            if let Err(e) = p.stop(true) {
                 tracing::warn!(dir = %p.dir.display(), error = %e, "could not remove deleted partition");
             }
         }
@@ -589,7 +448,13 @@ impl ReplicaManager {
         let log_config = topic_config::log_config(&self.log_defaults, &topic.configs);
         let mut parts = topic.partitions.clone();
         let name_arc = topic.partitions[0].topic.clone();
-        let added = create_all(&name_arc, current..count, &self.data_dir, &log_config)?;
+        let added = create_all(
+            &name_arc,
+            current..count,
+            &self.data_dir,
+            &log_config,
+            &self.remote_tier(&topic.configs),
+        )?;
         parts.extend(added.iter().cloned());
         let replaced = self.replace(Topic {
             name: topic.name.clone(),
@@ -626,8 +491,9 @@ impl ReplicaManager {
             return Ok(());
         }
         let log_config = topic_config::log_config(&self.log_defaults, &configs);
+        let remote_enabled = crate::tiered::remote_enabled(&configs);
         for p in &topic.partitions {
-            let _ = p.with_log(|log| log.update_config(log_config.clone()));
+            p.update_config(log_config.clone(), remote_enabled);
         }
         self.replace(Topic {
             name: topic.name.clone(),
@@ -658,30 +524,18 @@ impl ReplicaManager {
     }
 
     /// Housekeeping on every log: roll, retention, `flush.ms`, recovery-point checkpoint, and
-    /// the periodic background flush (`background_flush_ms`, 0 = off), which only queues the
-    /// fsync for the log crate's flusher thread.
+    /// the periodic background flush (`background_flush_ms`, 0 = off).
     pub fn tick(&self, now_ms: i64, background_flush_ms: u64) {
-        let interval_ms = i64::try_from(background_flush_ms).unwrap_or(i64::MAX);
         for p in self.all_partitions() {
-            let ticked = p.with_log(|log| {
-                let r = log.tick_deferred(now_ms);
-                log.request_background_flush(now_ms, interval_ms);
-                r
-            });
-            // The checkpoint's fsync runs after the log's lock is released.
-            let ticked = ticked.map(|r| {
-                r.and_then(|advance| match advance {
-                    Some(a) => a.write().map_err(LogError::from),
-                    None => Ok(()),
-                })
-            });
-            match ticked {
-                Ok(Err(e)) => {
-                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "log tick failed")
-                }
-                Ok(Ok(())) => p.notify(),
-                Err(_) => {}
-            }
+            p.tick(now_ms, background_flush_ms);
+        }
+    }
+
+    /// How new partitions of a topic with `configs` reach remote storage.
+    fn remote_tier(&self, configs: &BTreeMap<String, String>) -> RemoteTier {
+        RemoteTier {
+            tiering: self.tiering.clone(),
+            enabled: crate::tiered::remote_enabled(configs),
         }
     }
 }

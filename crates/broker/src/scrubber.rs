@@ -53,7 +53,7 @@ fn scrub_pass(replicas: &ReplicaManager, reported: &mut HashSet<(PathBuf, u64)>)
     let mut segments = 0usize;
     for partition in replicas.all_partitions() {
         // Under the log's lock only long enough to slice the sealed segments.
-        let Ok(sealed) = partition.with_log(|log| log.sealed_segments()) else {
+        let Ok(sealed) = partition.sealed_segments() else {
             continue; // offline or deleted
         };
         for segment in sealed {

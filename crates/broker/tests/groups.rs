@@ -138,9 +138,8 @@ async fn offsets_topic_stays_bounded_by_snapshot_and_truncate() {
         .replicas
         .partition("__consumer_offsets", 0)
         .unwrap();
-    let (log_start, size_bytes) = offsets
-        .with_log(|log| (log.log_start_offset(), log.size_bytes()))
-        .unwrap();
+    let log_start = offsets.offsets().unwrap().log_start_offset;
+    let size_bytes = offsets.size_bytes().unwrap();
     // 6000 commits of ~100 bytes each were appended; old segments are gone.
     assert!(log_start > 0, "the log start moved past superseded records");
     assert!(size_bytes < 200 * 1024, "kept {size_bytes} bytes");

@@ -30,7 +30,7 @@ fn create_topic(bootstrap: &str, name: &str, partitions: i32) -> Result<()> {
     Ok(())
 }
 
-fn with_log<T>(broker: &BrokerProcess, r: Result<T>) -> T {
+fn unwrap_or_log_tail<T>(broker: &BrokerProcess, r: Result<T>) -> T {
     match r {
         Ok(v) => v,
         Err(e) => panic!("{e:#}\n--- broker log tail ---\n{}", broker.log_tail(150)),
@@ -50,7 +50,7 @@ fn rdkafka_round_trip_every_codec() {
             dataset::verify(&consumed, codec, MESSAGES, &acked)
                 .with_context(|| format!("codec {codec}"))
         };
-        with_log(&broker, run());
+        unwrap_or_log_tail(&broker, run());
     }
 }
 
@@ -69,6 +69,6 @@ fn rdkafka_acknowledged_messages_survive_sigterm_and_sigkill() {
                 .with_context(|| format!("after restart (hard={hard})"))
         };
         let r = run(&mut broker);
-        with_log(&broker, r);
+        unwrap_or_log_tail(&broker, r);
     }
 }

@@ -6,22 +6,21 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::select_all;
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::FetchRequest;
+use streamforge_protocol::RequestFrame;
 use streamforge_protocol::fetch_writer::{
     FetchPartition, FetchResponseParts, FetchTopic, write_fetch_response,
 };
-use streamforge_protocol::{ErrorCode, RequestFrame};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::BrokerState;
-use crate::replica_manager::PartitionError;
+use crate::partition::{FetchIsolation, FetchParams};
 use crate::router::HandlerResult;
 
 /// Longest long poll we honour, whatever the client asks.
 const FETCH_MAX_WAIT_MS_CAP: i64 = 5 * 60 * 1000;
-/// `isolation_level` READ_COMMITTED.
-const READ_COMMITTED: i8 = 1;
 /// RecordBatch v2: offset of the `batchLength` and `recordsCount` fields.
 const BATCH_LENGTH_OFFSET: usize = 8;
 const BATCH_RECORDS_COUNT_OFFSET: usize = 57;
@@ -40,7 +39,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         for (topic, partitions) in &plan.topics {
             for p in partitions {
                 if let Some(part) = state.replicas.partition(topic, p.partition) {
-                    watchers.push(part.subscribe());
+                    watchers.push(part.watch_high_watermark());
                 }
             }
         }
@@ -62,7 +61,8 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     }
 }
 
-struct ReadResult {
+/// The partitions of one pass over a Fetch request.
+struct FetchPass {
     topics: Vec<FetchTopic>,
     bytes: usize,
     errors: bool,
@@ -83,7 +83,8 @@ struct FetchPlan {
     /// Topics in order of first mention, each with its partitions.
     topics: Vec<(String, Vec<PlannedPartition>)>,
     response_max_bytes: usize,
-    read_committed: bool,
+    isolation: FetchIsolation,
+    replica_id: i32,
 }
 
 impl FetchPlan {
@@ -132,15 +133,16 @@ impl FetchPlan {
         FetchPlan {
             topics,
             response_max_bytes: requested.min(broker_max),
-            read_committed: request.isolation_level == READ_COMMITTED,
+            isolation: FetchIsolation::for_fetch(request.replica_id.0, request.isolation_level),
+            replica_id: request.replica_id.0,
         }
     }
 }
 
-async fn read_all(state: &BrokerState, plan: &FetchPlan) -> ReadResult {
+async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
     let response_max_bytes = plan.response_max_bytes;
-    let read_committed = plan.read_committed;
-    let mut out = ReadResult {
+    let read_committed = plan.isolation == FetchIsolation::TxnCommitted;
+    let mut out = FetchPass {
         topics: Vec::with_capacity(plan.topics.len()),
         bytes: 0,
         errors: false,
@@ -160,88 +162,39 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> ReadResult {
                 ..Default::default()
             };
             let Some(partition) = state.replicas.partition(&topic.name, p.partition) else {
-                fp.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                fp.error_code = ResponseError::UnknownTopicOrPartition.code();
                 out.errors = true;
                 topic.partitions.push(fp);
                 continue;
             };
             let remaining = response_max_bytes.saturating_sub(out.bytes);
-            let partition_max = p.partition_max_bytes.min(remaining);
-            let min_one_message = out.bytes == 0;
-            let result = partition.with_log(|log| {
-                let hw = log.high_watermark();
-                let start = log.log_start_offset();
-                let read = if partition_max == 0 && !min_one_message {
-                    Ok(Default::default())
-                } else {
-                    log.read(p.fetch_offset, partition_max, hw, min_one_message)
-                };
-                (hw, start, read)
-            });
-            // Below the local log start of a tiered partition: read from remote storage.
-            let result = match result {
-                Ok((hw, start, Err(e))) if e.kafka_code() == 1 && p.fetch_offset < start => {
-                    match crate::tiered::fetch(
-                        state,
-                        &topic.name,
-                        p.partition,
-                        p.fetch_offset,
-                        partition_max,
-                        hw,
-                        min_one_message,
-                    )
-                    .await
-                    {
-                        Some(Ok(bytes)) => {
-                            let n = bytes.len();
-                            Ok((
-                                hw,
-                                start,
-                                Ok(streamforge_log::ReadInfo {
-                                    slices: vec![bytes],
-                                    bytes: n,
-                                }),
-                            ))
-                        }
-                        Some(Err(code)) => {
-                            fp.error_code = code;
-                            Ok((hw, start, Err(e)))
-                        }
-                        None => Ok((hw, start, Err(e))),
-                    }
-                }
-                other => other,
+            let params = FetchParams {
+                fetch_offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes.min(remaining),
+                min_one_message: out.bytes == 0,
+                isolation: plan.isolation,
+                replica_id: plan.replica_id,
             };
-            let result = result.map(|(hw, start, r)| {
-                (
-                    hw,
-                    crate::tiered::log_start_offset(state, &topic.name, p.partition, start),
-                    r,
-                )
-            });
-            match result {
-                Ok((hw, start, Ok(read))) => {
-                    fp.high_watermark = hw;
-                    fp.last_stable_offset = hw;
-                    fp.log_start_offset = start;
-                    out.bytes += read.bytes;
-                    fp.records = read.slices;
-                }
-                Ok((hw, start, Err(e))) => {
-                    fp.high_watermark = hw;
-                    fp.last_stable_offset = hw;
-                    fp.log_start_offset = start;
-                    if fp.error_code == 0 {
-                        fp.error_code = e.kafka_code();
+            match partition.read(params).await {
+                Ok(read) => {
+                    fp.high_watermark = read.offsets.high_watermark;
+                    fp.last_stable_offset = read.offsets.last_stable_offset;
+                    fp.log_start_offset = read.offsets.log_start_offset;
+                    match read.records {
+                        Ok(records) => {
+                            out.bytes += records.bytes;
+                            fp.records = records.slices;
+                        }
+                        Err(e) => {
+                            fp.error_code = e.kafka_code();
+                            out.errors = true;
+                        }
                     }
-                    out.errors = true;
                 }
-                Err(e @ PartitionError::Offline(_)) => {
-                    fp.error_code = e.kafka_code(); // KAFKA_STORAGE_ERROR
-                    out.errors = true;
-                }
-                Err(PartitionError::Gone) | Err(PartitionError::Log(_)) => {
-                    fp.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                // Not served here: gone (UNKNOWN_TOPIC_OR_PARTITION), offline
+                // (KAFKA_STORAGE_ERROR), not the leader (NOT_LEADER_OR_FOLLOWER).
+                Err(e) => {
+                    fp.error_code = e.kafka_code();
                     out.errors = true;
                 }
             }
@@ -252,7 +205,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> ReadResult {
     out
 }
 
-fn respond(req: &RequestFrame, read: ReadResult) -> streamforge_protocol::ResponseFrame {
+fn respond(req: &RequestFrame, read: FetchPass) -> streamforge_protocol::ResponseFrame {
     for t in &read.topics {
         let bytes: usize = t
             .partitions

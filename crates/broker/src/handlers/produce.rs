@@ -18,7 +18,8 @@ use streamforge_protocol::{ErrorCode, RequestFrame};
 
 use crate::BrokerState;
 use crate::handlers::{message, topic_name};
-use crate::replica_manager::{Partition, PartitionError, is_internal_topic};
+use crate::partition::{Acks, AppendParams, Partition, PartitionError};
+use crate::replica_manager::is_internal_topic;
 use crate::router::{HandlerError, HandlerResult};
 
 /// Smallest possible RecordBatch v2 (header without records).
@@ -84,7 +85,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     let ProduceRequest {
         acks, topic_data, ..
     } = req.decode::<ProduceRequest>()?;
-    let acks_valid = matches!(acks, -1..=1);
+    let append_acks = Acks::from_kafka(acks);
     let body_start = req.body.as_ptr() as usize;
     let body_len = req.body.len();
     let topics: Vec<(String, Vec<PartitionData>)> = topic_data
@@ -127,19 +128,10 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             r.log_append_time_ms = -1;
             r.log_start_offset = -1;
             let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
-            let result = if !acks_valid {
-                Err(Rejection::new(ErrorCode::InvalidRequiredAcks, None))
-            } else if is_internal_topic(&name) {
-                // Only the broker writes its internal topics (Kafka: InvalidTopicException).
-                Err(Rejection::new(
-                    ErrorCode::InvalidTopicException,
-                    Some(format!("Cannot append to internal topic {name}")),
-                ))
+            let result = if let Some(acks) = append_acks {
+                append_checked(&state, &name, p.index, &mut body, p.records, acks)
             } else {
-                match state.replicas.partition(&name, p.index) {
-                    None => Err(Rejection::new(ErrorCode::UnknownTopicOrPartition, None)),
-                    Some(partition) => append(&partition, &mut body, p.records),
-                }
+                Err(Rejection::new(ErrorCode::InvalidRequiredAcks, None))
             };
             match result {
                 Ok(info) => {
@@ -186,10 +178,33 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     Ok(Some(frame))
 }
 
+/// Kafka's order of checks for one partition: internal topic, hosted partition, batches.
+fn append_checked(
+    state: &BrokerState,
+    name: &str,
+    index: i32,
+    body: &mut Body,
+    records: Option<Range<usize>>,
+    acks: Acks,
+) -> Result<streamforge_log::AppendInfo, Rejection> {
+    if is_internal_topic(name) {
+        // Only the broker writes its internal topics (Kafka: InvalidTopicException).
+        return Err(Rejection::new(
+            ErrorCode::InvalidTopicException,
+            Some(format!("Cannot append to internal topic {name}")),
+        ));
+    }
+    match state.replicas.partition(name, index) {
+        None => Err(Rejection::new(ErrorCode::UnknownTopicOrPartition, None)),
+        Some(partition) => append(&partition, body, records, AppendParams { acks }),
+    }
+}
+
 fn append(
     partition: &Partition,
     body: &mut Body,
     records: Option<Range<usize>>,
+    params: AppendParams,
 ) -> Result<streamforge_log::AppendInfo, Rejection> {
     let range = records.unwrap_or(0..0);
     if range.len() < RECORD_BATCH_HEADER_BYTES {
@@ -199,11 +214,11 @@ fn append(
         ));
     }
     let result = match body {
-        Body::Owned(buf) => partition.append(&mut buf[range]),
-        Body::Shared(bytes) => partition.append(&mut bytes[range].to_vec()),
+        Body::Owned(buf) => partition.append(&mut buf[range], params),
+        Body::Shared(bytes) => partition.append(&mut bytes[range].to_vec(), params),
     };
-    // acks=all on one broker: the only in-sync replica (us) has it once appended; fsync
-    // follows the log's flush policy (flush.messages / flush.ms), as in Kafka.
+    // acks=all on one broker: the only in-sync replica (us) has it once appended (the
+    // partition decides); fsync follows the log's flush policy (flush.messages / flush.ms).
     result.map_err(Rejection::from_partition)
 }
 

@@ -80,7 +80,7 @@ pub async fn handle_describe_producers(
             let producers = state
                 .replicas
                 .partition(&t.name.0, index)
-                .and_then(|p| p.with_log(|log| log.producers()).ok());
+                .and_then(|p| p.producers().ok());
             match producers {
                 None => {
                     pr.error_code = ErrorCode::UnknownTopicOrPartition.code();

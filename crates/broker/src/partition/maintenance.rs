@@ -1,0 +1,92 @@
+//! Housekeeping of a partition's log: the periodic tick (roll, retention, `flush.ms`,
+//! background flush, recovery-point checkpoint), the checkpoint after start-up recovery,
+//! config changes, the scrubber's view of sealed segments, and the tiering pass's view of the
+//! local log.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use streamforge_log::{LogConfig, LogError, SealedSegment};
+use streamforge_tiered::LocalLog;
+
+use super::{Partition, PartitionError};
+
+impl Partition {
+    /// Roll, retention, `flush.ms`, the recovery-point checkpoint, and the periodic background
+    /// flush (`background_flush_ms`, 0 = off), which only queues the fsync for the log crate's
+    /// flusher thread. The checkpoint's fsync runs after the log's lock is released.
+    pub fn tick(&self, now_ms: i64, background_flush_ms: u64) {
+        let interval_ms = i64::try_from(background_flush_ms).unwrap_or(i64::MAX);
+        let ticked = self.with_log(|log| {
+            let r = log.tick_deferred(now_ms);
+            log.request_background_flush(now_ms, interval_ms);
+            r
+        });
+        let ticked = ticked.map(|r| {
+            r.and_then(|advance| match advance {
+                Some(a) => a.write().map_err(LogError::from),
+                None => Ok(()),
+            })
+        });
+        match ticked {
+            Ok(Err(e)) => {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "log tick failed")
+            }
+            // Retention may have moved the log start: waiting fetches re-check.
+            Ok(Ok(())) => self.publish_high_watermark(),
+            Err(_) => {}
+        }
+    }
+
+    /// Right after start-up: fsync the tail an unclean log re-scanned and move its
+    /// recovery-point checkpoint past it. Blocking; the fsync runs outside the log's lock.
+    pub fn checkpoint_recovery(&self, now_ms: i64) -> Result<(), LogError> {
+        let ticket =
+            self.with_log(|log| (log.recovery_checked_bytes() > 0).then(|| log.flush_ticket()));
+        let Ok(Some(ticket)) = ticket else {
+            return Ok(());
+        };
+        ticket.wait().map_err(LogError::from)?;
+        match self.with_log(|log| log.tick_deferred(now_ms)) {
+            Ok(Ok(Some(advance))) => advance.write().map_err(LogError::from),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(None)) | Err(_) => Ok(()),
+        }
+    }
+
+    /// Bytes whose CRC the log checked when it was opened (unclean-shutdown recovery).
+    pub fn recovery_checked_bytes(&self) -> u64 {
+        self.with_log(|log| log.recovery_checked_bytes())
+            .unwrap_or(0)
+    }
+
+    /// Apply changed topic configs (the log's, and whether the topic tiers).
+    pub fn update_config(&self, config: LogConfig, remote_enabled: bool) {
+        self.remote_enabled.store(remote_enabled, Ordering::Relaxed);
+        let _ = self.with_log(|log| log.update_config(config));
+    }
+
+    /// Zero-copy views of the sealed segments (the scrubber checks them outside the lock).
+    pub fn sealed_segments(&self) -> Result<Vec<SealedSegment>, PartitionError> {
+        self.with_log(|log| log.sealed_segments())
+    }
+}
+
+/// The local log as the tiering pass sees it.
+impl LocalLog for Partition {
+    fn dir(&self) -> PathBuf {
+        self.dir.clone()
+    }
+
+    fn local_log_start_offset(&self) -> i64 {
+        // Not `offsets()`: the tiering pass calls this, and it needs no remote lookup.
+        self.with_log(|log| log.log_start_offset())
+            .unwrap_or(i64::MAX)
+    }
+
+    fn delete_local_before(&self, offset: i64) -> Result<(), String> {
+        self.delete_local_records_before(offset)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,152 @@
+//! Reads: whole batches from the local log, and from remote storage below the local log start
+//! of a tiered partition (KIP-405), bounded by what the reader may see (its isolation).
+
+use streamforge_log::ReadInfo;
+use streamforge_tiered::TieredError;
+
+use super::{Partition, PartitionError, PartitionOffsets, local_offsets};
+
+/// Up to which offset a reader may read (Kafka's `FetchIsolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchIsolation {
+    /// A follower (or the broker itself replaying an internal topic): everything appended.
+    LogEnd,
+    /// A read_uncommitted consumer: committed records (below the high watermark).
+    HighWatermark,
+    /// A read_committed consumer: below the last stable offset.
+    TxnCommitted,
+}
+
+impl FetchIsolation {
+    /// Kafka's rule: a replica's fetch reads to the log end, a consumer's by its
+    /// `isolation_level` (1 = READ_COMMITTED).
+    pub fn for_fetch(replica_id: i32, isolation_level: i8) -> FetchIsolation {
+        if replica_id >= 0 {
+            FetchIsolation::LogEnd
+        } else if isolation_level == 1 {
+            FetchIsolation::TxnCommitted
+        } else {
+            FetchIsolation::HighWatermark
+        }
+    }
+
+    /// The first offset this reader may not see.
+    fn max_offset(self, offsets: &PartitionOffsets) -> i64 {
+        match self {
+            FetchIsolation::LogEnd => offsets.log_end_offset,
+            FetchIsolation::HighWatermark => offsets.high_watermark,
+            FetchIsolation::TxnCommitted => offsets.last_stable_offset,
+        }
+    }
+}
+
+/// What one partition of a Fetch asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchParams {
+    /// Read whole batches from the one that holds this offset on.
+    pub fetch_offset: i64,
+    /// At most this many bytes (the partition's share of the response)...
+    pub max_bytes: usize,
+    /// ...but at least one whole batch when set (the first partition of a response), so a
+    /// batch larger than the limit never stalls a consumer.
+    pub min_one_message: bool,
+    pub isolation: FetchIsolation,
+    /// The fetching broker (-1 for a consumer).
+    pub replica_id: i32,
+}
+
+/// A read: the partition's offsets (also sent with an error, so a consumer can reset) and
+/// the batches, or why there are none.
+#[derive(Debug)]
+pub struct ReadResult {
+    pub offsets: PartitionOffsets,
+    pub records: Result<ReadInfo, PartitionError>,
+}
+
+impl Partition {
+    /// Read for a Fetch: from the local log, or, below the local log start of a tiered
+    /// partition, from remote storage. `Err` when the partition is not served here (gone,
+    /// offline, not the leader); a failed read itself is `ReadResult::records`.
+    pub async fn read(&self, params: FetchParams) -> Result<ReadResult, PartitionError> {
+        let mut result = self.read_local(params)?;
+        let below_local = params.fetch_offset < result.offsets.local_log_start_offset;
+        if below_local
+            && let Err(e) = &result.records
+            && e.is_offset_out_of_range()
+        {
+            let max_offset = params.isolation.max_offset(&result.offsets);
+            if let Some(remote) = self.read_remote(params, max_offset).await {
+                result.records = remote;
+            }
+        }
+        Ok(result)
+    }
+
+    /// Read from the local log only (replay of an internal topic, the dashboard).
+    pub fn read_local(&self, params: FetchParams) -> Result<ReadResult, PartitionError> {
+        let (offsets, records) = self.with_leader_log(-1, |log| {
+            let offsets = local_offsets(log);
+            let records = if params.max_bytes == 0 && !params.min_one_message {
+                // No budget left in the response: nothing to read.
+                Ok(ReadInfo::default())
+            } else {
+                log.read(
+                    params.fetch_offset,
+                    params.max_bytes,
+                    params.isolation.max_offset(&offsets),
+                    params.min_one_message,
+                )
+                .map_err(PartitionError::Log)
+            };
+            (offsets, records)
+        })?;
+        if let Ok(read) = &records {
+            debug_assert!(read.bytes <= params.max_bytes || params.min_one_message);
+            debug_assert_eq!(
+                read.bytes,
+                read.slices.iter().map(|s| s.len()).sum::<usize>()
+            );
+        }
+        Ok(ReadResult {
+            offsets: self.with_remote_start(offsets),
+            records,
+        })
+    }
+
+    /// A read below the local log start: from remote storage. `None` when the partition is
+    /// not tiered (the local OFFSET_OUT_OF_RANGE stands).
+    async fn read_remote(
+        &self,
+        params: FetchParams,
+        max_offset: i64,
+    ) -> Option<Result<ReadInfo, PartitionError>> {
+        let Some(remote) = self.remote() else {
+            return self
+                .remote_enabled()
+                .then_some(Err(PartitionError::RemoteNotLoaded));
+        };
+        let tiering = self.tiering()?;
+        let read = tiering
+            .storage()
+            .read(
+                &remote,
+                params.fetch_offset,
+                params.max_bytes,
+                max_offset,
+                params.min_one_message,
+            )
+            .await;
+        Some(match read {
+            Ok(bytes) => Ok(ReadInfo {
+                bytes: bytes.len(),
+                slices: vec![bytes],
+            }),
+            Err(e) => {
+                if !matches!(e, TieredError::OffsetNotRemote { .. }) {
+                    tracing::warn!(topic = %self.topic, partition = self.index, offset = params.fetch_offset, error = %e, "remote fetch failed");
+                }
+                Err(PartitionError::Remote(e))
+            }
+        })
+    }
+}
