@@ -15,6 +15,7 @@ pub mod validate;
 
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{RequestFrame, ResponseFrame};
+pub use kafka_protocol::ResponseError;
 
 /// Re-export of the generated message types so dependants use one version of them.
 pub use kafka_protocol;

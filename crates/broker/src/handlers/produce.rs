@@ -143,7 +143,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             };
             match result {
                 Ok(info) => {
-                    r.error_code = ErrorCode::None.code();
+                    r.error_code = 0;
                     r.base_offset = info.first_offset;
                     r.log_append_time_ms = info.log_append_time_ms;
                     r.log_start_offset = info.log_start_offset;
