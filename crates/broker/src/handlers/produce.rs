@@ -22,7 +22,7 @@ use crate::replica_manager::{Partition, PartitionError, is_internal_topic};
 use crate::router::{HandlerError, HandlerResult};
 
 /// Smallest possible RecordBatch v2 (header without records).
-const RECORD_BATCH_HEADER_BYTES: usize = 61;
+const RECORD_BATCH_HEADER_BYTES: usize = streamforge_protocol::batch::HEADER_BYTES;
 
 /// One partition's data, located inside the request body.
 struct PartitionData {
