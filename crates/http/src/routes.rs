@@ -18,7 +18,7 @@ use crate::{api_cluster, api_topics, ui};
 #[derive(Clone)]
 pub struct AppState {
     pub view: Arc<dyn ClusterView>,
-    pub metrics: &'static MetricsHub,
+    pub metrics: Arc<MetricsHub>,
     pub live: Arc<LiveSampler>,
     pub bench: Arc<BenchHub>,
     /// Turns `true` at shutdown: open SSE streams end at once instead of holding it up.

@@ -16,6 +16,7 @@ mod producer_snapshot;
 mod producer_state;
 mod reaper;
 mod recovery;
+mod runtime;
 mod scrub;
 mod segment;
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use crate::checkpoint::RecoveryPointAdvance;
 pub use crate::group_commit::{FlushTicket, GroupCommit};
 pub use crate::log::Log;
 pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};
+pub use crate::runtime::LogRuntime;
 pub use crate::scrub::{SealedSegment, verify_segment};
 pub use crate::segment::{BadBatch, file_stem};
 
@@ -79,6 +81,9 @@ pub struct LogConfig {
     /// the reservation past the end is released when the segment is sealed or the log closed.
     /// A bounded window, unlike Kafka's whole-segment `preallocate`.
     pub preallocate_window_bytes: u64,
+    /// The clock and background threads this log shares with the other logs of its broker
+    /// (not a Kafka setting; the default is the process-wide runtime, see `LogRuntime`).
+    pub runtime: std::sync::Arc<LogRuntime>,
 }
 
 impl Default for LogConfig {
@@ -98,6 +103,7 @@ impl Default for LogConfig {
             compact: false,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             preallocate_window_bytes: 16 << 20,
+            runtime: LogRuntime::process_default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod api_versions;
 pub mod batch;
+pub mod clock;
 pub mod decompress;
 pub mod error;
 pub mod fetch_writer;
