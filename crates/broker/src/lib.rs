@@ -131,15 +131,7 @@ impl Broker {
     /// Order matters to an operator: a taken port fails before any file is created, and no
     /// connection is accepted (the accept loop starts last) before the logs are recovered.
     pub async fn start(mut config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
-        // Before anything records a metric, so /metrics and the live view see everything.
-        let metrics = match (&config.metrics, config.http_listen) {
-            (Some(hub), _) => Some(Arc::clone(hub)),
-            (None, Some(_)) => Some(streamforge_http::install_metrics()),
-            (None, None) => None,
-        };
-        // This broker's logs share a runtime of their own (flusher and reaper threads, the
-        // broker's clock); it stops when the last log is dropped.
-        config.log_defaults.runtime = LogRuntime::new(Arc::clone(&config.clock));
+        let metrics = own_runtime(&mut config);
         let (listener, kafka_addr) = bind_kafka(config.listen).await?;
         let (advertised_host, advertised_port) = advertised(&config, kafka_addr)?;
         let http_listener = match config.http_listen {
@@ -210,6 +202,19 @@ impl Broker {
             serving,
             _data_dir_lock: data_dir_lock,
         })
+    }
+}
+
+/// What this broker owns rather than shares with others in the process: its metrics hub
+/// (chosen before anything records a metric, so /metrics and the live view see everything) and
+/// its logs' runtime (flusher and reaper threads, the broker's clock; it stops when the last log
+/// is dropped).
+fn own_runtime(config: &mut BrokerConfig) -> Option<Arc<MetricsHub>> {
+    config.log_defaults.runtime = LogRuntime::new(Arc::clone(&config.clock));
+    match (&config.metrics, config.http_listen) {
+        (Some(hub), _) => Some(Arc::clone(hub)),
+        (None, Some(_)) => Some(streamforge_http::install_metrics()),
+        (None, None) => None,
     }
 }
 
