@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use streamforge_client::compression::{self, Compression};
+use streamforge_protocol::batch::field;
 use streamforge_protocol::batch::{
     BatchIter, CRC_START, HEADER_BYTES, RecordBatch, RecordBatchMut, RecordIter, RecordMeta,
 };
@@ -155,15 +156,20 @@ pub fn kafka_protocol_accepts(batch: &RecordBatch<'_>) -> bool {
     }
 }
 
+/// Write `bytes` at header field offset `at`.
+fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
+    buf[at..at + bytes.len()].copy_from_slice(bytes);
+}
+
 /// Fix up `buf` (a header followed by records) as a valid batch with `attributes`: length,
 /// magic and CRC. `None` if the result is too large for a batch.
 pub fn wrap(buf: &mut [u8], attributes: i16) -> Option<RecordBatch<'_>> {
     let length = i32::try_from(buf.len().checked_sub(12)?).ok()?;
-    buf[8..12].copy_from_slice(&length.to_be_bytes());
-    buf[16] = 2;
-    buf[21..23].copy_from_slice(&attributes.to_be_bytes());
+    put(buf, field::BATCH_LENGTH, &length.to_be_bytes());
+    buf[field::MAGIC] = 2;
+    put(buf, field::ATTRIBUTES, &attributes.to_be_bytes());
     let crc = crc32c::crc32c(&buf[CRC_START..]);
-    buf[17..21].copy_from_slice(&crc.to_be_bytes());
+    put(buf, field::CRC, &crc.to_be_bytes());
     RecordBatch::parse(buf).ok()
 }
 
@@ -171,13 +177,13 @@ pub fn wrap(buf: &mut [u8], attributes: i16) -> Option<RecordBatch<'_>> {
 /// records, made valid by [`wrap`].
 pub fn batch_around(records: &[u8], count: i32, attributes: i16) -> Vec<u8> {
     let mut buf = vec![0u8; HEADER_BYTES];
-    buf[23..27].copy_from_slice(&(count - 1).max(0).to_be_bytes());
-    buf[27..35].copy_from_slice(&1_700_000_000_000i64.to_be_bytes());
-    buf[35..43].copy_from_slice(&1_700_000_000_000i64.to_be_bytes());
-    buf[43..51].copy_from_slice(&(-1i64).to_be_bytes());
-    buf[51..53].copy_from_slice(&(-1i16).to_be_bytes());
-    buf[53..57].copy_from_slice(&(-1i32).to_be_bytes());
-    buf[57..61].copy_from_slice(&count.to_be_bytes());
+    put(&mut buf, field::LAST_OFFSET_DELTA, &(count - 1).max(0).to_be_bytes());
+    put(&mut buf, field::BASE_TIMESTAMP, &1_700_000_000_000i64.to_be_bytes());
+    put(&mut buf, field::MAX_TIMESTAMP, &1_700_000_000_000i64.to_be_bytes());
+    put(&mut buf, field::PRODUCER_ID, &(-1i64).to_be_bytes());
+    put(&mut buf, field::PRODUCER_EPOCH, &(-1i16).to_be_bytes());
+    put(&mut buf, field::BASE_SEQUENCE, &(-1i32).to_be_bytes());
+    put(&mut buf, field::RECORD_COUNT, &count.to_be_bytes());
     buf.extend_from_slice(records);
     if wrap(&mut buf, attributes).is_none() {
         buf.truncate(HEADER_BYTES);

@@ -22,7 +22,6 @@ const GROUP: &str = "bench-group";
 const INITIAL_DELAY_MS: i64 = 1_000;
 /// Bounds the wait for a follower to see the rebalance start.
 const SEE_REBALANCE_POLLS_MAX: usize = 10_000;
-const REBALANCE_IN_PROGRESS: i16 = 27;
 
 struct MemberTimes {
     join_sent: Instant,
@@ -153,7 +152,7 @@ async fn main() {
             // Followers notice the rebalance through their heartbeats, as consumers do.
             let mut polls = 0;
             while rest[0].heartbeat(GROUP, &follower_ids[0], generation).await
-                != REBALANCE_IN_PROGRESS
+                != kafka_protocol::ResponseError::RebalanceInProgress.code()
             {
                 polls += 1;
                 assert!(polls < SEE_REBALANCE_POLLS_MAX, "rebalance never started");

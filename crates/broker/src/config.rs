@@ -3,7 +3,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
+use streamforge_http::MetricsHub;
 use streamforge_log::LogConfig;
+use streamforge_protocol::clock::{SharedClock, SystemClock};
 
 /// All broker settings. `Default` gives a broker that serves on 0.0.0.0:9092 with data in
 /// `./data`.
@@ -69,6 +73,13 @@ pub struct BrokerConfig {
     pub tiered: Option<streamforge_tiered::TieredConfig>,
     /// Dashboard extras (benchmark runner, history file; the history defaults to the data dir).
     pub http: streamforge_http::HttpOptions,
+    /// The clock this broker reads (its logs' runtime gets it too); the system clock by default.
+    /// A test passes a `ManualClock` to run brokers under simulated time.
+    pub clock: SharedClock,
+    /// Where this broker's metrics go (and what its `/metrics` serves). `None`: the process
+    /// default hub, installed as the `metrics` global recorder, when the dashboard is on (the
+    /// binary's case); nothing is recorded when it is off.
+    pub metrics: Option<Arc<MetricsHub>>,
 }
 
 impl Default for BrokerConfig {
@@ -99,6 +110,8 @@ impl Default for BrokerConfig {
             http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             http: streamforge_http::HttpOptions::default(),
             tiered: None,
+            clock: SystemClock::shared(),
+            metrics: None,
         }
     }
 }

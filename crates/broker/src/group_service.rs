@@ -12,8 +12,11 @@ use parking_lot::Mutex;
 use streamforge_coordinator::records::{decode_batches_with_offsets, encode_batch};
 use streamforge_coordinator::{
     CoordinatorConfig, Effects, GroupCoordinator, JoinGroupRequest, JoinGroupResponse,
-    OFFSETS_TOPIC, OffsetsRecord, Reply, RequestToken, SyncGroupRequest, SyncGroupResponse, codes,
+    OFFSETS_TOPIC, OffsetsRecord, Reply, RequestToken, SyncGroupRequest, SyncGroupResponse,
 };
+/// Parked or unroutable JoinGroup/SyncGroup calls end with this (Kafka's error).
+const COORDINATOR_NOT_AVAILABLE: i16 =
+    kafka_protocol::ResponseError::CoordinatorNotAvailable.code();
 use tokio::sync::{Notify, oneshot, watch};
 
 use crate::partition::{
@@ -210,7 +213,7 @@ impl GroupService {
             .await;
         match reply {
             Some(Reply::Join(r)) => r,
-            _ => JoinGroupResponse::error(&member_id, codes::COORDINATOR_NOT_AVAILABLE),
+            _ => JoinGroupResponse::error(&member_id, COORDINATOR_NOT_AVAILABLE),
         }
     }
 
@@ -230,7 +233,7 @@ impl GroupService {
             .await;
         match reply {
             Some(Reply::Sync(r)) => r,
-            _ => SyncGroupResponse::error(codes::COORDINATOR_NOT_AVAILABLE),
+            _ => SyncGroupResponse::error(COORDINATOR_NOT_AVAILABLE),
         }
     }
 

@@ -31,6 +31,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use streamforge_http::MetricsHub;
+use streamforge_log::LogRuntime;
+use streamforge_protocol::clock::SharedClock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -81,11 +84,44 @@ pub struct BrokerState {
     pub shutdown: watch::Receiver<bool>,
     /// Tiered storage: uploads, remote reads, tiered retention.
     pub tiering: Arc<streamforge_tiered::TieringManager>,
+    /// This broker's clock (`config.clock`; its logs' runtime reads the same one).
+    pub clock: SharedClock,
+    /// This broker's metrics hub (see `BrokerConfig::metrics`).
+    pub metrics: Option<Arc<MetricsHub>>,
 }
 
 impl BrokerState {
     pub fn node_id(&self) -> i32 {
         self.config.node_id
+    }
+
+    /// Spawn a task of this broker: what it records goes to this broker's metrics hub.
+    pub fn spawn<F>(&self, fut: F) -> JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        spawn_in(&self.metrics, fut)
+    }
+
+    /// Run `f` (blocking code of this broker) recording into this broker's metrics hub.
+    pub fn in_metrics<T>(&self, f: impl FnOnce() -> T) -> T {
+        match &self.metrics {
+            Some(hub) => hub.in_scope(f),
+            None => f(),
+        }
+    }
+}
+
+/// `tokio::spawn`, inside `hub` when there is one.
+fn spawn_in<F>(hub: &Option<Arc<MetricsHub>>, fut: F) -> JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match hub {
+        Some(hub) => tokio::spawn(hub.scope(fut)),
+        None => tokio::spawn(fut),
     }
 }
 
@@ -97,11 +133,8 @@ impl Broker {
     ///
     /// Order matters to an operator: a taken port fails before any file is created, and no
     /// connection is accepted (the accept loop starts last) before the logs are recovered.
-    pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
-        if config.http_listen.is_some() {
-            // Before anything records a metric, so /metrics and the live view see everything.
-            streamforge_http::install_metrics();
-        }
+    pub async fn start(mut config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
+        let metrics = own_runtime(&mut config);
         let (listener, kafka_addr) = bind_kafka(config.listen).await?;
         let (advertised_host, advertised_port) = advertised(&config, kafka_addr)?;
         let http_listener = match config.http_listen {
@@ -118,6 +151,7 @@ impl Broker {
             open_storage(&config, tiering.clone()).await?;
         let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let config_clock = Arc::clone(&config.clock);
         let state = Arc::new(BrokerState {
             tiering,
             config,
@@ -131,32 +165,35 @@ impl Broker {
             request_memory: Arc::new(tokio::sync::Semaphore::new(request_memory_kib)),
             frame_pool: frame_pool::FramePool::default(),
             shutdown: shutdown_rx.clone(),
+            clock: Arc::clone(&config_clock),
+            metrics,
         });
         let partitions_max = partition_limit::resolve(state.config.max_partitions);
         state.replicas.set_partitions_max(partitions_max);
         // Recovery is done: checkpoint it now, so a crash loop shorter than the first
         // background flush does not re-scan an ever longer tail on every restart.
         let st = state.clone();
-        tokio::task::spawn_blocking(move || st.replicas.checkpoint_recovery(util::now_ms()));
+        tokio::task::spawn_blocking(move || st.replicas.checkpoint_recovery(st.clock.now_ms()));
         log_listening(&state, kafka_addr, partitions_max);
         tiered::startup(&state).await;
         let http = match http_listener {
             Some(listener) => Some(start_dashboard(listener, &state)?),
             None => None,
         };
-        // (After the dashboard installed the recorder.)
-        metrics::gauge!("streamforge_log_recovery_checked_bytes")
-            .set(state.replicas.recovery_checked_bytes() as f64);
-        metrics::gauge!("streamforge_offline_partitions")
-            .set(state.replicas.offline_partitions() as f64);
-        tokio::spawn(group_service::run_timer(
+        state.in_metrics(|| {
+            metrics::gauge!("streamforge_log_recovery_checked_bytes")
+                .set(state.replicas.recovery_checked_bytes() as f64);
+            metrics::gauge!("streamforge_offline_partitions")
+                .set(state.replicas.offline_partitions() as f64);
+        });
+        state.spawn(group_service::run_timer(
             state.groups.clone(),
             shutdown_rx.clone(),
         ));
-        let housekeeping = tokio::spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
-        tokio::spawn(tiered::run(state.clone(), shutdown_rx.clone()));
-        tokio::spawn(scrubber::run(state.clone(), shutdown_rx.clone()));
-        let serving = tokio::spawn(server::run(
+        let housekeeping = state.spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
+        state.spawn(tiered::run(state.clone(), shutdown_rx.clone()));
+        state.spawn(scrubber::run(state.clone(), shutdown_rx.clone()));
+        let serving = state.spawn(server::run(
             state.clone(),
             listener,
             shutdown_rx,
@@ -170,6 +207,19 @@ impl Broker {
             serving,
             _data_dir_lock: data_dir_lock,
         })
+    }
+}
+
+/// What this broker owns rather than shares with others in the process: its metrics hub
+/// (chosen before anything records a metric, so /metrics and the live view see everything) and
+/// its logs' runtime (flusher and reaper threads, the broker's clock; it stops when the last log
+/// is dropped).
+fn own_runtime(config: &mut BrokerConfig) -> Option<Arc<MetricsHub>> {
+    config.log_defaults.runtime = LogRuntime::new(Arc::clone(&config.clock));
+    match (&config.metrics, config.http_listen) {
+        (Some(hub), _) => Some(Arc::clone(hub)),
+        (None, Some(_)) => Some(streamforge_http::install_metrics()),
+        (None, None) => None,
     }
 }
 
@@ -317,6 +367,7 @@ fn start_dashboard(
             source,
         })?;
     let mut options = state.config.http.clone();
+    options.metrics = state.metrics.clone();
     if options.bench_history_path.is_none() {
         options.bench_history_path = Some(
             state

@@ -9,6 +9,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use kafka_protocol::ResponseError;
 use parking_lot::Mutex;
 
 /// Ids per block (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
@@ -41,14 +42,17 @@ pub enum InitProducerIdError {
 
 impl InitProducerIdError {
     pub fn kafka_code(&self) -> i16 {
-        match self {
-            InitProducerIdError::InvalidRequest => 42,
-            InitProducerIdError::InvalidTransactionTimeout(_) => 50,
-            InitProducerIdError::ProducerFenced(..) => 90,
+        let e = match self {
+            InitProducerIdError::InvalidRequest => ResponseError::InvalidRequest,
+            InitProducerIdError::InvalidTransactionTimeout(_) => {
+                ResponseError::InvalidTransactionTimeout
+            }
+            InitProducerIdError::ProducerFenced(..) => ResponseError::ProducerFenced,
             // Kafka answers an overloaded coordinator with COORDINATOR_NOT_AVAILABLE.
-            InitProducerIdError::TooManyTransactionalIds => 15,
-            InitProducerIdError::Storage(_) => 56,
-        }
+            InitProducerIdError::TooManyTransactionalIds => ResponseError::CoordinatorNotAvailable,
+            InitProducerIdError::Storage(_) => ResponseError::KafkaStorageError,
+        };
+        e.code()
     }
 }
 

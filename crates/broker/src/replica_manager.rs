@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::protocol::StrBytes;
 use parking_lot::{Mutex, RwLock};
 use streamforge_log::{LogConfig, LogError};
@@ -48,19 +49,19 @@ pub enum TopicError {
 
 impl TopicError {
     pub fn kafka_code(&self) -> i16 {
-        match self {
-            TopicError::AlreadyExists(_) => 36,
-            TopicError::InvalidName(_) => 17,
-            TopicError::InvalidPartitions(_) => 37,
-            TopicError::InvalidConfig(_) => 40,
-            TopicError::UnknownTopic => 3,
-            TopicError::Storage(_) => 56,
+        let error = match self {
+            TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
+            TopicError::InvalidName(_) => ResponseError::InvalidTopicException,
+            TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+            TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            TopicError::UnknownTopic => ResponseError::UnknownTopicOrPartition,
+            TopicError::Storage(_) => ResponseError::KafkaStorageError,
             // TOPIC_AUTHORIZATION_FAILED: the code Kafka answers when deletion of a topic is not
             // permitted (no principal here may delete an internal topic).
-            TopicError::InternalTopic(_) => 29,
-        }
-    }
-}
+            TopicError::InternalTopic(_) => ResponseError::TopicAuthorizationFailed,
+        };
+        error.code()
+    }}
 
 impl From<LogError> for TopicError {
     fn from(e: LogError) -> Self {

@@ -7,7 +7,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::util::now_ms;
 use crate::{BrokerState, connection, ms};
 
 /// Accept connections until shutdown; then drain connections and close the logs.
@@ -18,6 +17,7 @@ pub async fn run(
     housekeeping: JoinHandle<()>,
 ) {
     let mut conns = JoinSet::new();
+    let hub = state.metrics.clone();
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -33,10 +33,14 @@ pub async fn run(
                     let guard = ConnectionGuard::new(state.clone());
                     let state = state.clone();
                     let shutdown = shutdown.clone();
-                    conns.spawn(async move {
+                    let task = async move {
                         connection::serve(state, stream, peer, shutdown).await;
                         drop(guard);
-                    });
+                    };
+                    match &hub {
+                        Some(hub) => conns.spawn(hub.scope(task)),
+                        None => conns.spawn(task),
+                    };
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -102,7 +106,10 @@ pub async fn housekeeping(state: Arc<BrokerState>, mut shutdown: watch::Receiver
             _ = shutdown.changed() => return,
             _ = interval.tick() => {
                 let st = state.clone();
-                let _ = tokio::task::spawn_blocking(move || st.replicas.tick(now_ms(), background_flush_ms)).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    st.in_metrics(|| st.replicas.tick(st.clock.now_ms(), background_flush_ms))
+                })
+                .await;
             }
         }
     }

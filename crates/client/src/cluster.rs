@@ -11,7 +11,9 @@ use tokio::sync::Mutex as AsyncMutex;
 use tracing::debug;
 
 use crate::conn::{Connection, ConnectionConfig};
-use crate::error::{ClientError, Result, codes};
+use crate::error::{ClientError, Result};
+use kafka_protocol::ResponseError;
+use kafka_protocol::error::ParseResponseErrorCode;
 
 /// Highest Metadata version this client speaks (v10+ carries topic ids).
 const METADATA_MAX_VERSION: i16 = 12;
@@ -348,7 +350,7 @@ impl Cluster {
             return Ok(t.clone());
         }
         let topics = [topic.to_string()];
-        let mut last_code = codes::UNKNOWN_TOPIC_OR_PARTITION;
+        let mut last_code = ResponseError::UnknownTopicOrPartition.code();
         for attempt in 0..MAX_METADATA_ATTEMPTS {
             let m = self.fetch_metadata(&topics, allow_auto_create).await?;
             if let Some(t) = m.topics.get(topic) {
@@ -359,8 +361,11 @@ impl Cluster {
                     return Ok(t.clone());
                 }
                 last_code = t.error_code;
-                let retriable = matches!(t.error_code, 0 | codes::LEADER_NOT_AVAILABLE)
-                    || (allow_auto_create && t.error_code == codes::UNKNOWN_TOPIC_OR_PARTITION);
+                let retriable = matches!(
+                    t.error_code.err(),
+                    None | Some(ResponseError::LeaderNotAvailable)
+                ) || (allow_auto_create
+                    && t.error_code == ResponseError::UnknownTopicOrPartition.code());
                 if !retriable {
                     break;
                 }
@@ -370,7 +375,7 @@ impl Cluster {
             ))
             .await;
         }
-        if last_code == codes::UNKNOWN_TOPIC_OR_PARTITION {
+        if last_code == ResponseError::UnknownTopicOrPartition.code() {
             return Err(ClientError::UnknownTopicOrPartition(topic.to_string()));
         }
         Err(ClientError::kafka(

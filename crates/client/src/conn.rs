@@ -17,7 +17,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
 use crate::buffers::BufferPool;
-use crate::error::{ClientError, Result, codes};
+use crate::error::{ClientError, Result};
+use kafka_protocol::ResponseError;
 
 /// Largest response frame we accept (fetch responses are bounded by `fetch.max.bytes`).
 pub const MAX_RESPONSE_FRAME_BYTES: usize = 256 * 1024 * 1024;
@@ -193,7 +194,7 @@ impl Connection {
                 return Err(ClientError::Protocol("short ApiVersions response".into()));
             }
             let code = i16::from_be_bytes([body[0], body[1]]);
-            if code == codes::UNSUPPORTED_VERSION {
+            if code == ResponseError::UnsupportedVersion.code() {
                 // The broker answered in the v0 format with its own range.
                 let resp = ApiVersionsResponse::decode(&mut body, 0).map_err(proto_err)?;
                 let ours = resp

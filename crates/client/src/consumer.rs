@@ -14,10 +14,12 @@ use tracing::{debug, warn};
 
 use crate::assignor::Assignor;
 use crate::cluster::{ClientConfig, Cluster};
-use crate::error::{ClientError, Result, codes};
+use crate::error::{ClientError, Result};
 use crate::group::{self, GroupConfig, Membership};
 use crate::offsets::{self, CommittedOffset, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition};
 use crate::records::{Header, split_batches};
+use kafka_protocol::ResponseError;
+use kafka_protocol::error::ParseResponseErrorCode;
 
 mod batches;
 
@@ -489,15 +491,16 @@ impl Consumer {
             if pos != pf.fetch_offset {
                 continue;
             }
-            match pf.error_code {
-                0 => {}
-                codes::OFFSET_OUT_OF_RANGE => {
+            match pf.error_code.err() {
+                None => {}
+                Some(ResponseError::OffsetOutOfRange) => {
                     warn!(topic = %pf.tp.0, partition = pf.tp.1, offset = pos, "offset out of range, resetting");
                     self.positions.insert(pf.tp.clone(), None);
                     continue;
                 }
-                code => {
-                    let e = ClientError::kafka(code, format!("fetch {}-{}", pf.tp.0, pf.tp.1));
+                Some(_) => {
+                    let e =
+                        ClientError::kafka(pf.error_code, format!("fetch {}-{}", pf.tp.0, pf.tp.1));
                     if !e.is_retriable() {
                         return Err(e);
                     }

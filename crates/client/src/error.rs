@@ -90,25 +90,3 @@ impl ClientError {
         }
     }
 }
-
-/// Kafka error codes the client reacts to specifically.
-pub mod codes {
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const LEADER_NOT_AVAILABLE: i16 = 5;
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    pub const UNSUPPORTED_VERSION: i16 = 35;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-    pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    pub const FENCED_INSTANCE_ID: i16 = 82;
-}

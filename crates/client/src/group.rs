@@ -18,7 +18,9 @@ use tracing::{debug, info};
 use crate::assignor::{self, Assignor, MemberAssignment};
 use crate::cluster::Cluster;
 use crate::conn::Connection;
-use crate::error::{ClientError, Result, codes};
+use crate::error::{ClientError, Result};
+use kafka_protocol::ResponseError;
+use kafka_protocol::error::ParseResponseErrorCode;
 
 const FIND_COORDINATOR_MAX_VERSION: i16 = 3;
 const JOIN_GROUP_MAX_VERSION: i16 = 7;
@@ -132,12 +134,16 @@ enum JoinError {
 
 fn classify(code: i16, what: &str) -> JoinError {
     let e = ClientError::kafka(code, what.to_string());
-    match code {
-        codes::UNKNOWN_MEMBER_ID | codes::ILLEGAL_GENERATION => JoinError::Retry(e, true),
-        codes::REBALANCE_IN_PROGRESS
-        | codes::NOT_COORDINATOR
-        | codes::COORDINATOR_NOT_AVAILABLE
-        | codes::COORDINATOR_LOAD_IN_PROGRESS => JoinError::Retry(e, false),
+    match code.err() {
+        Some(ResponseError::UnknownMemberId | ResponseError::IllegalGeneration) => {
+            JoinError::Retry(e, true)
+        }
+        Some(
+            ResponseError::RebalanceInProgress
+            | ResponseError::NotCoordinator
+            | ResponseError::CoordinatorNotAvailable
+            | ResponseError::CoordinatorLoadInProgress,
+        ) => JoinError::Retry(e, false),
         _ if e.is_retriable() => JoinError::Retry(e, false),
         _ => JoinError::Fatal(e),
     }
@@ -180,7 +186,7 @@ async fn join_once(
                 .collect(),
         );
     let r = coord.send(&req, version).await?;
-    if r.error_code == codes::MEMBER_ID_REQUIRED {
+    if r.error_code == ResponseError::MemberIdRequired.code() {
         return Err(JoinError::NewMemberId(r.member_id.to_string()));
     }
     if r.error_code != 0 {

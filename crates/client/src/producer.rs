@@ -20,8 +20,9 @@ use crate::accumulator::{
 };
 use crate::cluster::{ClientConfig, Cluster};
 use crate::compression::Compression;
-use crate::error::{ClientError, Result, codes};
+use crate::error::{ClientError, Result};
 use crate::records::Header;
+use kafka_protocol::ResponseError;
 
 mod batch;
 
@@ -722,13 +723,16 @@ fn handle_response(inner: &Inner, batches: Vec<ReadyBatch>, result: Result<Parti
                 )),
                 Some(&(0, base, lat)) => Ok((base, lat)),
                 // The broker already has this batch (a retry after a lost response).
-                Some(&(codes::DUPLICATE_SEQUENCE_NUMBER, _, _)) => Ok((-1, -1)),
+                Some(&(code, _, _)) if code == ResponseError::DuplicateSequenceNumber.code() => {
+                    Ok((-1, -1))
+                }
                 Some(&(code, _, _)) => {
                     let e = ClientError::kafka(
                         code,
                         format!("producing to {}-{}", batch.topic, batch.partition),
                     );
-                    let retriable = e.is_retriable() || code == codes::OUT_OF_ORDER_SEQUENCE_NUMBER;
+                    let retriable =
+                        e.is_retriable() || code == ResponseError::OutOfOrderSequenceNumber.code();
                     Err((Some(code), e.to_string(), retriable))
                 }
             },
@@ -747,12 +751,12 @@ fn handle_response(inner: &Inner, batches: Vec<ReadyBatch>, result: Result<Parti
                     > Duration::from_millis(inner.config.delivery_timeout_ms);
                 if retriable && batch.attempts < inner.config.retries && !expired {
                     if matches!(
-                        code,
-                        Some(
-                            codes::NOT_LEADER_OR_FOLLOWER
-                                | codes::UNKNOWN_TOPIC_OR_PARTITION
-                                | codes::LEADER_NOT_AVAILABLE
-                        ) | None
+                        code.map(ResponseError::try_from_code),
+                        Some(Some(
+                            ResponseError::NotLeaderOrFollower
+                                | ResponseError::UnknownTopicOrPartition
+                                | ResponseError::LeaderNotAvailable
+                        )) | None
                     ) {
                         refresh = true;
                     }

@@ -9,26 +9,20 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use crate::compression::{self, Compression};
 use crate::error::{ClientError, Result};
 
-/// Size of the RecordBatch v2 header in bytes (baseOffset .. recordsCount).
-pub const BATCH_HEADER_BYTES: usize = 61;
-/// Offset of the batch length field; the length counts the bytes after it.
-const LENGTH_OFFSET: usize = 8;
-const MAGIC_OFFSET: usize = 16;
-const CRC_OFFSET: usize = 17;
-/// First byte covered by the CRC (the attributes field).
-const ATTRIBUTES_OFFSET: usize = 21;
-const LAST_OFFSET_DELTA_OFFSET: usize = 23;
-const BASE_TIMESTAMP_OFFSET: usize = 27;
-const MAX_TIMESTAMP_OFFSET: usize = 35;
-const PRODUCER_ID_OFFSET: usize = 43;
-const PRODUCER_EPOCH_OFFSET: usize = 51;
-const BASE_SEQUENCE_OFFSET: usize = 53;
-const RECORDS_COUNT_OFFSET: usize = 57;
+/// The header layout is `streamforge_protocol::batch` (its `field` offsets and header view):
+/// one definition shared with the broker, the log and the tools.
+use streamforge_protocol::batch::field::{
+    ATTRIBUTES, BASE_OFFSET, BASE_SEQUENCE, BASE_TIMESTAMP, BATCH_LENGTH, CRC, LAST_OFFSET_DELTA,
+    MAGIC, MAX_TIMESTAMP, PARTITION_LEADER_EPOCH, PRODUCER_EPOCH, PRODUCER_ID, RECORD_COUNT,
+};
+use streamforge_protocol::batch::{
+    BatchError, COMPRESSION_MASK as ATTR_COMPRESSION_MASK, CONTROL as ATTR_CONTROL, CRC_START,
+    LOG_OVERHEAD_BYTES, MAGIC_V2, RecordBatchHeader,
+    TIMESTAMP_TYPE_LOG_APPEND as ATTR_LOG_APPEND_TIME, TRANSACTIONAL as ATTR_TRANSACTIONAL,
+};
 
-const ATTR_COMPRESSION_MASK: i16 = 0x7;
-const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
-const ATTR_TRANSACTIONAL: i16 = 1 << 4;
-const ATTR_CONTROL: i16 = 1 << 5;
+/// Size of the RecordBatch v2 header in bytes (baseOffset .. recordsCount).
+pub const BATCH_HEADER_BYTES: usize = streamforge_protocol::batch::HEADER_BYTES;
 
 /// Upper bound on records decoded from one batch, so a corrupt count cannot make us allocate wildly.
 pub const MAX_RECORDS_PER_BATCH: usize = 1 << 24;
@@ -262,29 +256,25 @@ struct HeaderFields {
 }
 
 fn write_header(buf: &mut BytesMut, h: &HeaderFields) -> Result<()> {
-    let batch_length = i32::try_from(buf.len() - LENGTH_OFFSET - 4)
+    let batch_length = i32::try_from(buf.len() - LOG_OVERHEAD_BYTES)
         .map_err(|_| ClientError::Protocol("record batch over 2 GiB".into()))?;
     let b = &mut buf[..];
-    b[0..8].copy_from_slice(&0i64.to_be_bytes());
-    b[LENGTH_OFFSET..LENGTH_OFFSET + 4].copy_from_slice(&batch_length.to_be_bytes());
-    b[12..16].copy_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch: set by the broker
-    b[MAGIC_OFFSET] = 2;
-    b[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&h.attributes.to_be_bytes());
-    b[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4]
-        .copy_from_slice(&h.last_offset_delta.to_be_bytes());
-    b[BASE_TIMESTAMP_OFFSET..BASE_TIMESTAMP_OFFSET + 8]
-        .copy_from_slice(&h.base_timestamp_ms.to_be_bytes());
-    b[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
-        .copy_from_slice(&h.max_timestamp_ms.to_be_bytes());
-    b[PRODUCER_ID_OFFSET..PRODUCER_ID_OFFSET + 8].copy_from_slice(&h.producer_id.to_be_bytes());
-    b[PRODUCER_EPOCH_OFFSET..PRODUCER_EPOCH_OFFSET + 2]
-        .copy_from_slice(&h.producer_epoch.to_be_bytes());
-    b[BASE_SEQUENCE_OFFSET..BASE_SEQUENCE_OFFSET + 4]
-        .copy_from_slice(&h.base_sequence.to_be_bytes());
-    b[RECORDS_COUNT_OFFSET..RECORDS_COUNT_OFFSET + 4]
-        .copy_from_slice(&h.record_count.to_be_bytes());
-    let crc = crc32c::crc32c(&b[ATTRIBUTES_OFFSET..]);
-    b[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    let mut put = |at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
+    put(BASE_OFFSET, &0i64.to_be_bytes());
+    put(BATCH_LENGTH, &batch_length.to_be_bytes());
+    // Partition leader epoch: set by the broker.
+    put(PARTITION_LEADER_EPOCH, &(-1i32).to_be_bytes());
+    put(MAGIC, &[MAGIC_V2 as u8]);
+    put(ATTRIBUTES, &h.attributes.to_be_bytes());
+    put(LAST_OFFSET_DELTA, &h.last_offset_delta.to_be_bytes());
+    put(BASE_TIMESTAMP, &h.base_timestamp_ms.to_be_bytes());
+    put(MAX_TIMESTAMP, &h.max_timestamp_ms.to_be_bytes());
+    put(PRODUCER_ID, &h.producer_id.to_be_bytes());
+    put(PRODUCER_EPOCH, &h.producer_epoch.to_be_bytes());
+    put(BASE_SEQUENCE, &h.base_sequence.to_be_bytes());
+    put(RECORD_COUNT, &h.record_count.to_be_bytes());
+    let crc = crc32c::crc32c(&b[CRC_START..]);
+    b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(())
 }
 
@@ -356,7 +346,7 @@ impl BatchHeader {
     }
     /// Total bytes of the batch including the offset and length fields.
     pub fn total_bytes(&self) -> usize {
-        self.batch_length as usize + LENGTH_OFFSET + 4
+        self.batch_length as usize + LOG_OVERHEAD_BYTES
     }
 }
 
@@ -370,7 +360,7 @@ pub struct RawBatch {
 impl RawBatch {
     /// Verifies the CRC-32C over attributes..end.
     pub fn verify_crc(&self) -> Result<()> {
-        let actual = crc32c::crc32c(&self.bytes[ATTRIBUTES_OFFSET..]);
+        let actual = crc32c::crc32c(&self.bytes[CRC_START..]);
         if actual != self.header.crc {
             return Err(ClientError::corrupt(format!(
                 "CRC mismatch in batch at offset {}: stored {:#010x}, computed {:#010x}",
@@ -430,35 +420,35 @@ pub fn parse_header(b: &[u8]) -> Result<BatchHeader> {
     if b.len() < BATCH_HEADER_BYTES {
         return Err(ClientError::corrupt("batch shorter than its header"));
     }
-    let mut c = b;
-    let h = BatchHeader {
-        base_offset: c.get_i64(),
-        batch_length: c.get_i32(),
-        partition_leader_epoch: c.get_i32(),
-        magic: c.get_i8(),
-        crc: c.get_u32(),
-        attributes: c.get_i16(),
-        last_offset_delta: c.get_i32(),
-        base_timestamp_ms: c.get_i64(),
-        max_timestamp_ms: c.get_i64(),
-        producer_id: c.get_i64(),
-        producer_epoch: c.get_i16(),
-        base_sequence: c.get_i32(),
-        record_count: c.get_i32(),
+    let v = match RecordBatchHeader::parse(b) {
+        Ok(v) => v,
+        Err(BatchError::UnsupportedMagic(m)) => {
+            return Err(ClientError::corrupt(format!(
+                "unsupported record batch magic {m}"
+            )));
+        }
+        Err(BatchError::InvalidLength(len)) => {
+            return Err(ClientError::corrupt(format!(
+                "batch length {len} too small"
+            )));
+        }
+        Err(e) => return Err(ClientError::corrupt(e.to_string())),
     };
-    if h.magic != 2 {
-        return Err(ClientError::corrupt(format!(
-            "unsupported record batch magic {}",
-            h.magic
-        )));
-    }
-    if (h.batch_length as i64) < (BATCH_HEADER_BYTES - LENGTH_OFFSET - 4) as i64 {
-        return Err(ClientError::corrupt(format!(
-            "batch length {} too small",
-            h.batch_length
-        )));
-    }
-    Ok(h)
+    Ok(BatchHeader {
+        base_offset: v.base_offset(),
+        batch_length: v.batch_length(),
+        partition_leader_epoch: v.partition_leader_epoch(),
+        magic: v.magic(),
+        crc: v.crc(),
+        attributes: v.attributes(),
+        last_offset_delta: v.last_offset_delta(),
+        base_timestamp_ms: v.base_timestamp(),
+        max_timestamp_ms: v.max_timestamp(),
+        producer_id: v.producer_id(),
+        producer_epoch: v.producer_epoch(),
+        base_sequence: v.base_sequence(),
+        record_count: v.record_count(),
+    })
 }
 
 /// A decoded record.

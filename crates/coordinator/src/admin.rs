@@ -1,10 +1,10 @@
 //! ListGroups, DescribeGroups, DeleteGroups.
 
-use crate::codes;
 use crate::coordinator::{Effects, GroupCoordinator};
 use crate::group::GroupState;
 use crate::records;
 use crate::types::{DescribedGroup, DescribedMember, ListedGroup};
+use kafka_protocol::ResponseError;
 
 /// Every group here uses the classic protocol (KIP-848's "consumer" type is not served).
 const GROUP_TYPE_CLASSIC: &str = "classic";
@@ -49,9 +49,9 @@ impl GroupCoordinator {
         else {
             return DescribedGroup {
                 error_code: if api_version >= 6 {
-                    codes::GROUP_ID_NOT_FOUND
+                    ResponseError::GroupIdNotFound.code()
                 } else {
-                    codes::NONE
+                    0
                 },
                 group_id: group_id.to_string(),
                 state: GroupState::Dead.as_str().to_string(),
@@ -85,7 +85,7 @@ impl GroupCoordinator {
             })
             .collect();
         DescribedGroup {
-            error_code: codes::NONE,
+            error_code: 0,
             group_id: group_id.to_string(),
             state: group.state.as_str().to_string(),
             protocol_type: group.protocol_type.clone().unwrap_or_default(),
@@ -98,15 +98,15 @@ impl GroupCoordinator {
     pub fn delete_group(&mut self, now_ms: i64, group_id: &str, out: &mut Effects) -> i16 {
         let partition = self.partition_for(group_id);
         let Some(group) = self.groups.get_mut(group_id) else {
-            return codes::GROUP_ID_NOT_FOUND;
+            return ResponseError::GroupIdNotFound.code();
         };
         match group.state {
-            GroupState::Dead => return codes::GROUP_ID_NOT_FOUND,
+            GroupState::Dead => return ResponseError::GroupIdNotFound.code(),
             GroupState::Empty => {}
-            _ => return codes::NON_EMPTY_GROUP,
+            _ => return ResponseError::NonEmptyGroup.code(),
         }
         if !group.members.is_empty() || !group.pending_members.is_empty() {
-            return codes::NON_EMPTY_GROUP;
+            return ResponseError::NonEmptyGroup.code();
         }
         for (topic, p) in group.offsets.keys() {
             out.append(partition, records::offset_tombstone(group_id, topic, *p));
@@ -115,7 +115,7 @@ impl GroupCoordinator {
         group.transition(GroupState::Dead, now_ms);
         self.groups.remove(group_id);
         tracing::info!(group = %group_id, "group deleted");
-        codes::NONE
+        0
     }
 
     /// Ids of all live groups (for tools and the dashboard).

@@ -1,5 +1,6 @@
 //! One classic consumer group: its members, generation, state and committed offsets.
 
+use kafka_protocol::ResponseError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
@@ -205,13 +206,15 @@ impl Group {
     pub fn validate_member(&self, member_id: &str, instance_id: Option<&str>) -> Result<(), i16> {
         match instance_id {
             Some(instance) => match self.static_member_id(instance) {
-                None => Err(crate::codes::UNKNOWN_MEMBER_ID),
+                None => Err(ResponseError::UnknownMemberId.code()),
                 Some(registered) if registered != member_id => {
-                    Err(crate::codes::FENCED_INSTANCE_ID)
+                    Err(ResponseError::FencedInstanceId.code())
                 }
                 Some(_) => Ok(()),
             },
-            None if !self.members.contains_key(member_id) => Err(crate::codes::UNKNOWN_MEMBER_ID),
+            None if !self.members.contains_key(member_id) => {
+                Err(ResponseError::UnknownMemberId.code())
+            }
             None => Ok(()),
         }
     }

@@ -12,7 +12,6 @@
 #![forbid(unsafe_code)]
 
 mod admin;
-pub mod codes;
 mod coordinator;
 mod group;
 mod membership;

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use crate::codes;
 use crate::coordinator::{CoordinatorConfig, Effects, GroupCoordinator};
 use crate::group::{Group, GroupState, JoinTimer, Member};
 use crate::records;
@@ -13,6 +12,7 @@ use crate::types::{
     HeartbeatRequest, JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
     LeaveGroupResponse, LeftMember, Reply, RequestToken, SyncGroupRequest, SyncGroupResponse,
 };
+use kafka_protocol::ResponseError;
 
 /// What the free functions below need besides the group itself.
 pub(crate) struct Ctx<'a> {
@@ -45,12 +45,12 @@ impl GroupCoordinator {
             );
         };
         if request.group_id.is_empty() {
-            return reply_error(out, codes::INVALID_GROUP_ID);
+            return reply_error(out, ResponseError::InvalidGroupId.code());
         }
         if request.session_timeout_ms < self.config.group_min_session_timeout_ms
             || request.session_timeout_ms > self.config.group_max_session_timeout_ms
         {
-            return reply_error(out, codes::INVALID_SESSION_TIMEOUT);
+            return reply_error(out, ResponseError::InvalidSessionTimeout.code());
         }
         let is_unknown_member = request.member_id.is_empty();
         let group_id = request.group_id.clone();
@@ -58,7 +58,7 @@ impl GroupCoordinator {
             false
         } else {
             if !is_unknown_member {
-                return reply_error(out, codes::UNKNOWN_MEMBER_ID);
+                return reply_error(out, ResponseError::UnknownMemberId.code());
             }
             self.groups
                 .insert(group_id.clone(), Group::new(&group_id, now_ms));
@@ -107,7 +107,9 @@ impl GroupCoordinator {
         let Some(group) = self.groups.get_mut(&request.group_id) else {
             out.reply(
                 token,
-                Reply::Sync(SyncGroupResponse::error(codes::UNKNOWN_MEMBER_ID)),
+                Reply::Sync(SyncGroupResponse::error(
+                    ResponseError::UnknownMemberId.code(),
+                )),
             );
             return;
         };
@@ -119,22 +121,30 @@ impl GroupCoordinator {
         match group.state {
             GroupState::Empty => out.reply(
                 token,
-                Reply::Sync(SyncGroupResponse::error(codes::UNKNOWN_MEMBER_ID)),
+                Reply::Sync(SyncGroupResponse::error(
+                    ResponseError::UnknownMemberId.code(),
+                )),
             ),
             GroupState::PreparingRebalance => out.reply(
                 token,
-                Reply::Sync(SyncGroupResponse::error(codes::REBALANCE_IN_PROGRESS)),
+                Reply::Sync(SyncGroupResponse::error(
+                    ResponseError::RebalanceInProgress.code(),
+                )),
             ),
             GroupState::Dead => out.reply(
                 token,
-                Reply::Sync(SyncGroupResponse::error(codes::COORDINATOR_NOT_AVAILABLE)),
+                Reply::Sync(SyncGroupResponse::error(
+                    ResponseError::CoordinatorNotAvailable.code(),
+                )),
             ),
             GroupState::CompletingRebalance => {
                 let member = group.members.get_mut(member_id).expect("validated");
                 if let Some(previous) = member.awaiting_sync.replace(token) {
                     out.reply(
                         previous,
-                        Reply::Sync(SyncGroupResponse::error(codes::REBALANCE_IN_PROGRESS)),
+                        Reply::Sync(SyncGroupResponse::error(
+                            ResponseError::RebalanceInProgress.code(),
+                        )),
                     );
                 }
                 member.heartbeat_deadline_ms = now_ms + i64::from(member.session_timeout_ms);
@@ -159,7 +169,7 @@ impl GroupCoordinator {
                 let member = group.members.get_mut(member_id).expect("validated");
                 member.heartbeat_deadline_ms = now_ms + i64::from(member.session_timeout_ms);
                 let response = SyncGroupResponse {
-                    error_code: codes::NONE,
+                    error_code: 0,
                     protocol_type: group.protocol_type.clone(),
                     protocol_name: group.protocol_name.clone(),
                     assignment: member.assignment.clone(),
@@ -174,10 +184,10 @@ impl GroupCoordinator {
     /// Heartbeat: returns the error code to send.
     pub fn heartbeat(&mut self, now_ms: i64, request: HeartbeatRequest, out: &mut Effects) -> i16 {
         let Some(group) = self.groups.get_mut(&request.group_id) else {
-            return codes::UNKNOWN_MEMBER_ID;
+            return ResponseError::UnknownMemberId.code();
         };
         if group.is(GroupState::Dead) {
-            return codes::COORDINATOR_NOT_AVAILABLE;
+            return ResponseError::CoordinatorNotAvailable.code();
         }
         if let Err(code) =
             group.validate_member(&request.member_id, request.group_instance_id.as_deref())
@@ -185,13 +195,13 @@ impl GroupCoordinator {
             return code;
         }
         if request.generation_id != group.generation_id {
-            return codes::ILLEGAL_GENERATION;
+            return ResponseError::IllegalGeneration.code();
         }
         let code = match group.state {
-            GroupState::Empty => return codes::UNKNOWN_MEMBER_ID,
-            GroupState::Dead => return codes::COORDINATOR_NOT_AVAILABLE,
-            GroupState::PreparingRebalance => codes::REBALANCE_IN_PROGRESS,
-            GroupState::CompletingRebalance | GroupState::Stable => codes::NONE,
+            GroupState::Empty => return ResponseError::UnknownMemberId.code(),
+            GroupState::Dead => return ResponseError::CoordinatorNotAvailable.code(),
+            GroupState::PreparingRebalance => ResponseError::RebalanceInProgress.code(),
+            GroupState::CompletingRebalance | GroupState::Stable => 0,
         };
         let member = group
             .members
@@ -222,17 +232,17 @@ impl GroupCoordinator {
                 .map(|m| LeftMember {
                     member_id: m.member_id,
                     group_instance_id: m.group_instance_id,
-                    error_code: codes::UNKNOWN_MEMBER_ID,
+                    error_code: ResponseError::UnknownMemberId.code(),
                 })
                 .collect();
             return LeaveGroupResponse {
-                error_code: codes::NONE,
+                error_code: 0,
                 members,
             };
         };
         if group.is(GroupState::Dead) {
             return LeaveGroupResponse {
-                error_code: codes::COORDINATOR_NOT_AVAILABLE,
+                error_code: ResponseError::CoordinatorNotAvailable.code(),
                 members: Vec::new(),
             };
         }
@@ -254,7 +264,7 @@ impl GroupCoordinator {
         }
         self.after_event(&request.group_id, now_ms, out);
         LeaveGroupResponse {
-            error_code: codes::NONE,
+            error_code: 0,
             members: results,
         }
     }
@@ -321,10 +331,10 @@ fn join_unknown_member(
         out.reply(token, Reply::Join(JoinGroupResponse::error("", code)));
     };
     if group.is(GroupState::Dead) {
-        return reply_error(out, codes::COORDINATOR_NOT_AVAILABLE);
+        return reply_error(out, ResponseError::CoordinatorNotAvailable.code());
     }
     if !group.supports_protocols(&request.protocol_type, &request.protocols) {
-        return reply_error(out, codes::INCONSISTENT_GROUP_PROTOCOL);
+        return reply_error(out, ResponseError::InconsistentGroupProtocol.code());
     }
     if let Some(instance) = request.group_instance_id.as_deref()
         && let Some(old_member_id) = group.static_member_id(instance).map(str::to_string)
@@ -341,7 +351,7 @@ fn join_unknown_member(
         );
     }
     if group.members.len() + group.pending_members.len() >= ctx.config.group_max_size {
-        return reply_error(out, codes::GROUP_MAX_SIZE_REACHED);
+        return reply_error(out, ResponseError::GroupMaxSizeReached.code());
     }
     if request.group_instance_id.is_none() && request.require_known_member_id {
         // KIP-394: hand out the id first so a client that times out and retries does not leave
@@ -354,7 +364,7 @@ fn join_unknown_member(
             token,
             Reply::Join(JoinGroupResponse::error(
                 &member_id,
-                codes::MEMBER_ID_REQUIRED,
+                ResponseError::MemberIdRequired.code(),
             )),
         );
         return;
@@ -378,10 +388,10 @@ fn join_known_member(
         );
     };
     if group.is(GroupState::Dead) {
-        return reply_error(out, codes::COORDINATOR_NOT_AVAILABLE);
+        return reply_error(out, ResponseError::CoordinatorNotAvailable.code());
     }
     if !group.supports_protocols(&request.protocol_type, &request.protocols) {
-        return reply_error(out, codes::INCONSISTENT_GROUP_PROTOCOL);
+        return reply_error(out, ResponseError::InconsistentGroupProtocol.code());
     }
     if group.pending_members.contains_key(&member_id) {
         return add_member_and_rebalance(
@@ -420,7 +430,9 @@ fn join_known_member(
             // metadata changes that do not change its subscription.
             update_member_and_rebalance(ctx, group, token, &request, now_ms, out);
         }
-        GroupState::Empty | GroupState::Dead => reply_error(out, codes::UNKNOWN_MEMBER_ID),
+        GroupState::Empty | GroupState::Dead => {
+            reply_error(out, ResponseError::UnknownMemberId.code())
+        }
     }
 }
 
@@ -432,7 +444,7 @@ fn current_join_response(
 ) -> JoinGroupResponse {
     let is_leader = group.is_leader(member_id);
     JoinGroupResponse {
-        error_code: codes::NONE,
+        error_code: 0,
         generation_id: group.generation_id,
         protocol_type: group.protocol_type.clone(),
         protocol_name: group.protocol_name.clone(),
@@ -512,7 +524,7 @@ fn update_member_and_rebalance(
             previous,
             Reply::Join(JoinGroupResponse::error(
                 &request.member_id,
-                codes::REBALANCE_IN_PROGRESS,
+                ResponseError::RebalanceInProgress.code(),
             )),
         );
     }
@@ -542,14 +554,16 @@ fn replace_static_member(
             parked,
             Reply::Join(JoinGroupResponse::error(
                 old_member_id,
-                codes::FENCED_INSTANCE_ID,
+                ResponseError::FencedInstanceId.code(),
             )),
         );
     }
     if let Some(parked) = member.awaiting_sync.take() {
         out.reply(
             parked,
-            Reply::Sync(SyncGroupResponse::error(codes::FENCED_INSTANCE_ID)),
+            Reply::Sync(SyncGroupResponse::error(
+                ResponseError::FencedInstanceId.code(),
+            )),
         );
     }
     tracing::info!(group = %group.group_id, old = %old_member_id, new = %new_member_id, "static member replaced");
@@ -612,7 +626,7 @@ fn maybe_prepare_rebalance(ctx: &Ctx<'_>, group: &mut Group, now_ms: i64, out: &
 
 fn prepare_rebalance(ctx: &Ctx<'_>, group: &mut Group, now_ms: i64, out: &mut Effects) {
     if group.is(GroupState::CompletingRebalance) {
-        reset_and_propagate_assignment_error(group, codes::REBALANCE_IN_PROGRESS, out);
+        reset_and_propagate_assignment_error(group, ResponseError::RebalanceInProgress.code(), out);
     }
     group.sync_deadline_ms = None;
     let rebalance_timeout_ms = group.rebalance_timeout_ms();
@@ -731,7 +745,7 @@ fn complete_join(ctx: &Ctx<'_>, group: &mut Group, now_ms: i64, out: &mut Effect
     for member_id in group.join_order.clone() {
         let member = group.members.get_mut(&member_id).expect("in join order");
         let response = JoinGroupResponse {
-            error_code: codes::NONE,
+            error_code: 0,
             generation_id: group.generation_id,
             protocol_type: group.protocol_type.clone(),
             protocol_name: group.protocol_name.clone(),
@@ -778,7 +792,7 @@ fn set_and_propagate_assignment(
             out.reply(
                 token,
                 Reply::Sync(SyncGroupResponse {
-                    error_code: codes::NONE,
+                    error_code: 0,
                     protocol_type: group.protocol_type.clone(),
                     protocol_name: group.protocol_name.clone(),
                     assignment: member.assignment.clone(),
@@ -798,11 +812,11 @@ fn remove_pending_sync(group: &mut Group, member_id: &str) {
 
 fn validate_sync(group: &Group, request: &SyncGroupRequest) -> Result<(), i16> {
     if group.is(GroupState::Dead) {
-        return Err(codes::COORDINATOR_NOT_AVAILABLE);
+        return Err(ResponseError::CoordinatorNotAvailable.code());
     }
     group.validate_member(&request.member_id, request.group_instance_id.as_deref())?;
     if request.generation_id != group.generation_id {
-        return Err(codes::ILLEGAL_GENERATION);
+        return Err(ResponseError::IllegalGeneration.code());
     }
     let type_mismatch = request
         .protocol_type
@@ -813,7 +827,7 @@ fn validate_sync(group: &Group, request: &SyncGroupRequest) -> Result<(), i16> {
         .as_ref()
         .is_some_and(|n| group.protocol_name.as_ref() != Some(n));
     if type_mismatch || name_mismatch {
-        return Err(codes::INCONSISTENT_GROUP_PROTOCOL);
+        return Err(ResponseError::InconsistentGroupProtocol.code());
     }
     Ok(())
 }
@@ -825,14 +839,16 @@ fn answer_removed(member: &mut Member, out: &mut Effects) {
             token,
             Reply::Join(JoinGroupResponse::error(
                 &member.member_id,
-                codes::UNKNOWN_MEMBER_ID,
+                ResponseError::UnknownMemberId.code(),
             )),
         );
     }
     if let Some(token) = member.awaiting_sync.take() {
         out.reply(
             token,
-            Reply::Sync(SyncGroupResponse::error(codes::UNKNOWN_MEMBER_ID)),
+            Reply::Sync(SyncGroupResponse::error(
+                ResponseError::UnknownMemberId.code(),
+            )),
         );
     }
 }
@@ -867,13 +883,13 @@ fn leave_one(
     let resolved = match (member_id.is_empty(), instance_id) {
         (true, Some(instance)) => match group.static_member_id(instance) {
             Some(id) => id.to_string(),
-            None => return codes::UNKNOWN_MEMBER_ID,
+            None => return ResponseError::UnknownMemberId.code(),
         },
-        (true, None) => return codes::UNKNOWN_MEMBER_ID,
+        (true, None) => return ResponseError::UnknownMemberId.code(),
         (false, Some(instance)) => match group.static_member_id(instance) {
             Some(id) if id == member_id => member_id.to_string(),
-            Some(_) => return codes::FENCED_INSTANCE_ID,
-            None => return codes::UNKNOWN_MEMBER_ID,
+            Some(_) => return ResponseError::FencedInstanceId.code(),
+            None => return ResponseError::UnknownMemberId.code(),
         },
         (false, None) => member_id.to_string(),
     };
@@ -881,12 +897,12 @@ fn leave_one(
         if group.is(GroupState::PreparingRebalance) {
             try_complete_join(ctx, group, now_ms, out);
         }
-        return codes::NONE;
+        return 0;
     }
     if !group.members.contains_key(&resolved) {
-        return codes::UNKNOWN_MEMBER_ID;
+        return ResponseError::UnknownMemberId.code();
     }
     tracing::info!(group = %group.group_id, member = %resolved, "member left");
     remove_member_and_update_group(ctx, group, &resolved, now_ms, out);
-    codes::NONE
+    0
 }

@@ -1,6 +1,5 @@
 //! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete and offsets retention.
 
-use crate::codes;
 use crate::coordinator::{Effects, GroupCoordinator};
 use crate::group::{CommittedOffset, Group, GroupState};
 use crate::records;
@@ -8,6 +7,7 @@ use crate::types::{
     CommitResults, FetchedOffset, FetchedTopic, OffsetCommitRequest, OffsetDeleteResult,
     OffsetFetchResult,
 };
+use kafka_protocol::ResponseError;
 
 impl GroupCoordinator {
     /// OffsetCommit. The broker checks topic existence first (UNKNOWN_TOPIC_OR_PARTITION).
@@ -30,15 +30,15 @@ impl GroupCoordinator {
                 .collect()
         };
         if request.group_id.is_empty() {
-            return all(codes::INVALID_GROUP_ID);
+            return all(ResponseError::InvalidGroupId.code());
         }
         if !self.groups.contains_key(&request.group_id) {
             if request.generation_id >= 0 {
                 // v9+ says what is wrong; older versions keep the historic error.
                 return all(if request.api_version >= 9 {
-                    codes::GROUP_ID_NOT_FOUND
+                    ResponseError::GroupIdNotFound.code()
                 } else {
-                    codes::ILLEGAL_GENERATION
+                    ResponseError::IllegalGeneration.code()
                 });
             }
             // A simple consumer (or an admin) that only stores offsets: a "simple group".
@@ -64,7 +64,7 @@ impl GroupCoordinator {
             for p in &topic.partitions {
                 let metadata = p.metadata.clone().unwrap_or_default();
                 if metadata.len() > metadata_max_bytes {
-                    partitions.push((p.partition, codes::OFFSET_METADATA_TOO_LARGE));
+                    partitions.push((p.partition, ResponseError::OffsetMetadataTooLarge.code()));
                     continue;
                 }
                 let committed = CommittedOffset {
@@ -86,7 +86,7 @@ impl GroupCoordinator {
                 group
                     .offsets
                     .insert((topic.name.clone(), p.partition), committed);
-                partitions.push((p.partition, codes::NONE));
+                partitions.push((p.partition, 0));
             }
             results.push((topic.name.clone(), partitions));
         }
@@ -104,7 +104,7 @@ impl GroupCoordinator {
         let group = self.groups.get(group_id);
         if group.is_some_and(|g| g.is(GroupState::Dead)) {
             return OffsetFetchResult {
-                error_code: codes::COORDINATOR_NOT_AVAILABLE,
+                error_code: ResponseError::CoordinatorNotAvailable.code(),
                 topics: Vec::new(),
             };
         }
@@ -115,14 +115,14 @@ impl GroupCoordinator {
                     offset: c.offset,
                     leader_epoch: c.leader_epoch,
                     metadata: c.metadata.clone(),
-                    error_code: codes::NONE,
+                    error_code: 0,
                 },
                 None => FetchedOffset {
                     partition,
                     offset: -1,
                     leader_epoch: -1,
                     metadata: String::new(),
-                    error_code: codes::NONE,
+                    error_code: 0,
                 },
             }
         };
@@ -152,7 +152,7 @@ impl GroupCoordinator {
             }
         };
         OffsetFetchResult {
-            error_code: codes::NONE,
+            error_code: 0,
             topics,
         }
     }
@@ -168,21 +168,21 @@ impl GroupCoordinator {
         let partition = self.partition_for(group_id);
         let Some(group) = self.groups.get_mut(group_id) else {
             return OffsetDeleteResult {
-                error_code: codes::GROUP_ID_NOT_FOUND,
+                error_code: ResponseError::GroupIdNotFound.code(),
                 topics: Vec::new(),
             };
         };
         match group.state {
             GroupState::Dead => {
                 return OffsetDeleteResult {
-                    error_code: codes::GROUP_ID_NOT_FOUND,
+                    error_code: ResponseError::GroupIdNotFound.code(),
                     topics: Vec::new(),
                 };
             }
             GroupState::Empty => {}
             _ if group.protocol_type.as_deref() != Some("consumer") => {
                 return OffsetDeleteResult {
-                    error_code: codes::NON_EMPTY_GROUP,
+                    error_code: ResponseError::NonEmptyGroup.code(),
                     topics: Vec::new(),
                 };
             }
@@ -194,19 +194,19 @@ impl GroupCoordinator {
             let mut codes_out = Vec::with_capacity(partitions.len());
             for &p in partitions {
                 if subscribed {
-                    codes_out.push((p, codes::GROUP_SUBSCRIBED_TO_TOPIC));
+                    codes_out.push((p, ResponseError::GroupSubscribedToTopic.code()));
                     continue;
                 }
                 if group.offsets.remove(&(topic.clone(), p)).is_some() {
                     out.append(partition, records::offset_tombstone(group_id, topic, p));
                 }
-                codes_out.push((p, codes::NONE));
+                codes_out.push((p, 0));
             }
             results.push((topic.clone(), codes_out));
         }
         self.after_event(group_id, now_ms, out);
         OffsetDeleteResult {
-            error_code: codes::NONE,
+            error_code: 0,
             topics: results,
         }
     }
@@ -273,7 +273,7 @@ impl GroupCoordinator {
 /// Kafka's `validateOffsetCommit` for classic groups.
 fn validate_commit(group: &Group, request: &OffsetCommitRequest) -> Result<(), i16> {
     if group.is(GroupState::Dead) {
-        return Err(codes::COORDINATOR_NOT_AVAILABLE);
+        return Err(ResponseError::CoordinatorNotAvailable.code());
     }
     if request.generation_id < 0 && group.is(GroupState::Empty) {
         return Ok(());
@@ -284,15 +284,15 @@ fn validate_commit(group: &Group, request: &OffsetCommitRequest) -> Result<(), i
     {
         group.validate_member(&request.member_id, request.group_instance_id.as_deref())?;
         if request.generation_id != group.generation_id {
-            return Err(codes::ILLEGAL_GENERATION);
+            return Err(ResponseError::IllegalGeneration.code());
         }
     } else if !group.is(GroupState::Empty) {
         // Only members may commit for a group that has members.
-        return Err(codes::UNKNOWN_MEMBER_ID);
+        return Err(ResponseError::UnknownMemberId.code());
     }
     if group.is(GroupState::CompletingRebalance) {
         // The member already has the new generation but no assignment yet.
-        return Err(codes::REBALANCE_IN_PROGRESS);
+        return Err(ResponseError::RebalanceInProgress.code());
     }
     Ok(())
 }

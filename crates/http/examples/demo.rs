@@ -30,6 +30,7 @@ async fn main() -> std::io::Result<()> {
     let options = HttpOptions {
         bench_runner: Some(Arc::new(support::FakeBench)),
         bench_history_path: None,
+        metrics: None,
     };
     let server = serve(addr.parse().map_err(std::io::Error::other)?, view, options).await?;
     eprintln!("dashboard demo on http://{}", server.local_addr());

@@ -35,7 +35,7 @@ pub use bench::{
 };
 pub use console::*;
 pub use facade::*;
-pub use metrics_tap::{MetricsHub, install_metrics};
+pub use metrics_tap::{InHub, MetricsHub, install_metrics};
 
 /// Optional parts of the dashboard.
 #[derive(Default, Clone)]
@@ -44,6 +44,9 @@ pub struct HttpOptions {
     pub bench_runner: Option<Arc<dyn BenchRunner>>,
     /// Where the benchmark history is kept across restarts (JSON); in memory only when None.
     pub bench_history_path: Option<PathBuf>,
+    /// The broker's metrics, served at `/metrics` and in the live view; the process default
+    /// ([`install_metrics`]) when None.
+    pub metrics: Option<Arc<MetricsHub>>,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -54,6 +57,7 @@ impl std::fmt::Debug for HttpOptions {
                 &self.bench_runner.as_ref().map(|_| "BenchRunner"),
             )
             .field("bench_history_path", &self.bench_history_path)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -120,7 +124,7 @@ pub fn serve_on(
     options: HttpOptions,
 ) -> std::io::Result<HttpServer> {
     let local_addr = listener.local_addr()?;
-    let metrics = install_metrics();
+    let metrics = options.metrics.clone().unwrap_or_else(install_metrics);
     let live = live::LiveSampler::new(Arc::clone(&metrics.tap));
     let sampler = live.spawn();
     let lag_history = Arc::new(lag_history::LagHistory::default());

@@ -1,14 +1,23 @@
-//! The process-wide metrics recorder: Prometheus plus a "tap" for the live view.
+//! A broker's metrics recorder: Prometheus plus a "tap" for the live view.
 //!
-//! The broker records through the `metrics` facade. We install one global recorder that forwards
-//! everything to the Prometheus exporter's recorder (rendered at `/metrics`) and, for the few
-//! families the dashboard charts live, also adds the values into plain atomics and cumulative
-//! latency histograms. The live sampler ([`crate::live`]) reads those once a second. The broker
-//! needs no dashboard-specific code: it only has to use the metric names in COMMON.md.
+//! The broker records through the `metrics` facade. A [`MetricsHub`] is a recorder that
+//! forwards everything to the Prometheus exporter's recorder (rendered at `/metrics`) and, for
+//! the few families the dashboard charts live, also adds the values into plain atomics and
+//! cumulative latency histograms. The live sampler ([`crate::live`]) reads those once a second.
+//! The broker needs no dashboard-specific code: it only has to use the metric names in COMMON.md.
+//!
+//! A hub is a value, not a process-wide singleton: [`MetricsHub::new`] makes one, and code runs
+//! "inside" it with [`MetricsHub::scope`] (a future wrapper that makes the hub the `metrics`
+//! local recorder while the future is polled), so several brokers in one process keep separate
+//! numbers. [`install_metrics`] is the process default the binary uses: one hub installed as
+//! the `metrics` global recorder, so code outside any scope is counted too.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 
 use hdrhistogram::Histogram;
 use metrics::{
@@ -115,47 +124,132 @@ fn label(key: &Key, name: &str) -> Option<String> {
         .map(|l| l.value().to_string())
 }
 
-/// The installed recorder: render Prometheus text and read the live tap.
+/// One broker's recorder: render Prometheus text and read the live tap.
 pub struct MetricsHub {
     pub prometheus: PrometheusHandle,
     pub tap: Arc<Tap>,
-    /// False when another recorder was installed first (then `/metrics` stays empty of broker
-    /// metrics and the live view shows zeros; a warning is logged).
+    /// Whether this hub is the process's global recorder ([`install_metrics`]). False for a
+    /// hub made with [`MetricsHub::new`], and for the default hub when another recorder was
+    /// installed first (then only scoped code reaches it; a warning is logged).
     pub installed: bool,
+    recorder: TapRecorder,
 }
 
-static HUB: OnceLock<MetricsHub> = OnceLock::new();
+impl std::fmt::Debug for MetricsHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsHub")
+            .field("installed", &self.installed)
+            .finish_non_exhaustive()
+    }
+}
 
-/// Installs the global recorder once per process and returns it. Call it as early as possible
-/// (metrics recorded before it are lost); later calls return the same hub.
-pub fn install_metrics() -> &'static MetricsHub {
-    HUB.get_or_init(|| {
-        let recorder = PrometheusBuilder::new()
+impl MetricsHub {
+    /// A hub of its own (not the global recorder): only code run in [`MetricsHub::scope`] or
+    /// [`MetricsHub::in_scope`] records into it.
+    pub fn new() -> Arc<MetricsHub> {
+        let hub = Arc::new(MetricsHub::build(false));
+        hub.in_scope(describe_families);
+        hub
+    }
+
+    fn build(installed: bool) -> MetricsHub {
+        let inner = PrometheusBuilder::new()
             .set_buckets_for_metric(
                 Matcher::Full(REQUEST_DURATION.to_string()),
                 DURATION_BUCKETS_SECONDS,
             )
             .expect("static bucket list is not empty")
             .build_recorder();
-        let prometheus = recorder.handle();
+        let prometheus = inner.handle();
         let tap = Arc::new(Tap::default());
-        let installed = metrics::set_global_recorder(TapRecorder {
-            counters: RwLock::new(HashMap::new()),
-            histograms: RwLock::new(HashMap::new()),
-            inner: recorder,
-            tap: Arc::clone(&tap),
-        })
-        .map_err(|e| tracing::warn!(error = %e, "a metrics recorder was already installed"))
-        .is_ok();
-        if installed {
-            describe_families();
-        }
         MetricsHub {
             prometheus,
-            tap,
+            tap: Arc::clone(&tap),
             installed,
+            recorder: TapRecorder {
+                counters: RwLock::new(HashMap::new()),
+                histograms: RwLock::new(HashMap::new()),
+                inner,
+                tap,
+            },
         }
-    })
+    }
+
+    /// Run `f` with this hub as the `metrics` recorder of the current thread.
+    pub fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        metrics::with_local_recorder(&self.recorder, f)
+    }
+
+    /// `fut`, recording into this hub whenever it is polled (tasks it spawns are not
+    /// covered: wrap them too).
+    pub fn scope<F: Future>(self: &Arc<Self>, fut: F) -> InHub<F> {
+        InHub {
+            hub: Arc::clone(self),
+            fut: Box::pin(fut),
+        }
+    }
+}
+
+/// A future that records into a [`MetricsHub`] (see [`MetricsHub::scope`]).
+pub struct InHub<F> {
+    hub: Arc<MetricsHub>,
+    fut: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for InHub<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let fut = this.fut.as_mut();
+        metrics::with_local_recorder(&this.hub.recorder, || fut.poll(cx))
+    }
+}
+
+/// The global recorder: forwards to the default hub.
+struct GlobalRecorder(Arc<MetricsHub>);
+
+impl Recorder for GlobalRecorder {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.recorder.describe_counter(key, unit, description)
+    }
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.recorder.describe_gauge(key, unit, description)
+    }
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.recorder.describe_histogram(key, unit, description)
+    }
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        self.0.recorder.register_counter(key, metadata)
+    }
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        self.0.recorder.register_gauge(key, metadata)
+    }
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> MetricsHistogram {
+        self.0.recorder.register_histogram(key, metadata)
+    }
+}
+
+static DEFAULT_HUB: OnceLock<Arc<MetricsHub>> = OnceLock::new();
+
+/// Installs the process's default hub as the global recorder once and returns it. Call it as
+/// early as possible (metrics recorded before it are lost); later calls return the same hub.
+pub fn install_metrics() -> Arc<MetricsHub> {
+    Arc::clone(DEFAULT_HUB.get_or_init(|| {
+        let hub = Arc::new(MetricsHub::build(true));
+        let installed = metrics::set_global_recorder(GlobalRecorder(Arc::clone(&hub)))
+            .map_err(|e| tracing::warn!(error = %e, "a metrics recorder was already installed"))
+            .is_ok();
+        if installed {
+            describe_families();
+            hub
+        } else {
+            // Someone else's recorder is global: this hub is reached through scopes only.
+            let hub = Arc::new(MetricsHub::build(false));
+            hub.in_scope(describe_families);
+            hub
+        }
+    }))
 }
 
 fn describe_families() {
@@ -345,6 +439,30 @@ impl HistogramFn for TapHistogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_hubs_keep_separate_numbers() {
+        let (a, b) = (MetricsHub::new(), MetricsHub::new());
+        a.in_scope(|| metrics::counter!(MESSAGES_IN, "topic" => "hub-test").increment(3));
+        let counted = a.scope(async {
+            metrics::counter!(MESSAGES_IN, "topic" => "hub-test").increment(4);
+            metrics::gauge!(CONNECTIONS).increment(1.0);
+        });
+        futures::executor::block_on(counted);
+        b.in_scope(|| metrics::counter!(MESSAGES_IN, "topic" => "other").increment(1));
+        let in_a = a.tap.topic_counters();
+        let (_, counters) = in_a.iter().find(|(t, _)| t == "hub-test").unwrap();
+        assert_eq!(counters.messages_in.load(Ordering::Relaxed), 7);
+        assert_eq!(a.tap.connections(), 1.0);
+        assert!(b.tap.topic_counters().iter().all(|(t, _)| t != "hub-test"));
+        assert_eq!(b.tap.connections(), 0.0);
+        let text = a.prometheus.render();
+        assert!(
+            text.contains("streamforge_messages_in_total{topic=\"hub-test\"} 7"),
+            "{text}"
+        );
+        assert!(!b.prometheus.render().contains("hub-test"));
+    }
 
     #[test]
     fn tap_sees_broker_metrics_and_prometheus_renders_them() {

@@ -18,7 +18,7 @@ use crate::{api_browse, api_cluster, api_console, api_groups, api_topics, ui};
 #[derive(Clone)]
 pub struct AppState {
     pub view: Arc<dyn ClusterView>,
-    pub metrics: &'static MetricsHub,
+    pub metrics: Arc<MetricsHub>,
     pub live: Arc<LiveSampler>,
     pub bench: Arc<BenchHub>,
     pub lag_history: Arc<crate::lag_history::LagHistory>,

@@ -24,6 +24,7 @@ async fn start() -> HttpServer {
     let options = HttpOptions {
         bench_runner: Some(Arc::new(FakeBench)),
         bench_history_path: None,
+        metrics: None,
     };
     serve(
         "127.0.0.1:0".parse().unwrap(),
@@ -300,6 +301,7 @@ async fn benchmark_runs_and_is_kept_in_history() {
     let options = HttpOptions {
         bench_runner: Some(Arc::new(FakeBench)),
         bench_history_path: Some(path.clone()),
+        metrics: None,
     };
     let server = serve(
         "127.0.0.1:0".parse().unwrap(),
@@ -349,6 +351,7 @@ async fn benchmark_runs_and_is_kept_in_history() {
     let options = HttpOptions {
         bench_runner: None,
         bench_history_path: Some(path),
+        metrics: None,
     };
     let server = serve(
         "127.0.0.1:0".parse().unwrap(),

@@ -16,6 +16,7 @@ async fn start() -> HttpServer {
     let options = HttpOptions {
         bench_runner: Some(Arc::new(FakeBench)),
         bench_history_path: None,
+        metrics: None,
     };
     serve(
         "127.0.0.1:0".parse().unwrap(),

@@ -7,7 +7,7 @@
 //! - the broker's housekeeping, for data older than its `log_flush_background_ms`
 //!   (`Log::request_background_flush`).
 //!
-//! One flusher thread runs the jobs: each is a group-commit wait (`GroupCommit::wait_durable`),
+//! One flusher thread per `LogRuntime` runs the jobs: each is a group-commit wait (`GroupCommit::wait_durable`),
 //! so the fsync runs outside the log's lock, shares the fsync with acks=all producers, and
 //! covers every offset asked for while it ran. At most one job per log is queued or running
 //! (`GroupCommit::request_background`); the queue is bounded, and a request that does not fit
@@ -15,37 +15,65 @@
 //! point to the durable offset and writes the checkpoint.
 
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::sync::mpsc::{SyncSender, sync_channel};
 
 use crate::group_commit::GroupCommit;
+use crate::runtime::WorkerThread;
 
 /// Logs waiting for the flusher thread.
 pub const MAX_PENDING_BACKGROUND_FLUSHES: usize = 4096;
 
-static FLUSHER: OnceLock<Option<SyncSender<Arc<GroupCommit>>>> = OnceLock::new();
+/// The flusher thread of one [`crate::LogRuntime`]: it stops (after the queued jobs) when the
+/// runtime is dropped.
+pub(crate) struct Flusher {
+    tx: Option<SyncSender<Arc<GroupCommit>>>,
+    pub(crate) thread: WorkerThread,
+}
 
-fn sender() -> Option<&'static SyncSender<Arc<GroupCommit>>> {
-    FLUSHER
-        .get_or_init(|| {
-            let (tx, rx) = sync_channel::<Arc<GroupCommit>>(MAX_PENDING_BACKGROUND_FLUSHES);
-            let spawned = std::thread::Builder::new()
-                .name("log-background-flush".into())
-                .spawn(move || {
-                    lower_priority();
-                    for group in rx {
-                        run(&group);
-                    }
-                });
-            match spawned {
-                Ok(_) => Some(tx),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no background flush thread; logs are flushed only by flush.ms/flush.messages, acks=all and close");
-                    None
-                }
+impl Flusher {
+    pub(crate) fn start() -> Flusher {
+        let (tx, rx) = sync_channel::<Arc<GroupCommit>>(MAX_PENDING_BACKGROUND_FLUSHES);
+        let thread = WorkerThread::spawn("log-background-flush", move || {
+            lower_priority();
+            for group in rx {
+                run(&group);
             }
-        })
-        .as_ref()
+        });
+        if thread.is_none() {
+            tracing::warn!(
+                "no background flush thread; logs are flushed only by flush.ms/flush.messages, acks=all and close"
+            );
+        }
+        Flusher {
+            tx: thread.is_some().then_some(tx),
+            thread,
+        }
+    }
+
+    /// Ask for everything below `offset` to be fsynced in the background. Never blocks and
+    /// never fsyncs on the caller's thread.
+    pub(crate) fn request(&self, group: &Arc<GroupCommit>, offset: i64) {
+        if !group.request_background(offset) {
+            return;
+        }
+        let queued = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(Arc::clone(group)).is_ok());
+        if !queued {
+            tracing::debug!(
+                offset,
+                "background flush queue full; retried on the next tick"
+            );
+            group.background_done();
+        }
+    }
+
+    /// Close the queue and wait for the thread to finish what was queued.
+    pub(crate) fn stop(&mut self) {
+        self.tx = None;
+        self.thread.join();
+    }
 }
 
 /// Nice value of the flusher thread. An fsync submits the writeback of everything written
@@ -74,21 +102,5 @@ fn run(group: &GroupCommit) {
             group.background_done();
             return;
         }
-    }
-}
-
-/// Ask for everything below `offset` to be fsynced in the background. Never blocks and never
-/// fsyncs on the caller's thread.
-pub(crate) fn request(group: &Arc<GroupCommit>, offset: i64) {
-    if !group.request_background(offset) {
-        return;
-    }
-    let queued = sender().is_some_and(|tx| tx.try_send(Arc::clone(group)).is_ok());
-    if !queued {
-        tracing::debug!(
-            offset,
-            "background flush queue full; retried on the next tick"
-        );
-        group.background_done();
     }
 }

@@ -16,18 +16,21 @@ mod producer_snapshot;
 mod producer_state;
 mod reaper;
 mod recovery;
+mod runtime;
 mod scrub;
 mod segment;
 #[cfg(test)]
 mod tests;
 
 use bytes::Bytes;
+use streamforge_protocol::ResponseError;
 
 pub use crate::background_flush::MAX_PENDING_BACKGROUND_FLUSHES;
 pub use crate::checkpoint::RecoveryPointAdvance;
 pub use crate::group_commit::{FlushTicket, GroupCommit};
 pub use crate::log::Log;
 pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};
+pub use crate::runtime::LogRuntime;
 pub use crate::scrub::{SealedSegment, verify_segment};
 pub use crate::segment::{BadBatch, file_stem};
 
@@ -78,6 +81,9 @@ pub struct LogConfig {
     /// the reservation past the end is released when the segment is sealed or the log closed.
     /// A bounded window, unlike Kafka's whole-segment `preallocate`.
     pub preallocate_window_bytes: u64,
+    /// The clock and background threads this log shares with the other logs of its broker
+    /// (not a Kafka setting; the default is the process-wide runtime, see `LogRuntime`).
+    pub runtime: std::sync::Arc<LogRuntime>,
 }
 
 impl Default for LogConfig {
@@ -97,6 +103,7 @@ impl Default for LogConfig {
             compact: false,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             preallocate_window_bytes: 16 << 20,
+            runtime: LogRuntime::process_default(),
         }
     }
 }
@@ -147,18 +154,24 @@ pub enum LogError {
 impl LogError {
     /// The Kafka protocol error code for this error.
     pub fn kafka_code(&self) -> i16 {
+        self.response_error().code()
+    }
+
+    /// The Kafka error for this error (`kafka_code` is its wire code).
+    pub fn response_error(&self) -> ResponseError {
         match self {
-            LogError::CorruptMessage(_) => 2,               // CORRUPT_MESSAGE
-            LogError::InvalidRecord(_) => 87,               // INVALID_RECORD
-            LogError::Records(e) => e.kind.kafka_code(),    // INVALID_RECORD / CORRUPT_MESSAGE
-            LogError::MessageTooLarge { .. } => 10,         // MESSAGE_TOO_LARGE
-            LogError::OffsetOutOfRange { .. } => 1,         // OFFSET_OUT_OF_RANGE
-            LogError::InvalidTimestamp(_) => 32,            // INVALID_TIMESTAMP
-            LogError::UnsupportedMagic(_) => 2, // CORRUPT_MESSAGE (magic < 2 unsupported)
-            LogError::Io(_) | LogError::Corrupted(_) => 56, // KAFKA_STORAGE_ERROR
-            LogError::DamagedBatch { .. } => 2, // CORRUPT_MESSAGE
-            LogError::OutOfOrderSequence(_) => 45, // OUT_OF_ORDER_SEQUENCE_NUMBER
-            LogError::InvalidProducerEpoch(_) => 47, // INVALID_PRODUCER_EPOCH
+            LogError::CorruptMessage(_) => ResponseError::CorruptMessage,
+            LogError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            LogError::Records(e) => e.kind.response_error(),
+            LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+            LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            LogError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
+            // Magic < 2 is unsupported: CORRUPT_MESSAGE, as Kafka 4 answers.
+            LogError::UnsupportedMagic(_) => ResponseError::CorruptMessage,
+            LogError::Io(_) | LogError::Corrupted(_) => ResponseError::KafkaStorageError,
+            LogError::DamagedBatch { .. } => ResponseError::CorruptMessage,
+            LogError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
+            LogError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
         }
     }
 }

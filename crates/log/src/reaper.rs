@@ -10,8 +10,9 @@
 //! (which may be the last ones); readers that still hold slices keep the mapping alive as
 //! before, and a crash leaves nothing behind (the names are already gone).
 
-use std::sync::OnceLock;
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+
+use crate::runtime::WorkerThread;
 
 /// Something to drop on the reaper thread.
 type Doomed = Box<dyn Send>;
@@ -20,40 +21,47 @@ type Doomed = Box<dyn Send>;
 /// (back-pressure instead of unbounded memory and descriptors).
 pub const MAX_PENDING_SEGMENT_DROPS: usize = 64;
 
-static REAPER: OnceLock<Option<SyncSender<Doomed>>> = OnceLock::new();
-
-fn sender() -> Option<&'static SyncSender<Doomed>> {
-    REAPER
-        .get_or_init(|| {
-            let (tx, rx) = sync_channel::<Doomed>(MAX_PENDING_SEGMENT_DROPS);
-            let spawned = std::thread::Builder::new()
-                .name("log-segment-reaper".into())
-                .spawn(move || {
-                    for doomed in rx {
-                        drop(doomed);
-                    }
-                });
-            match spawned {
-                Ok(_) => Some(tx),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no segment reaper thread; deleted segments are released inline");
-                    None
-                }
-            }
-        })
-        .as_ref()
+/// The reaper thread of one [`crate::LogRuntime`]: it stops (after dropping what is queued)
+/// when the runtime is dropped.
+pub(crate) struct Reaper {
+    tx: Option<SyncSender<Doomed>>,
+    pub(crate) thread: WorkerThread,
 }
 
-/// Drop `handles` (a segment whose files are already unlinked, or file handles that may be the
-/// last ones of such a segment) on the reaper thread, or here if the reaper is busy or missing.
-/// Called on roll and deletion paths only (it boxes), never per append.
-pub fn release<T: Send + 'static>(handles: T) {
-    let Some(tx) = sender() else {
-        drop(handles);
-        return;
-    };
-    match tx.try_send(Box::new(handles)) {
-        Ok(()) => {}
-        Err(TrySendError::Full(doomed) | TrySendError::Disconnected(doomed)) => drop(doomed),
+impl Reaper {
+    pub(crate) fn start() -> Reaper {
+        let (tx, rx) = sync_channel::<Doomed>(MAX_PENDING_SEGMENT_DROPS);
+        let thread = WorkerThread::spawn("log-segment-reaper", move || {
+            for doomed in rx {
+                drop(doomed);
+            }
+        });
+        if thread.is_none() {
+            tracing::warn!("no segment reaper thread; deleted segments are released inline");
+        }
+        Reaper {
+            tx: thread.is_some().then_some(tx),
+            thread,
+        }
+    }
+
+    /// Drop `handles` (a segment whose files are already unlinked, or file handles that may be
+    /// the last ones of such a segment) on the reaper thread, or here if the reaper is busy or
+    /// missing. Called on roll and deletion paths only (it boxes), never per append.
+    pub(crate) fn release<T: Send + 'static>(&self, handles: T) {
+        let Some(tx) = &self.tx else {
+            drop(handles);
+            return;
+        };
+        match tx.try_send(Box::new(handles)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(doomed) | TrySendError::Disconnected(doomed)) => drop(doomed),
+        }
+    }
+
+    /// Close the queue and wait for the thread to drop what was queued.
+    pub(crate) fn stop(&mut self) {
+        self.tx = None;
+        self.thread.join();
     }
 }

@@ -85,7 +85,7 @@ mod tests {
             .unwrap()
             .size_bytes();
         let mut bytes = std::fs::read(&first.path).unwrap();
-        bytes[second_batch + 61 + 10] ^= 0x5a;
+        bytes[second_batch + streamforge_protocol::batch::HEADER_BYTES + 10] ^= 0x5a;
         std::fs::write(&first.path, &bytes).unwrap();
         let again = log.sealed_segments();
         let bad = verify_segment(&again[0]).expect("damage found");

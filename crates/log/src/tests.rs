@@ -523,3 +523,32 @@ fn epoch_start_assigned_on_becoming_leader_is_not_rewritten_by_appends() {
     let log = Log::open(dir.path(), small_config(), 0).unwrap();
     assert_eq!(log.leader_epochs(), &[(0, 0), (3, 2)]);
 }
+
+/// The wire codes of `LogError` are Kafka's (and did not change when they moved to
+/// `ResponseError`).
+#[test]
+fn log_errors_carry_kafkas_wire_codes() {
+    let s = || String::from("x");
+    let cases: [(LogError, i16); 10] = [
+        (LogError::CorruptMessage(s()), 2),
+        (LogError::InvalidRecord(s()), 87),
+        (LogError::MessageTooLarge { size: 2, max: 1 }, 10),
+        (
+            LogError::OffsetOutOfRange {
+                offset: 9,
+                log_start: 0,
+                log_end: 1,
+            },
+            1,
+        ),
+        (LogError::InvalidTimestamp(s()), 32),
+        (LogError::UnsupportedMagic(1), 2),
+        (LogError::Corrupted(s()), 56),
+        (LogError::Io(std::io::Error::other("x")), 56),
+        (LogError::OutOfOrderSequence(s()), 45),
+        (LogError::InvalidProducerEpoch(s()), 47),
+    ];
+    for (e, code) in cases {
+        assert_eq!(e.kafka_code(), code, "{e}");
+    }
+}

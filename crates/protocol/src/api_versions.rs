@@ -4,7 +4,8 @@
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
-use crate::error::{ErrorCode, ProtocolError};
+use crate::ResponseError;
+use crate::error::ProtocolError;
 use crate::frame::{ResponseFrame, encode_response};
 
 /// One served api and its version range.
@@ -25,7 +26,7 @@ impl ApiRange {
 /// sends to every client: older librdkafka mis-parses unexpected tagged fields.
 pub fn api_versions_body(ranges: &[ApiRange]) -> ApiVersionsResponse {
     let mut resp = ApiVersionsResponse::default();
-    resp.error_code = ErrorCode::None.code();
+    resp.error_code = 0;
     resp.throttle_time_ms = 0;
     resp.finalized_features_epoch = -1;
     resp.api_keys = ranges
@@ -48,7 +49,7 @@ pub fn unsupported_api_versions_response(
     api_versions_range: ApiRange,
 ) -> Result<ResponseFrame, ProtocolError> {
     let mut resp = api_versions_body(&[api_versions_range]);
-    resp.error_code = ErrorCode::UnsupportedVersion.code();
+    resp.error_code = ResponseError::UnsupportedVersion.code();
     encode_response(ApiKey::ApiVersions, 0, correlation_id, &resp)
 }
 
@@ -70,7 +71,7 @@ mod tests {
         assert_eq!(b.get_i32() as usize, b.len());
         assert_eq!(b.get_i32(), 7); // header v0: correlation id only
         let resp = ApiVersionsResponse::decode(&mut b, 0).unwrap();
-        assert_eq!(resp.error_code, 35);
+        assert_eq!(resp.error_code, ResponseError::UnsupportedVersion.code());
         assert_eq!(resp.api_keys.len(), 1);
         assert_eq!(resp.api_keys[0].max_version, 4);
         assert!(!b.has_remaining());

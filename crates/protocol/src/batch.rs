@@ -30,19 +30,28 @@ pub const MAGIC_V2: i8 = 2;
 /// Where the CRC-covered region starts (the `attributes` field).
 pub const CRC_START: usize = 21;
 
-const BASE_OFFSET: usize = 0;
-const BATCH_LENGTH: usize = 8;
-const PARTITION_LEADER_EPOCH: usize = 12;
-const MAGIC: usize = 16;
-pub(crate) const CRC: usize = 17;
-pub(crate) const ATTRIBUTES: usize = 21;
-pub(crate) const LAST_OFFSET_DELTA: usize = 23;
-const BASE_TIMESTAMP: usize = 27;
-const MAX_TIMESTAMP: usize = 35;
-const PRODUCER_ID: usize = 43;
-const PRODUCER_EPOCH: usize = 51;
-const BASE_SEQUENCE: usize = 53;
-pub(crate) const RECORD_COUNT: usize = 57;
+/// Byte offsets of the header fields (see the table above). This module is the one definition of
+/// the RecordBatch v2 layout in the workspace: the log, the client, tiered storage, the Fetch
+/// writer and the tools read and write headers through these names or the views below.
+pub mod field {
+    pub const BASE_OFFSET: usize = 0;
+    pub const BATCH_LENGTH: usize = 8;
+    pub const PARTITION_LEADER_EPOCH: usize = 12;
+    pub const MAGIC: usize = 16;
+    pub const CRC: usize = 17;
+    pub const ATTRIBUTES: usize = 21;
+    pub const LAST_OFFSET_DELTA: usize = 23;
+    pub const BASE_TIMESTAMP: usize = 27;
+    pub const MAX_TIMESTAMP: usize = 35;
+    pub const PRODUCER_ID: usize = 43;
+    pub const PRODUCER_EPOCH: usize = 51;
+    pub const BASE_SEQUENCE: usize = 53;
+    pub const RECORD_COUNT: usize = 57;
+    const _: () = assert!(RECORD_COUNT + 4 == super::HEADER_BYTES);
+    const _: () = assert!(ATTRIBUTES == super::CRC_START);
+    const _: () = assert!(PARTITION_LEADER_EPOCH == super::LOG_OVERHEAD_BYTES);
+}
+use field::*;
 
 /// Attribute bits.
 pub const COMPRESSION_MASK: i16 = 0x07;
@@ -115,14 +124,24 @@ pub fn batch_size(buf: &[u8]) -> Result<usize, BatchError> {
 /// A read-only view of one RecordBatch v2 (header checked, records untouched).
 #[derive(Debug, Clone, Copy)]
 pub struct RecordBatch<'a> {
+    /// The header view over exactly this batch's bytes.
+    header: RecordBatchHeader<'a>,
+}
+
+/// A read-only view of a RecordBatch v2 header: the first [`HEADER_BYTES`] of a batch whose
+/// records may not be (all) in the buffer — a Fetch response's cut-off last batch, a file dump.
+/// Its accessors are the field readers of [`RecordBatch`] too (through `Deref`).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordBatchHeader<'a> {
+    /// At least `HEADER_BYTES` long.
     buf: &'a [u8],
 }
 
-impl<'a> RecordBatch<'a> {
-    /// View the first batch in `buf`: checks the length fields and the magic byte (not the CRC;
-    /// see [`RecordBatch::verify_crc`]). The view covers exactly that batch.
+impl<'a> RecordBatchHeader<'a> {
+    /// View the header at the start of `buf`: checks that a whole header is present, that
+    /// `batchLength` covers at least a header, and the magic byte. The records are not looked at.
     pub fn parse(buf: &'a [u8]) -> Result<Self, BatchError> {
-        let size = batch_size(buf)?;
+        batch_size(buf)?;
         if buf.len() < HEADER_BYTES {
             return Err(BatchError::Truncated {
                 needed: HEADER_BYTES,
@@ -133,23 +152,53 @@ impl<'a> RecordBatch<'a> {
         if magic != MAGIC_V2 {
             return Err(BatchError::UnsupportedMagic(magic));
         }
+        Ok(RecordBatchHeader { buf })
+    }
+
+    /// Size of the whole batch in bytes (log overhead included), from `batchLength`.
+    pub fn total_bytes(&self) -> usize {
+        self.batch_length() as usize + LOG_OVERHEAD_BYTES
+    }
+}
+
+impl<'a> RecordBatch<'a> {
+    /// View the first batch in `buf`: checks the length fields and the magic byte (not the CRC;
+    /// see [`RecordBatch::verify_crc`]). The view covers exactly that batch.
+    pub fn parse(buf: &'a [u8]) -> Result<Self, BatchError> {
+        let size = RecordBatchHeader::parse(buf)?.total_bytes();
         if buf.len() < size {
             return Err(BatchError::Truncated {
                 needed: size,
                 available: buf.len(),
             });
         }
-        Ok(RecordBatch { buf: &buf[..size] })
+        Ok(RecordBatch {
+            header: RecordBatchHeader { buf: &buf[..size] },
+        })
     }
 
+    /// The header view (also reachable through `Deref`).
+    pub fn header(&self) -> RecordBatchHeader<'a> {
+        self.header
+    }
     /// The whole batch's bytes.
     pub fn as_bytes(&self) -> &'a [u8] {
-        self.buf
+        self.header.buf
     }
     /// Size of the whole batch in bytes (log overhead included).
     pub fn size_bytes(&self) -> usize {
-        self.buf.len()
+        self.header.buf.len()
     }
+}
+
+impl<'a> std::ops::Deref for RecordBatch<'a> {
+    type Target = RecordBatchHeader<'a>;
+    fn deref(&self) -> &RecordBatchHeader<'a> {
+        &self.header
+    }
+}
+
+impl RecordBatchHeader<'_> {
     pub fn base_offset(&self) -> i64 {
         be_i64(self.buf, BASE_OFFSET)
     }
@@ -215,14 +264,17 @@ impl<'a> RecordBatch<'a> {
     pub fn record_count(&self) -> i32 {
         be_i32(self.buf, RECORD_COUNT)
     }
+}
+
+impl<'a> RecordBatch<'a> {
     /// The bytes after the header: the records (compressed if `compression() != 0`).
     pub fn records_bytes(&self) -> &'a [u8] {
-        &self.buf[HEADER_BYTES..]
+        &self.header.buf[HEADER_BYTES..]
     }
 
     /// CRC-32C of `attributes..end`.
     pub fn compute_crc(&self) -> u32 {
-        crc32c::crc32c(&self.buf[CRC_START..])
+        crc32c::crc32c(&self.header.buf[CRC_START..])
     }
 
     /// Check the stored CRC against the bytes.
@@ -384,7 +436,9 @@ impl<'a> RecordBatchMut<'a> {
         })
     }
     pub fn view(&self) -> RecordBatch<'_> {
-        RecordBatch { buf: self.buf }
+        RecordBatch {
+            header: RecordBatchHeader { buf: self.buf },
+        }
     }
     /// Set `baseOffset` (not covered by the CRC).
     pub fn set_base_offset(&mut self, offset: i64) {
@@ -574,6 +628,29 @@ mod tests {
         assert_eq!(v.max_timestamp(), 2);
         v.verify_crc().unwrap();
         v.validate_header().unwrap();
+    }
+
+    #[test]
+    fn header_view_reads_a_cut_off_batch() {
+        let b = build_simple(BatchSpec::default(), 3, 10);
+        let cut = &b[..HEADER_BYTES + 1];
+        assert!(matches!(
+            RecordBatch::parse(cut),
+            Err(BatchError::Truncated { .. })
+        ));
+        let h = RecordBatchHeader::parse(cut).unwrap();
+        let full = RecordBatch::parse(&b).unwrap();
+        assert_eq!(h.total_bytes(), b.len());
+        assert_eq!(h.record_count(), full.record_count());
+        assert_eq!(h.last_offset(), full.last_offset());
+        assert_eq!(h.crc(), full.compute_crc());
+        assert_eq!(
+            RecordBatchHeader::parse(&b[..HEADER_BYTES - 1]).unwrap_err(),
+            BatchError::Truncated {
+                needed: HEADER_BYTES,
+                available: HEADER_BYTES - 1
+            }
+        );
     }
 
     #[test]

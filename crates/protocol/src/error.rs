@@ -25,48 +25,7 @@ pub enum ProtocolError {
     },
 }
 
-/// Kafka error codes (the subset StreamForge returns), named as in Kafka's `Errors` enum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i16)]
-pub enum ErrorCode {
-    UnknownServerError = -1,
-    None = 0,
-    OffsetOutOfRange = 1,
-    CorruptMessage = 2,
-    UnknownTopicOrPartition = 3,
-    InvalidFetchSize = 4,
-    LeaderNotAvailable = 5,
-    NotLeaderOrFollower = 6,
-    RequestTimedOut = 7,
-    MessageTooLarge = 10,
-    InvalidTopicException = 17,
-    RecordListTooLarge = 18,
-    NotEnoughReplicas = 19,
-    InvalidRequiredAcks = 21,
-    InvalidTimestamp = 32,
-    UnsupportedVersion = 35,
-    TopicAlreadyExists = 36,
-    InvalidPartitions = 37,
-    InvalidReplicationFactor = 38,
-    InvalidReplicaAssignment = 39,
-    InvalidConfig = 40,
-    InvalidRequest = 42,
-    PolicyViolation = 44,
-    KafkaStorageError = 56,
-    UnknownTopicId = 100,
-    InvalidRecord = 87,
-    ResourceNotFound = 91,
-    InvalidUpdateVersion = 95,
-}
-
-impl ErrorCode {
-    pub fn code(self) -> i16 {
-        self as i16
-    }
-}
-
-impl From<ErrorCode> for i16 {
-    fn from(e: ErrorCode) -> i16 {
-        e as i16
-    }
-}
+/// The one Kafka error-code enum is `kafka_protocol::ResponseError` (re-exported from this
+/// crate's root). `ErrorCode` is the same type under the name the handlers used before; new
+/// code says `ResponseError`. "No error" is code 0, which `ResponseError` has no variant for.
+pub use kafka_protocol::ResponseError as ErrorCode;

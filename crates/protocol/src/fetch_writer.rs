@@ -224,7 +224,7 @@ mod tests {
                     },
                     FetchPartition {
                         partition_index: 3,
-                        error_code: 1,
+                        error_code: crate::ResponseError::OffsetOutOfRange.code(),
                         high_watermark: 5,
                         last_stable_offset: 5,
                         log_start_offset: 2,
@@ -264,7 +264,7 @@ mod tests {
             assert!(p0.aborted_transactions.is_none());
             let p1 = &t.partitions[1];
             assert_eq!(p1.partition_index, 3);
-            assert_eq!(p1.error_code, 1);
+            assert_eq!(p1.error_code, crate::ResponseError::OffsetOutOfRange.code());
             if version >= 5 {
                 assert_eq!(p1.log_start_offset, 2);
             }

@@ -5,6 +5,7 @@
 
 pub mod api_versions;
 pub mod batch;
+pub mod clock;
 pub mod decompress;
 pub mod error;
 pub mod fetch_writer;
@@ -15,6 +16,7 @@ pub mod validate;
 
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{RequestFrame, ResponseFrame};
+pub use kafka_protocol::ResponseError;
 
 /// Re-export of the generated message types so dependants use one version of them.
 pub use kafka_protocol;

@@ -5,8 +5,9 @@
 
 use std::io::Write;
 
+use crate::batch::field::{ATTRIBUTES, CRC, LAST_OFFSET_DELTA, RECORD_COUNT};
 use crate::batch::testing::{BatchSpec, build_simple};
-use crate::batch::{ATTRIBUTES, CRC, CRC_START, HEADER_BYTES, LAST_OFFSET_DELTA, RECORD_COUNT};
+use crate::batch::{CRC_START, HEADER_BYTES};
 use crate::decompress::{CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD};
 
 const BATCH_LENGTH: usize = 8;

@@ -33,9 +33,14 @@ pub enum RecordErrorKind {
 impl RecordErrorKind {
     /// The Kafka error code.
     pub fn kafka_code(self) -> i16 {
+        self.response_error().code()
+    }
+
+    /// The Kafka error.
+    pub fn response_error(self) -> crate::ResponseError {
         match self {
-            RecordErrorKind::InvalidRecord => crate::ErrorCode::InvalidRecord.code(),
-            RecordErrorKind::CorruptMessage => crate::ErrorCode::CorruptMessage.code(),
+            RecordErrorKind::InvalidRecord => crate::ResponseError::InvalidRecord,
+            RecordErrorKind::CorruptMessage => crate::ResponseError::CorruptMessage,
         }
     }
 }

@@ -3,18 +3,15 @@
 //! Segments hold RecordBatch v2 bytes exactly as produced (offsets patched). Tiered storage
 //! never re-encodes them; it only needs each batch's extent, offsets, max timestamp and CRC.
 
-/// Bytes before `batchLength` ends: baseOffset (8) + batchLength (4).
-pub const LOG_OVERHEAD_BYTES: usize = 12;
-/// The fixed RecordBatch v2 header size.
-pub const HEADER_BYTES: usize = 61;
+//!
+//! The layout itself is `streamforge_protocol::batch` (one definition in the workspace); this
+//! module adds the tiered-specific size bound and error type.
+
+use streamforge_protocol::batch::{self as layout, RecordBatch, RecordBatchHeader};
+pub use streamforge_protocol::batch::{HEADER_BYTES, LOG_OVERHEAD_BYTES};
+
 /// Largest batch we accept while scanning (a sanity bound well above `max.message.bytes`).
 pub const MAX_BATCH_BYTES: usize = 64 << 20;
-
-const MAGIC_OFFSET: usize = 16;
-const CRC_OFFSET: usize = 17;
-const ATTRIBUTES_OFFSET: usize = 21;
-const LAST_OFFSET_DELTA_OFFSET: usize = 23;
-const MAX_TIMESTAMP_OFFSET: usize = 35;
 
 /// Header fields of one batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,69 +36,54 @@ pub enum BatchError {
     Crc { stored: u32, computed: u32 },
 }
 
-fn be_i64(b: &[u8], at: usize) -> i64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    i64::from_be_bytes(a)
-}
-
-fn be_i32(b: &[u8], at: usize) -> i32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    i32::from_be_bytes(a)
+impl From<layout::BatchError> for BatchError {
+    fn from(e: layout::BatchError) -> BatchError {
+        match e {
+            layout::BatchError::Truncated { needed, available } => {
+                BatchError::Incomplete(needed.saturating_sub(available))
+            }
+            layout::BatchError::InvalidLength(len) => BatchError::BadLength(len),
+            layout::BatchError::UnsupportedMagic(m) => BatchError::BadMagic(m),
+            layout::BatchError::CrcMismatch { stored, computed } => {
+                BatchError::Crc { stored, computed }
+            }
+            // Not produced by the checks used here (header fields are not validated).
+            layout::BatchError::InvalidHeader(_) => BatchError::BadLength(-1),
+        }
+    }
 }
 
 /// The total size of the batch starting at `buf[0]`, from its first 12 bytes.
 pub fn batch_size(buf: &[u8]) -> Result<usize, BatchError> {
-    if buf.len() < LOG_OVERHEAD_BYTES {
-        return Err(BatchError::Incomplete(LOG_OVERHEAD_BYTES - buf.len()));
+    let size = layout::batch_size(buf)?;
+    if size - LOG_OVERHEAD_BYTES > MAX_BATCH_BYTES {
+        return Err(BatchError::BadLength((size - LOG_OVERHEAD_BYTES) as i32));
     }
-    let length = be_i32(buf, 8);
-    let min = (HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32;
-    if length < min || length as usize > MAX_BATCH_BYTES {
-        return Err(BatchError::BadLength(length));
+    Ok(size)
+}
+
+fn info(h: &RecordBatchHeader<'_>, size_bytes: usize) -> BatchInfo {
+    BatchInfo {
+        base_offset: h.base_offset(),
+        // Wrapping, as the protocol crate's view: a corrupt header must not panic.
+        last_offset: h.last_offset(),
+        max_timestamp_ms: h.max_timestamp(),
+        size_bytes,
     }
-    Ok(LOG_OVERHEAD_BYTES + length as usize)
 }
 
 /// Parse the header of the batch at `buf[0]` (`buf` must hold at least the header).
 pub fn parse_header(buf: &[u8]) -> Result<BatchInfo, BatchError> {
     let size_bytes = batch_size(buf)?;
-    if buf.len() < HEADER_BYTES {
-        return Err(BatchError::Incomplete(HEADER_BYTES - buf.len()));
-    }
-    let magic = buf[MAGIC_OFFSET] as i8;
-    if magic != 2 {
-        return Err(BatchError::BadMagic(magic));
-    }
-    let base_offset = be_i64(buf, 0);
-    // Wrapping, as the protocol crate's view: a corrupt header must not panic (fuzz/record_batch).
-    let last_offset = base_offset.wrapping_add(i64::from(be_i32(buf, LAST_OFFSET_DELTA_OFFSET)));
-    Ok(BatchInfo {
-        base_offset,
-        last_offset,
-        max_timestamp_ms: be_i64(buf, MAX_TIMESTAMP_OFFSET),
-        size_bytes,
-    })
+    Ok(info(&RecordBatchHeader::parse(buf)?, size_bytes))
 }
 
 /// Parse and CRC-check the whole batch at `buf[0]` (`buf` must hold the whole batch).
 pub fn verify(buf: &[u8]) -> Result<BatchInfo, BatchError> {
-    let info = parse_header(buf)?;
-    if buf.len() < info.size_bytes {
-        return Err(BatchError::Incomplete(info.size_bytes - buf.len()));
-    }
-    let stored = u32::from_be_bytes([
-        buf[CRC_OFFSET],
-        buf[CRC_OFFSET + 1],
-        buf[CRC_OFFSET + 2],
-        buf[CRC_OFFSET + 3],
-    ]);
-    let computed = crc32c::crc32c(&buf[ATTRIBUTES_OFFSET..info.size_bytes]);
-    if stored != computed {
-        return Err(BatchError::Crc { stored, computed });
-    }
-    Ok(info)
+    let size_bytes = batch_size(buf)?;
+    let batch = RecordBatch::parse(buf)?;
+    batch.verify_crc()?;
+    Ok(info(&batch, size_bytes))
 }
 
 /// The first record of a verified batch with timestamp `>= timestamp_ms`, as
@@ -110,17 +92,17 @@ pub fn verify(buf: &[u8]) -> Result<BatchInfo, BatchError> {
 /// qualifies.
 pub fn first_record_at_or_after(batch: &[u8], timestamp_ms: i64) -> Option<(i64, i64)> {
     let info = parse_header(batch).ok()?;
-    let attributes = i16::from_be_bytes([batch[ATTRIBUTES_OFFSET], batch[ATTRIBUTES_OFFSET + 1]]);
-    if attributes & 0x08 != 0 {
+    let header = RecordBatchHeader::parse(batch).ok()?;
+    if header.is_log_append_time() {
         // LogAppendTime: every record carries the batch's max timestamp.
         return (info.max_timestamp_ms >= timestamp_ms)
             .then_some((info.base_offset, info.max_timestamp_ms));
     }
-    if attributes & 0x07 != 0 {
+    if header.compression() != 0 {
         return None;
     }
-    let base_timestamp = be_i64(batch, 27);
-    let count = be_i32(batch, 57).max(0) as usize;
+    let base_timestamp = header.base_timestamp();
+    let count = header.record_count().max(0) as usize;
     let mut at = HEADER_BYTES;
     let end = info.size_bytes.min(batch.len());
     for _ in 0..count {

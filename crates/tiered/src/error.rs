@@ -1,5 +1,7 @@
 //! Errors of the tiered-storage crate.
 
+use streamforge_protocol::ResponseError;
+
 /// Everything that can go wrong while moving segments to or reading them from object storage.
 #[derive(Debug, thiserror::Error)]
 pub enum TieredError {
@@ -53,9 +55,10 @@ impl TieredError {
     /// client retries instead of consuming corrupt or missing data.
     pub fn kafka_code(&self) -> i16 {
         match self {
-            TieredError::OffsetNotRemote { .. } => 1, // OFFSET_OUT_OF_RANGE
-            _ => 56,                                  // KAFKA_STORAGE_ERROR
+            TieredError::OffsetNotRemote { .. } => ResponseError::OffsetOutOfRange,
+            _ => ResponseError::KafkaStorageError,
         }
+        .code()
     }
 
     /// Whether retrying the same operation later may succeed.

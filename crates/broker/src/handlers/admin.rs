@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use streamforge_protocol::{ErrorCode, RequestFrame};
+use streamforge_protocol::{RequestFrame, ResponseError};
 use uuid::Uuid;
 
 use crate::BrokerState;
@@ -37,12 +37,12 @@ fn check_replicas(
                 "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."
             )
         };
-        return Err((ErrorCode::InvalidReplicationFactor.code(), msg));
+        return Err((ResponseError::InvalidReplicationFactor.code(), msg));
     }
     for a in assignments {
         if a.len() != 1 || a[0] != state.node_id() {
             return Err((
-                ErrorCode::InvalidReplicaAssignment.code(),
+                ResponseError::InvalidReplicaAssignment.code(),
                 format!(
                     "Replica assignment {a:?} names brokers that do not exist (only {} does).",
                     state.node_id()
@@ -96,7 +96,7 @@ async fn create_one(
 ) -> Result<Created, (i16, String)> {
     if duplicate {
         return Err((
-            ErrorCode::InvalidRequest.code(),
+            ResponseError::InvalidRequest.code(),
             format!("Create topics request from client contains multiple entries for topic {name}"),
         ));
     }
@@ -107,14 +107,14 @@ async fn create_one(
         .collect();
     let partitions = if !assignments.is_empty() {
         if t.num_partitions != -1 || t.replication_factor != -1 {
-            return Err((ErrorCode::InvalidRequest.code(), "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into()));
+            return Err((ResponseError::InvalidRequest.code(), "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into()));
         }
         assignments.len() as i32
     } else if t.num_partitions == -1 {
         state.config.num_partitions
     } else if t.num_partitions <= 0 {
         return Err((
-            ErrorCode::InvalidPartitions.code(),
+            ResponseError::InvalidPartitions.code(),
             "Number of partitions must be larger than 0, or -1 to use the default value.".into(),
         ));
     } else {
@@ -125,7 +125,7 @@ async fn create_one(
     for c in &t.configs {
         let Some(value) = &c.value else {
             return Err((
-                ErrorCode::InvalidConfig.code(),
+                ResponseError::InvalidConfig.code(),
                 format!(
                     "Null value not supported for topic configs: {}",
                     c.name.as_str()
@@ -142,7 +142,7 @@ async fn create_one(
             .create_topic(&owned, partitions, cfg, validate_only)
     })
     .await
-    .map_err(|e| (ErrorCode::UnknownServerError.code(), e.to_string()))?;
+    .map_err(|e| (ResponseError::UnknownServerError.code(), e.to_string()))?;
     match result {
         Ok(Some(topic)) => Ok((topic.id, partitions, configs)),
         Ok(None) => Ok((Uuid::nil(), partitions, configs)),
@@ -196,21 +196,21 @@ pub async fn handle_delete_topics(state: Arc<BrokerState>, req: RequestFrame) ->
                 .replicas
                 .topic(n)
                 .map(|t| t.name.clone())
-                .ok_or(ErrorCode::UnknownTopicOrPartition),
+                .ok_or(ResponseError::UnknownTopicOrPartition),
             (None, false) => state
                 .replicas
                 .topic_by_id(id)
                 .map(|t| t.name.clone())
-                .ok_or(ErrorCode::UnknownTopicId),
-            (None, true) => Err(ErrorCode::InvalidRequest),
+                .ok_or(ResponseError::UnknownTopicId),
+            (None, true) => Err(ResponseError::InvalidRequest),
         };
         r.name = name.as_deref().map(topic_name);
         match resolved {
             Err(code) => {
                 r.error_code = code.code();
                 r.error_message = message(match code {
-                    ErrorCode::UnknownTopicId => "This server does not host this topic ID.",
-                    ErrorCode::InvalidRequest => "Neither topic name nor id were specified.",
+                    ResponseError::UnknownTopicId => "This server does not host this topic ID.",
+                    ResponseError::InvalidRequest => "Neither topic name nor id were specified.",
                     _ => "This server does not host this topic-partition.",
                 });
             }
@@ -227,7 +227,7 @@ pub async fn handle_delete_topics(state: Arc<BrokerState>, req: RequestFrame) ->
                         r.error_message = message(e.to_string());
                     }
                     Err(e) => {
-                        r.error_code = ErrorCode::UnknownServerError.code();
+                        r.error_code = ResponseError::UnknownServerError.code();
                         r.error_message = message(e.to_string());
                     }
                 }
@@ -263,7 +263,7 @@ pub async fn handle_create_partitions(state: Arc<BrokerState>, req: RequestFrame
                     && assignments.len() as i32 != t.count - cur
                 {
                     Err((
-                        ErrorCode::InvalidReplicaAssignment.code(),
+                        ResponseError::InvalidReplicaAssignment.code(),
                         format!(
                             "Increasing the number of partitions by {} but {} assignments provided.",
                             t.count - cur,
@@ -284,7 +284,7 @@ pub async fn handle_create_partitions(state: Arc<BrokerState>, req: RequestFrame
                             format!("The topic '{name}' does not exist."),
                         )),
                         Ok(Err(e)) => Err((e.kafka_code(), e.to_string())),
-                        Err(e) => Err((ErrorCode::UnknownServerError.code(), e.to_string())),
+                        Err(e) => Err((ResponseError::UnknownServerError.code(), e.to_string())),
                     }
                 }
             }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::ApiVersionsRequest;
 use streamforge_protocol::api_versions::api_versions_body;
-use streamforge_protocol::{ErrorCode, RequestFrame};
+use streamforge_protocol::{RequestFrame, ResponseError};
 
 use crate::BrokerState;
 use crate::router::{HandlerResult, api_ranges};
@@ -19,7 +19,7 @@ pub async fn handle(_state: Arc<BrokerState>, req: RequestFrame) -> HandlerResul
         {
             // Kafka's `getErrorResponse`: the error code and no api keys.
             let mut resp = api_versions_body(&[]);
-            resp.error_code = ErrorCode::InvalidRequest.code();
+            resp.error_code = ResponseError::InvalidRequest.code();
             return Ok(Some(req.respond(&resp)?));
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 use kafka_protocol::protocol::StrBytes;
-use streamforge_protocol::{ErrorCode, RequestFrame};
+use streamforge_protocol::{RequestFrame, ResponseError};
 
 use crate::BrokerState;
 use crate::handlers::message;
@@ -13,8 +13,7 @@ use crate::router::HandlerResult;
 
 /// DescribeCluster endpoint types (KIP-919): brokers = 1, controllers = 2.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
-/// Kafka's UNSUPPORTED_ENDPOINT_TYPE error.
-const UNSUPPORTED_ENDPOINT_TYPE: i16 = 119;
+const ENDPOINT_TYPE_CONTROLLER: i8 = 2;
 
 pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: DescribeClusterRequest = req.decode()?;
@@ -24,7 +23,13 @@ pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame)
     resp.cluster_authorized_operations = i32::MIN;
     resp.endpoint_type = ENDPOINT_TYPE_BROKERS;
     if req.api_version >= 1 && request.endpoint_type != ENDPOINT_TYPE_BROKERS {
-        resp.error_code = UNSUPPORTED_ENDPOINT_TYPE;
+        // Kafka (`AuthHelper.computeDescribeClusterResponse`): asking a broker listener for
+        // controllers is MISMATCHED_ENDPOINT_TYPE, any other type UNSUPPORTED_ENDPOINT_TYPE.
+        resp.error_code = if request.endpoint_type == ENDPOINT_TYPE_CONTROLLER {
+            ResponseError::MismatchedEndpointType.code()
+        } else {
+            ResponseError::UnsupportedEndpointType.code()
+        };
         resp.error_message = message("only broker endpoints are served");
         resp.endpoint_type = request.endpoint_type;
         return Ok(Some(req.respond(&resp)?));
@@ -34,6 +39,6 @@ pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame)
     b.host = StrBytes::from_string(state.advertised_host.clone());
     b.port = state.advertised_port;
     resp.brokers = vec![b];
-    resp.error_code = ErrorCode::None.code();
+    resp.error_code = 0;
     Ok(Some(req.respond(&resp)?))
 }

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use streamforge_protocol::{ErrorCode, RequestFrame};
+use streamforge_protocol::{RequestFrame, ResponseError};
 
 use crate::BrokerState;
 use crate::handlers::message;
@@ -203,7 +203,7 @@ pub async fn handle_describe_configs(state: Arc<BrokerState>, req: RequestFrame)
             RESOURCE_TOPIC => match state.replicas.topic(&res.resource_name) {
                 Some(t) => Ok(topic_entries(&state, &t.configs)),
                 None => Err((
-                    ErrorCode::UnknownTopicOrPartition.code(),
+                    ResponseError::UnknownTopicOrPartition.code(),
                     format!("Topic {} does not exist", res.resource_name.as_str()),
                 )),
             },
@@ -213,7 +213,7 @@ pub async fn handle_describe_configs(state: Arc<BrokerState>, req: RequestFrame)
                     Ok(broker_entries(&state))
                 } else {
                     Err((
-                        ErrorCode::InvalidRequest.code(),
+                        ResponseError::InvalidRequest.code(),
                         format!(
                             "Unexpected broker id, expected {} or empty string, but received {name}",
                             state.node_id()
@@ -222,7 +222,7 @@ pub async fn handle_describe_configs(state: Arc<BrokerState>, req: RequestFrame)
                 }
             }
             other => Err((
-                ErrorCode::InvalidRequest.code(),
+                ResponseError::InvalidRequest.code(),
                 format!("Unsupported resource type {other}"),
             )),
         };
@@ -301,19 +301,19 @@ async fn apply(
 ) -> (i16, Option<String>) {
     if resource_type == RESOURCE_BROKER {
         return (
-            ErrorCode::InvalidRequest.code(),
+            ResponseError::InvalidRequest.code(),
             Some("Broker configs are static in StreamForge; restart with new flags.".into()),
         );
     }
     if resource_type != RESOURCE_TOPIC {
         return (
-            ErrorCode::InvalidRequest.code(),
+            ResponseError::InvalidRequest.code(),
             Some(format!("Unsupported resource type {resource_type}")),
         );
     }
     let configs = match result {
         Ok(c) => c,
-        Err(msg) => return (ErrorCode::InvalidConfig.code(), Some(msg)),
+        Err(msg) => return (ResponseError::InvalidConfig.code(), Some(msg)),
     };
     let st = state.clone();
     let n = name.to_string();
@@ -327,7 +327,10 @@ async fn apply(
             (e.kafka_code(), Some(format!("Topic {name} does not exist")))
         }
         Ok(Err(e)) => (e.kafka_code(), Some(e.to_string())),
-        Err(e) => (ErrorCode::UnknownServerError.code(), Some(e.to_string())),
+        Err(e) => (
+            ResponseError::UnknownServerError.code(),
+            Some(e.to_string()),
+        ),
     }
 }
 
@@ -409,7 +412,7 @@ pub async fn handle_incremental_alter_configs(
         };
         let (code, msg) = match result {
             None => (
-                ErrorCode::UnknownTopicOrPartition.code(),
+                ResponseError::UnknownTopicOrPartition.code(),
                 Some(format!(
                     "Topic {} does not exist",
                     res.resource_name.as_str()

@@ -22,9 +22,9 @@ use crate::router::HandlerResult;
 /// Longest long poll we honour, whatever the client asks.
 const FETCH_MAX_WAIT_MS_CAP: i64 = 5 * 60 * 1000;
 /// RecordBatch v2: offset of the `batchLength` and `recordsCount` fields.
-const BATCH_LENGTH_OFFSET: usize = 8;
-const BATCH_RECORDS_COUNT_OFFSET: usize = 57;
-const BATCH_LOG_OVERHEAD_BYTES: usize = 12;
+const BATCH_LENGTH_OFFSET: usize = streamforge_protocol::batch::field::BATCH_LENGTH;
+const BATCH_RECORDS_COUNT_OFFSET: usize = streamforge_protocol::batch::field::RECORD_COUNT;
+const BATCH_LOG_OVERHEAD_BYTES: usize = streamforge_protocol::batch::LOG_OVERHEAD_BYTES;
 
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: FetchRequest = req.decode()?;

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -31,7 +32,6 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use streamforge_coordinator as coord;
-use streamforge_coordinator::codes;
 use streamforge_protocol::RequestFrame;
 
 use crate::BrokerState;
@@ -41,10 +41,6 @@ use crate::router::HandlerResult;
 /// FindCoordinator key types: groups, transactions (KIP-848 share groups = 2 are not served).
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
-/// Kafka's INVALID_REQUEST.
-const INVALID_REQUEST: i16 = 42;
-/// Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
-const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 /// Why a transactional id is refused.
 pub const TRANSACTIONS_UNSUPPORTED: &str =
     "Transactions are not supported by this broker (transactional.id refused).";
@@ -68,16 +64,16 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
     let mut resp = FindCoordinatorResponse::default();
     let answer = |key_type: i8| -> (i16, Option<StrBytes>) {
         match key_type {
-            KEY_TYPE_GROUP => (codes::NONE, None),
+            KEY_TYPE_GROUP => (0, None),
             // Transactions are not served: refusing the transactional id here (as InitProducerId
             // does) makes clients fail `initTransactions` at once and fatally, with this message,
             // instead of hanging on the first transaction request.
             KEY_TYPE_TRANSACTION => (
-                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                ResponseError::TransactionalIdAuthorizationFailed.code(),
                 Some(s(TRANSACTIONS_UNSUPPORTED)),
             ),
             other => (
-                INVALID_REQUEST,
+                ResponseError::InvalidRequest.code(),
                 Some(s(&format!("unsupported coordinator key type {other}"))),
             ),
         }
@@ -86,17 +82,13 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
         let (error_code, error_message) = answer(request.key_type);
         resp.error_code = error_code;
         resp.error_message = error_message;
-        resp.node_id = BrokerId(if error_code == codes::NONE {
-            state.node_id()
-        } else {
-            -1
-        });
-        resp.host = s(if error_code == codes::NONE {
+        resp.node_id = BrokerId(if error_code == 0 { state.node_id() } else { -1 });
+        resp.host = s(if error_code == 0 {
             &state.advertised_host
         } else {
             ""
         });
-        resp.port = if error_code == codes::NONE {
+        resp.port = if error_code == 0 {
             state.advertised_port
         } else {
             -1
@@ -112,17 +104,13 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
             c.key = key.clone();
             c.error_code = error_code;
             c.error_message = error_message;
-            c.node_id = BrokerId(if error_code == codes::NONE {
-                state.node_id()
-            } else {
-                -1
-            });
-            c.host = s(if error_code == codes::NONE {
+            c.node_id = BrokerId(if error_code == 0 { state.node_id() } else { -1 });
+            c.host = s(if error_code == 0 {
                 &state.advertised_host
             } else {
                 ""
             });
-            c.port = if error_code == codes::NONE {
+            c.port = if error_code == 0 {
                 state.advertised_port
             } else {
                 -1
@@ -277,7 +265,7 @@ pub async fn handle_leave_group(state: Arc<BrokerState>, req: RequestFrame) -> H
     } else {
         // One member, whose result is the request's result.
         resp.error_code = match result.members.first() {
-            Some(m) if result.error_code == codes::NONE => m.error_code,
+            Some(m) if result.error_code == 0 => m.error_code,
             _ => result.error_code,
         };
     }
@@ -343,15 +331,15 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
         topic.name = t.name.clone();
         for p in &t.partitions {
             let code = if unknown.contains(&(name.clone(), p.partition_index)) {
-                codes::UNKNOWN_TOPIC_OR_PARTITION
+                ResponseError::UnknownTopicOrPartition.code()
             } else {
                 committed
                     .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
-                    .map_or(codes::UNKNOWN_TOPIC_OR_PARTITION, |(_, c)| *c)
+                    .map_or(ResponseError::UnknownTopicOrPartition.code(), |(_, c)| *c)
             };
             // Nothing is acknowledged that did not reach the log: a retriable error instead.
-            let code = if code == codes::NONE && !durable {
-                codes::COORDINATOR_NOT_AVAILABLE
+            let code = if code == 0 && !durable {
+                ResponseError::CoordinatorNotAvailable.code()
             } else {
                 code
             };
@@ -458,7 +446,7 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
         .with_coordinator(|c, now, out| c.delete_offsets(now, &group_id, &known, out));
     let mut resp = OffsetDeleteResponse::default();
     resp.error_code = result.error_code;
-    if result.error_code == codes::NONE {
+    if result.error_code == 0 {
         for t in &request.topics {
             let name = t.name.to_string();
             let deleted = result.topics.iter().find(|(n, _)| *n == name);
@@ -467,7 +455,7 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
             for p in &t.partitions {
                 let code = deleted
                     .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
-                    .map_or(codes::UNKNOWN_TOPIC_OR_PARTITION, |(_, c)| *c);
+                    .map_or(ResponseError::UnknownTopicOrPartition.code(), |(_, c)| *c);
                 let mut partition = OffsetDeleteResponsePartition::default();
                 partition.partition_index = p.partition_index;
                 partition.error_code = code;
@@ -512,7 +500,7 @@ pub async fn handle_describe_groups(state: Arc<BrokerState>, req: RequestFrame) 
             .read(|c| c.describe_group(group_id, req.api_version));
         let mut group = DescribedGroup::default();
         group.error_code = d.error_code;
-        if d.error_code == codes::GROUP_ID_NOT_FOUND {
+        if d.error_code == ResponseError::GroupIdNotFound.code() {
             group.error_message = Some(s(&format!("Group {} not found.", d.group_id)));
         }
         group.group_id = group_id.clone();

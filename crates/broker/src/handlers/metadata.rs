@@ -8,7 +8,7 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
-use streamforge_protocol::{ErrorCode, RequestFrame};
+use streamforge_protocol::{RequestFrame, ResponseError};
 use uuid::Uuid;
 
 use crate::BrokerState;
@@ -60,7 +60,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
                 }
                 _ => match state.replicas.topic_by_id(t.topic_id) {
                     Some(topic) => topic_entry(&state, &topic),
-                    None => error_entry(None, t.topic_id, ErrorCode::UnknownTopicId),
+                    None => error_entry(None, t.topic_id, ResponseError::UnknownTopicId),
                 },
             };
             resp.topics.push(entry);
@@ -79,10 +79,14 @@ async fn lookup_or_create(
         return topic_entry(state, &topic);
     }
     if !allow_auto_create {
-        return error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownTopicOrPartition);
+        return error_entry(
+            Some(name),
+            Uuid::nil(),
+            ResponseError::UnknownTopicOrPartition,
+        );
     }
     if *creations_left == 0 {
-        return error_entry(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable);
+        return error_entry(Some(name), Uuid::nil(), ResponseError::LeaderNotAvailable);
     }
     *creations_left -= 1;
     let st = state.clone();
@@ -98,23 +102,29 @@ async fn lookup_or_create(
         // Lost a race with another creator: fine, it exists now.
         Ok(Err(TopicError::AlreadyExists(_))) => match state.replicas.topic(name) {
             Some(topic) => topic_entry(state, &topic),
-            None => error_entry(Some(name), Uuid::nil(), ErrorCode::LeaderNotAvailable),
+            None => error_entry(Some(name), Uuid::nil(), ResponseError::LeaderNotAvailable),
         },
         // Also a name colliding with an existing topic (`a.b` against `a_b`), as in Kafka.
-        Ok(Err(TopicError::InvalidName(_))) => {
-            error_entry(Some(name), Uuid::nil(), ErrorCode::InvalidTopicException)
-        }
+        Ok(Err(TopicError::InvalidName(_))) => error_entry(
+            Some(name),
+            Uuid::nil(),
+            ResponseError::InvalidTopicException,
+        ),
         // The broker's partition limit: the topic does not exist and cannot be created.
         Ok(Err(e @ TopicError::InvalidPartitions(_))) => {
             tracing::warn!(topic = name, error = %e, "auto topic creation refused");
-            error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownTopicOrPartition)
+            error_entry(
+                Some(name),
+                Uuid::nil(),
+                ResponseError::UnknownTopicOrPartition,
+            )
         }
         Ok(Err(e)) => {
             tracing::warn!(topic = name, error = %e, "auto topic creation failed");
-            error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownServerError)
+            error_entry(Some(name), Uuid::nil(), ResponseError::UnknownServerError)
         }
         Ok(Ok(None)) | Err(_) => {
-            error_entry(Some(name), Uuid::nil(), ErrorCode::UnknownServerError)
+            error_entry(Some(name), Uuid::nil(), ResponseError::UnknownServerError)
         }
     }
 }
@@ -131,7 +141,7 @@ pub(crate) fn broker_entry(state: &BrokerState) -> MetadataResponseBroker {
 fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
     let node = BrokerId(state.node_id());
     let mut t = MetadataResponseTopic::default();
-    t.error_code = ErrorCode::None.code();
+    t.error_code = 0;
     t.name = Some(topic_name(&topic.name));
     t.topic_id = topic.id;
     t.is_internal = topic.is_internal();
@@ -141,7 +151,7 @@ fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
         .iter()
         .map(|p| {
             let mut e = MetadataResponsePartition::default();
-            e.error_code = ErrorCode::None.code();
+            e.error_code = 0;
             e.partition_index = p.index;
             e.leader_id = node;
             e.leader_epoch = LEADER_EPOCH;
@@ -149,7 +159,7 @@ fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
             e.isr_nodes = vec![node];
             if p.offline_reason().is_some() {
                 // As Kafka reports a partition whose only replica is on a failed log dir.
-                e.error_code = ErrorCode::LeaderNotAvailable.code();
+                e.error_code = ResponseError::LeaderNotAvailable.code();
                 e.leader_id = BrokerId(-1);
                 e.offline_replicas = vec![node];
             }
@@ -159,7 +169,7 @@ fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
     t
 }
 
-fn error_entry(name: Option<&str>, id: Uuid, code: ErrorCode) -> MetadataResponseTopic {
+fn error_entry(name: Option<&str>, id: Uuid, code: ResponseError) -> MetadataResponseTopic {
     let mut t = MetadataResponseTopic::default();
     t.error_code = code.code();
     t.name = name.map(topic_name);

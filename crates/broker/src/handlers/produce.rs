@@ -23,7 +23,7 @@ use crate::replica_manager::is_internal_topic;
 use crate::router::{HandlerError, HandlerResult};
 
 /// Smallest possible RecordBatch v2 (header without records).
-const RECORD_BATCH_HEADER_BYTES: usize = 61;
+const RECORD_BATCH_HEADER_BYTES: usize = streamforge_protocol::batch::HEADER_BYTES;
 
 /// One partition's data, located inside the request body.
 struct PartitionData {
@@ -135,7 +135,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             };
             match result {
                 Ok(info) => {
-                    r.error_code = ErrorCode::None.code();
+                    r.error_code = 0;
                     r.base_offset = info.first_offset;
                     r.log_append_time_ms = info.log_append_time_ms;
                     r.log_start_offset = info.log_start_offset;

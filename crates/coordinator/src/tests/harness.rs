@@ -1,3 +1,4 @@
+use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -202,7 +203,7 @@ impl Harness {
         let reply = self
             .join_reply(first)
             .expect("immediate MEMBER_ID_REQUIRED");
-        assert_eq!(reply.error_code, codes::MEMBER_ID_REQUIRED);
+        assert_eq!(reply.error_code, ResponseError::MemberIdRequired.code());
         assert!(reply.member_id.starts_with("client-"));
         let member_id = reply.member_id;
         let token = self.join(join_request(group, &member_id, None));
@@ -229,7 +230,7 @@ impl Harness {
         let mut leader = String::new();
         for token in tokens {
             let reply = self.join_reply(token).expect("join answered");
-            assert_eq!(reply.error_code, codes::NONE, "{reply:?}");
+            assert_eq!(reply.error_code, 0, "{reply:?}");
             generation = reply.generation_id;
             leader = reply.leader.clone();
         }
@@ -247,7 +248,7 @@ impl Harness {
         tokens.push(leader_token);
         for token in tokens {
             let reply = self.sync_reply(token).expect("sync answered");
-            assert_eq!(reply.error_code, codes::NONE);
+            assert_eq!(reply.error_code, 0);
         }
         assert_eq!(self.c.group_state(group), Some(GroupState::Stable));
         (ids, generation)
@@ -292,7 +293,7 @@ impl Harness {
         let result = self
             .c
             .fetch_offsets(group, Some(&[(topic.to_string(), vec![partition])]));
-        assert_eq!(result.error_code, codes::NONE);
+        assert_eq!(result.error_code, 0);
         result.topics[0].partitions[0].clone()
     }
 }

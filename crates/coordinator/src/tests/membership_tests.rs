@@ -1,4 +1,5 @@
 use bytes::Bytes;
+use kafka_protocol::ResponseError;
 
 use super::harness::*;
 use crate::*;
@@ -12,7 +13,7 @@ fn first_join_requires_member_id_then_completes_after_initial_delay() {
     assert!(h.join_reply(token).is_none(), "waits for the initial delay");
     h.advance(1);
     let reply = h.join_reply(token).expect("join completes at the delay");
-    assert_eq!(reply.error_code, codes::NONE);
+    assert_eq!(reply.error_code, 0);
     assert_eq!(reply.generation_id, 1);
     assert_eq!(reply.leader, member);
     assert_eq!(reply.protocol_name.as_deref(), Some("range"));
@@ -26,7 +27,7 @@ fn first_join_requires_member_id_then_completes_after_initial_delay() {
         vec![(member.clone(), Bytes::from_static(b"a"))],
     );
     let sync = h.sync_reply(sync).unwrap();
-    assert_eq!(sync.error_code, codes::NONE);
+    assert_eq!(sync.error_code, 0);
     assert_eq!(sync.assignment, Bytes::from_static(b"a"));
     assert_eq!(h.c.group_state("g"), Some(GroupState::Stable));
     assert!(!h.appended.is_empty(), "the group metadata is stored");
@@ -41,7 +42,7 @@ fn join_without_member_id_requirement_joins_directly() {
     let reply = h
         .join_reply(token)
         .expect("initial delay 0 completes at once");
-    assert_eq!(reply.error_code, codes::NONE);
+    assert_eq!(reply.error_code, 0);
     assert_eq!(reply.generation_id, 1);
     assert_eq!(reply.leader, reply.member_id);
 }
@@ -77,7 +78,7 @@ fn new_member_triggers_rebalance_and_completes_when_all_rejoin() {
     // Existing members learn about the rebalance from their heartbeats.
     assert_eq!(
         h.heartbeat("g", &ids[0], generation),
-        codes::REBALANCE_IN_PROGRESS
+        ResponseError::RebalanceInProgress.code()
     );
     let t0 = h.join(join_request("g", &ids[0], None));
     assert!(h.join_reply(t0).is_none(), "waits for the other member");
@@ -144,7 +145,7 @@ fn member_that_does_not_rejoin_is_removed_at_rebalance_timeout() {
         h.advance(5_000);
         assert_eq!(
             h.heartbeat("g", &ids[1], generation),
-            codes::REBALANCE_IN_PROGRESS
+            ResponseError::RebalanceInProgress.code()
         );
     }
     assert!(h.join_reply(t0).is_none());
@@ -156,7 +157,7 @@ fn member_that_does_not_rejoin_is_removed_at_rebalance_timeout() {
     assert_eq!(reply.members.len(), 1);
     assert_eq!(
         h.heartbeat("g", &ids[1], generation + 1),
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
 }
 
@@ -165,17 +166,17 @@ fn session_timeout_removes_a_silent_member_and_rebalances() {
     let mut h = Harness::new(config(100));
     let (ids, generation) = h.stable_group("g", 2);
     h.advance(SESSION_MS as i64 * 6 / 10);
-    assert_eq!(h.heartbeat("g", &ids[0], generation), codes::NONE);
+    assert_eq!(h.heartbeat("g", &ids[0], generation), 0);
     h.advance(SESSION_MS as i64 * 6 / 10);
     // ids[1] has been silent for 1.2 session timeouts: gone, and the group rebalances.
     assert_eq!(
         h.heartbeat("g", &ids[0], generation),
-        codes::REBALANCE_IN_PROGRESS
+        ResponseError::RebalanceInProgress.code()
     );
     assert_eq!(h.c.group_state("g"), Some(GroupState::PreparingRebalance));
     assert_eq!(
         h.heartbeat("g", &ids[1], generation),
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
     let t0 = h.join(join_request("g", &ids[0], None));
     let reply = h.join_reply(t0).expect("the only member rejoined");
@@ -189,7 +190,7 @@ fn heartbeat_exactly_before_session_timeout_keeps_member() {
     let (ids, generation) = h.stable_group("g", 1);
     for _ in 0..10 {
         h.advance(SESSION_MS as i64 - 1);
-        assert_eq!(h.heartbeat("g", &ids[0], generation), codes::NONE);
+        assert_eq!(h.heartbeat("g", &ids[0], generation), 0);
     }
     assert_eq!(h.c.group_state("g"), Some(GroupState::Stable));
 }
@@ -200,16 +201,16 @@ fn stale_generation_is_rejected() {
     let (ids, generation) = h.stable_group("g", 1);
     assert_eq!(
         h.heartbeat("g", &ids[0], generation - 1),
-        codes::ILLEGAL_GENERATION
+        ResponseError::IllegalGeneration.code()
     );
     let s = h.sync("g", &ids[0], generation + 5, vec![]);
     assert_eq!(
         h.sync_reply(s).unwrap().error_code,
-        codes::ILLEGAL_GENERATION
+        ResponseError::IllegalGeneration.code()
     );
     assert_eq!(
         h.commit("g", &ids[0], generation - 1, "t", 0, 5),
-        codes::ILLEGAL_GENERATION
+        ResponseError::IllegalGeneration.code()
     );
 }
 
@@ -219,54 +220,60 @@ fn unknown_members_are_rejected_everywhere() {
     let (_, generation) = h.stable_group("g", 1);
     assert_eq!(
         h.heartbeat("g", "nobody", generation),
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
     assert_eq!(
         h.heartbeat("no-group", "nobody", 1),
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
     let s = h.sync("g", "nobody", generation, vec![]);
     assert_eq!(
         h.sync_reply(s).unwrap().error_code,
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
     let j = h.join(join_request("g", "nobody", None));
     assert_eq!(
         h.join_reply(j).unwrap().error_code,
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
     let j = h.join(join_request("no-group", "nobody", None));
     assert_eq!(
         h.join_reply(j).unwrap().error_code,
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
     assert_eq!(h.c.group_state("no-group"), None);
     assert_eq!(
         h.commit("g", "nobody", generation, "t", 0, 1),
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
     let left = h.leave("g", &[("nobody", None)]);
-    assert_eq!(left.members[0].error_code, codes::UNKNOWN_MEMBER_ID);
+    assert_eq!(
+        left.members[0].error_code,
+        ResponseError::UnknownMemberId.code()
+    );
 }
 
 #[test]
 fn invalid_join_requests() {
     let mut h = Harness::new(config(0));
     let j = h.join(join_request("", "", None));
-    assert_eq!(h.join_reply(j).unwrap().error_code, codes::INVALID_GROUP_ID);
+    assert_eq!(
+        h.join_reply(j).unwrap().error_code,
+        ResponseError::InvalidGroupId.code()
+    );
     let mut request = join_request("g", "", None);
     request.session_timeout_ms = 10;
     let j = h.join(request);
     assert_eq!(
         h.join_reply(j).unwrap().error_code,
-        codes::INVALID_SESSION_TIMEOUT
+        ResponseError::InvalidSessionTimeout.code()
     );
     let mut request = join_request("g", "", None);
     request.protocols.clear();
     let j = h.join(request);
     assert_eq!(
         h.join_reply(j).unwrap().error_code,
-        codes::INCONSISTENT_GROUP_PROTOCOL
+        ResponseError::InconsistentGroupProtocol.code()
     );
 }
 
@@ -286,14 +293,14 @@ fn protocol_selection_and_inconsistent_protocols() {
     let t3 = h.join(request);
     assert_eq!(
         h.join_reply(t3).unwrap().error_code,
-        codes::INCONSISTENT_GROUP_PROTOCOL
+        ResponseError::InconsistentGroupProtocol.code()
     );
     let mut request = join_request("g", "", None);
     request.protocol_type = "connect".into();
     let t4 = h.join(request);
     assert_eq!(
         h.join_reply(t4).unwrap().error_code,
-        codes::INCONSISTENT_GROUP_PROTOCOL
+        ResponseError::InconsistentGroupProtocol.code()
     );
     h.advance(100);
     h.advance(100);
@@ -358,7 +365,7 @@ fn join_during_completing_rebalance_cancels_parked_syncs() {
     let s = h.sync("g", &a, ra.generation_id, vec![]);
     assert_eq!(
         h.sync_reply(s).unwrap().error_code,
-        codes::REBALANCE_IN_PROGRESS
+        ResponseError::RebalanceInProgress.code()
     );
     let ta2 = h.join(join_request("g", &a, None));
     let ra2 = h.join_reply(ta2).unwrap();
@@ -381,12 +388,15 @@ fn member_that_never_syncs_is_removed_after_rebalance_timeout() {
     // only until the leader itself syncs, so keep the leader from syncing too.
     for _ in 0..(REBALANCE_MS / 5_000 - 1) {
         h.advance(5_000);
-        assert_eq!(h.heartbeat("g", &silent, 1), codes::NONE);
-        assert_eq!(h.heartbeat("g", &leader, 1), codes::NONE);
+        assert_eq!(h.heartbeat("g", &silent, 1), 0);
+        assert_eq!(h.heartbeat("g", &leader, 1), 0);
     }
     h.advance(5_000);
     // Both were pending sync at the deadline, so both are removed.
-    assert_eq!(h.heartbeat("g", &silent, 1), codes::UNKNOWN_MEMBER_ID);
+    assert_eq!(
+        h.heartbeat("g", &silent, 1),
+        ResponseError::UnknownMemberId.code()
+    );
     assert!(matches!(
         h.c.group_state("g"),
         Some(GroupState::Empty | GroupState::PreparingRebalance)
@@ -411,7 +421,7 @@ fn pending_member_expires_after_session_timeout() {
     let late = h.join(join_request("g", &pending_id, None));
     assert_eq!(
         h.join_reply(late).unwrap().error_code,
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
 }
 
@@ -420,20 +430,20 @@ fn batched_leave_removes_members_and_empties_group() {
     let mut h = Harness::new(config(100));
     let (ids, _) = h.stable_group("g", 3);
     let left = h.leave("g", &[(&ids[0], None), (&ids[1], None), ("ghost", None)]);
-    assert_eq!(left.error_code, codes::NONE);
+    assert_eq!(left.error_code, 0);
     let codes_seen: Vec<i16> = left.members.iter().map(|m| m.error_code).collect();
     assert_eq!(
         codes_seen,
-        vec![codes::NONE, codes::NONE, codes::UNKNOWN_MEMBER_ID]
+        vec![0, 0, ResponseError::UnknownMemberId.code()]
     );
     assert_eq!(h.c.group_state("g"), Some(GroupState::PreparingRebalance));
     let left = h.leave("g", &[(&ids[2], None)]);
-    assert_eq!(left.members[0].error_code, codes::NONE);
+    assert_eq!(left.members[0].error_code, 0);
     assert_eq!(h.c.group_state("g"), Some(GroupState::Empty));
     let unknown_group = h.leave("nope", &[("x", None)]);
     assert_eq!(
         unknown_group.members[0].error_code,
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
 }
 
@@ -462,16 +472,13 @@ fn describe_and_list_groups() {
     assert!(described.members.iter().all(|m| !m.assignment.is_empty()));
     assert!(described.members.iter().any(|m| m.member_id == ids[0]));
     let missing = h.c.describe_group("missing", 5);
-    assert_eq!(
-        (missing.error_code, missing.state.as_str()),
-        (codes::NONE, "Dead")
-    );
+    assert_eq!((missing.error_code, missing.state.as_str()), (0, "Dead"));
     assert_eq!(
         h.c.describe_group("missing", 6).error_code,
-        codes::GROUP_ID_NOT_FOUND
+        ResponseError::GroupIdNotFound.code()
     );
 
-    assert_eq!(h.commit("simple", "", -1, "t", 0, 1), codes::NONE);
+    assert_eq!(h.commit("simple", "", -1, "t", 0, 1), 0);
     let all = h.c.list_groups(&[], &[]);
     assert_eq!(all.len(), 2);
     let stable = h.c.list_groups(&["stable".into()], &[]);
@@ -488,16 +495,16 @@ fn delete_groups() {
     let mut out = Effects::default();
     assert_eq!(
         h.c.delete_group(h.now_ms, "g", &mut out),
-        codes::NON_EMPTY_GROUP
+        ResponseError::NonEmptyGroup.code()
     );
     assert_eq!(
         h.c.delete_group(h.now_ms, "nope", &mut out),
-        codes::GROUP_ID_NOT_FOUND
+        ResponseError::GroupIdNotFound.code()
     );
     h.leave("g", &[(&ids[0], None)]);
-    assert_eq!(h.commit("g", "", -1, "t", 0, 7), codes::NONE);
+    assert_eq!(h.commit("g", "", -1, "t", 0, 7), 0);
     let mut out = Effects::default();
-    assert_eq!(h.c.delete_group(h.now_ms, "g", &mut out), codes::NONE);
+    assert_eq!(h.c.delete_group(h.now_ms, "g", &mut out), 0);
     let tombstones = out
         .appends
         .iter()

@@ -1,15 +1,16 @@
 use super::harness::*;
 use crate::*;
+use kafka_protocol::ResponseError;
 
 #[test]
 fn simple_consumer_commits_and_fetches_with_metadata() {
     let mut h = Harness::new(config(100));
-    assert_eq!(h.commit("simple", "", -1, "t", 2, 42), codes::NONE);
+    assert_eq!(h.commit("simple", "", -1, "t", 2, 42), 0);
     let fetched = h.fetch("simple", "t", 2);
     assert_eq!((fetched.offset, fetched.leader_epoch), (42, 3));
     assert_eq!(fetched.metadata, "meta-42");
     let none = h.fetch("simple", "t", 3);
-    assert_eq!((none.offset, none.error_code), (-1, codes::NONE));
+    assert_eq!((none.offset, none.error_code), (-1, 0));
     let unknown = h.fetch("unknown-group", "t", 0);
     assert_eq!(unknown.offset, -1);
     let all = h.c.fetch_offsets("simple", None);
@@ -22,24 +23,27 @@ fn simple_consumer_commits_and_fetches_with_metadata() {
 fn member_commits_checked_against_generation_and_state() {
     let mut h = Harness::new(config(100));
     let (ids, generation) = h.stable_group("g", 2);
-    assert_eq!(h.commit("g", &ids[0], generation, "t", 0, 10), codes::NONE);
+    assert_eq!(h.commit("g", &ids[0], generation, "t", 0, 10), 0);
     assert_eq!(h.fetch("g", "t", 0).offset, 10);
     // Non-members cannot commit for a group with members.
-    assert_eq!(h.commit("g", "", -1, "t", 0, 11), codes::UNKNOWN_MEMBER_ID);
+    assert_eq!(
+        h.commit("g", "", -1, "t", 0, 11),
+        ResponseError::UnknownMemberId.code()
+    );
     // During PreparingRebalance the current generation may still commit (revocation commits).
     let t = h.join(join_request("g", &ids[0], None));
-    assert_eq!(h.commit("g", &ids[1], generation, "t", 1, 5), codes::NONE);
+    assert_eq!(h.commit("g", &ids[1], generation, "t", 1, 5), 0);
     let t1 = h.join(join_request("g", &ids[1], None));
     let r0 = h.join_reply(t).unwrap();
     h.join_reply(t1).unwrap();
     // CompletingRebalance: REBALANCE_IN_PROGRESS for the new generation, stale for the old.
     assert_eq!(
         h.commit("g", &ids[0], r0.generation_id, "t", 0, 12),
-        codes::REBALANCE_IN_PROGRESS
+        ResponseError::RebalanceInProgress.code()
     );
     assert_eq!(
         h.commit("g", &ids[0], generation, "t", 0, 12),
-        codes::ILLEGAL_GENERATION
+        ResponseError::IllegalGeneration.code()
     );
     assert_eq!(h.fetch("g", "t", 0).offset, 10);
 }
@@ -49,7 +53,7 @@ fn commit_to_unknown_group_with_generation() {
     let mut h = Harness::new(config(100));
     assert_eq!(
         h.commit("nope", "m", 3, "t", 0, 1),
-        codes::ILLEGAL_GENERATION
+        ResponseError::IllegalGeneration.code()
     );
     let mut out = Effects::default();
     let results = h.c.commit_offsets(
@@ -73,7 +77,7 @@ fn commit_to_unknown_group_with_generation() {
         },
         &mut out,
     );
-    assert_eq!(results[0].1[0].1, codes::GROUP_ID_NOT_FOUND);
+    assert_eq!(results[0].1[0].1, ResponseError::GroupIdNotFound.code());
     assert_eq!(h.c.group_state("nope"), None);
 }
 
@@ -112,7 +116,7 @@ fn oversized_metadata_is_rejected_per_partition() {
     );
     assert_eq!(
         results[0].1,
-        vec![(0, codes::OFFSET_METADATA_TOO_LARGE), (1, codes::NONE)]
+        vec![(0, ResponseError::OffsetMetadataTooLarge.code()), (1, 0)]
     );
 }
 
@@ -120,11 +124,8 @@ fn oversized_metadata_is_rejected_per_partition() {
 fn offset_delete_refuses_subscribed_topics() {
     let mut h = Harness::new(config(100));
     let (ids, generation) = h.stable_group("g", 1);
-    assert_eq!(h.commit("g", &ids[0], generation, "t", 0, 10), codes::NONE);
-    assert_eq!(
-        h.commit("g", &ids[0], generation, "old", 0, 10),
-        codes::NONE
-    );
+    assert_eq!(h.commit("g", &ids[0], generation, "t", 0, 10), 0);
+    assert_eq!(h.commit("g", &ids[0], generation, "old", 0, 10), 0);
     let mut out = Effects::default();
     let result = h.c.delete_offsets(
         h.now_ms,
@@ -132,22 +133,22 @@ fn offset_delete_refuses_subscribed_topics() {
         &[("t".into(), vec![0]), ("old".into(), vec![0])],
         &mut out,
     );
-    assert_eq!(result.error_code, codes::NONE);
+    assert_eq!(result.error_code, 0);
     assert_eq!(
         result.topics[0].1,
-        vec![(0, codes::GROUP_SUBSCRIBED_TO_TOPIC)]
+        vec![(0, ResponseError::GroupSubscribedToTopic.code())]
     );
-    assert_eq!(result.topics[1].1, vec![(0, codes::NONE)]);
+    assert_eq!(result.topics[1].1, vec![(0, 0)]);
     assert_eq!(h.fetch("g", "old", 0).offset, -1);
     assert_eq!(h.fetch("g", "t", 0).offset, 10);
     let missing =
         h.c.delete_offsets(h.now_ms, "missing", &[("t".into(), vec![0])], &mut out);
-    assert_eq!(missing.error_code, codes::GROUP_ID_NOT_FOUND);
+    assert_eq!(missing.error_code, ResponseError::GroupIdNotFound.code());
     // Once the group is empty, anything can be deleted.
     h.leave("g", &[(&ids[0], None)]);
     let result =
         h.c.delete_offsets(h.now_ms, "g", &[("t".into(), vec![0])], &mut out);
-    assert_eq!(result.topics[0].1, vec![(0, codes::NONE)]);
+    assert_eq!(result.topics[0].1, vec![(0, 0)]);
     assert_eq!(h.fetch("g", "t", 0).offset, -1);
 }
 
@@ -157,9 +158,9 @@ fn simple_group_offsets_expire_after_retention_and_group_is_removed() {
     cfg.offsets_retention_ms = 60_000;
     cfg.offsets_retention_check_interval_ms = 1_000;
     let mut h = Harness::new(cfg);
-    assert_eq!(h.commit("s", "", -1, "t", 0, 5), codes::NONE);
+    assert_eq!(h.commit("s", "", -1, "t", 0, 5), 0);
     h.advance(30_000);
-    assert_eq!(h.commit("s", "", -1, "t", 1, 6), codes::NONE);
+    assert_eq!(h.commit("s", "", -1, "t", 1, 6), 0);
     h.advance(30_000);
     assert_eq!(
         h.fetch("s", "t", 0).offset,
@@ -184,11 +185,11 @@ fn empty_consumer_group_offsets_expire_from_when_it_became_empty() {
     cfg.offsets_retention_check_interval_ms = 1_000;
     let mut h = Harness::new(cfg);
     let (ids, generation) = h.stable_group("g", 1);
-    assert_eq!(h.commit("g", &ids[0], generation, "t", 0, 10), codes::NONE);
+    assert_eq!(h.commit("g", &ids[0], generation, "t", 0, 10), 0);
     // Stable and subscribed to "t": never expires while the member lives.
     for _ in 0..20 {
         h.advance(5_000);
-        assert_eq!(h.heartbeat("g", &ids[0], generation), codes::NONE);
+        assert_eq!(h.heartbeat("g", &ids[0], generation), 0);
     }
     assert_eq!(h.fetch("g", "t", 0).offset, 10);
     h.leave("g", &[(&ids[0], None)]);

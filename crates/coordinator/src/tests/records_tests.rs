@@ -1,6 +1,7 @@
 use super::harness::*;
 use crate::records::{OffsetsKey, decode_batches, decode_key, encode_batch};
 use crate::*;
+use kafka_protocol::ResponseError;
 
 fn replayed(h: &Harness, now_ms: i64) -> GroupCoordinator {
     let mut fresh = GroupCoordinator::new(h.c.config().clone(), now_ms);
@@ -75,15 +76,15 @@ fn replayed_members_keep_heartbeating_or_expire() {
         ..Harness::new(config(100))
     };
     r.advance(SESSION_MS as i64 * 6 / 10);
-    assert_eq!(r.heartbeat("g", &ids[0], generation), codes::NONE);
+    assert_eq!(r.heartbeat("g", &ids[0], generation), 0);
     r.advance(SESSION_MS as i64 * 6 / 10);
     assert_eq!(
         r.heartbeat("g", &ids[0], generation),
-        codes::REBALANCE_IN_PROGRESS
+        ResponseError::RebalanceInProgress.code()
     );
     assert_eq!(
         r.heartbeat("g", &ids[1], generation),
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
     assert_eq!(r.c.group_state("g"), Some(GroupState::PreparingRebalance));
 }

@@ -1,4 +1,5 @@
 use bytes::Bytes;
+use kafka_protocol::ResponseError;
 
 use super::harness::*;
 use crate::*;
@@ -28,7 +29,7 @@ fn static_group(h: &mut Harness, instances: &[&str]) -> (Vec<String>, i32) {
     }
     syncs.push(h.sync("g", &leader, generation, assignments));
     for s in syncs {
-        assert_eq!(h.sync_reply(s).unwrap().error_code, codes::NONE);
+        assert_eq!(h.sync_reply(s).unwrap().error_code, 0);
     }
     (ids, generation)
 }
@@ -43,7 +44,7 @@ fn static_member_joins_without_member_id_round_trip() {
     );
     h.advance(100);
     let reply = h.join_reply(t).unwrap();
-    assert_eq!(reply.error_code, codes::NONE);
+    assert_eq!(reply.error_code, 0);
 }
 
 #[test]
@@ -59,7 +60,7 @@ fn restarted_static_member_replaces_old_id_without_rebalance() {
     let instance = ["i-1", "i-2"][follower_index];
     let t = h.join(join_request("g", "", Some(instance)));
     let reply = h.join_reply(t).expect("answered at once in a Stable group");
-    assert_eq!(reply.error_code, codes::NONE);
+    assert_eq!(reply.error_code, 0);
     assert_ne!(reply.member_id, old_id);
     assert_eq!(reply.generation_id, generation, "no new generation");
     assert_eq!(h.c.group_state("g"), Some(GroupState::Stable));
@@ -72,11 +73,11 @@ fn restarted_static_member_replaces_old_id_without_rebalance() {
     // The old id is fenced.
     assert_eq!(
         h.heartbeat_static("g", &old_id, Some(instance), generation),
-        codes::FENCED_INSTANCE_ID
+        ResponseError::FencedInstanceId.code()
     );
     assert_eq!(
         h.heartbeat_static("g", &reply.member_id, Some(instance), generation),
-        codes::NONE
+        0
     );
 }
 
@@ -124,17 +125,17 @@ fn static_member_replaced_while_parked_fences_the_old_request() {
     let new = h.join(join_request("g", "", Some("i-1")));
     assert_eq!(
         h.join_reply(old).unwrap().error_code,
-        codes::FENCED_INSTANCE_ID
+        ResponseError::FencedInstanceId.code()
     );
     // The old id cannot come back.
     let again = h.join(join_request("g", &ids[0], Some("i-1")));
     assert_eq!(
         h.join_reply(again).unwrap().error_code,
-        codes::FENCED_INSTANCE_ID
+        ResponseError::FencedInstanceId.code()
     );
     let t2 = h.join(join_request("g", &ids[1], Some("i-2")));
     let new_reply = h.join_reply(new).expect("all rejoined");
-    assert_eq!(new_reply.error_code, codes::NONE);
+    assert_eq!(new_reply.error_code, 0);
     assert_eq!(
         h.join_reply(t2).unwrap().generation_id,
         new_reply.generation_id
@@ -157,13 +158,16 @@ fn static_member_leaves_by_instance_id() {
     assert_eq!(
         codes_seen,
         vec![
-            codes::NONE,
-            codes::UNKNOWN_MEMBER_ID,
-            codes::UNKNOWN_MEMBER_ID
+            0,
+            ResponseError::UnknownMemberId.code(),
+            ResponseError::UnknownMemberId.code()
         ]
     );
     let left = h.leave("g", &[(&ids[0], Some("i-2"))]);
-    assert_eq!(left.members[0].error_code, codes::FENCED_INSTANCE_ID);
+    assert_eq!(
+        left.members[0].error_code,
+        ResponseError::FencedInstanceId.code()
+    );
     assert_eq!(h.c.describe_group("g", 5).members.len(), 1);
 }
 
@@ -172,17 +176,14 @@ fn static_member_session_expiry_removes_it() {
     let mut h = Harness::new(config(100));
     let (ids, generation) = static_group(&mut h, &["i-1", "i-2"]);
     h.advance(SESSION_MS as i64 * 6 / 10);
-    assert_eq!(
-        h.heartbeat_static("g", &ids[0], Some("i-1"), generation),
-        codes::NONE
-    );
+    assert_eq!(h.heartbeat_static("g", &ids[0], Some("i-1"), generation), 0);
     h.advance(SESSION_MS as i64 * 6 / 10);
     assert_eq!(
         h.heartbeat_static("g", &ids[0], Some("i-1"), generation),
-        codes::REBALANCE_IN_PROGRESS
+        ResponseError::RebalanceInProgress.code()
     );
     assert_eq!(
         h.heartbeat_static("g", &ids[1], Some("i-2"), generation),
-        codes::UNKNOWN_MEMBER_ID
+        ResponseError::UnknownMemberId.code()
     );
 }

@@ -183,7 +183,7 @@ impl Log {
             // An empty active segment whose base no longer matches (follower gap).
             let base = self.active().base_offset();
             if let Some(seg) = self.segments.remove(&base) {
-                seg.delete()?;
+                seg.delete(&self.config.runtime)?;
             }
             self.create_segment(first_offset, now_ms)?;
             self.refresh_group_files()?;
@@ -219,7 +219,7 @@ impl Log {
         self.refresh_group_files()?;
         // Flush the sealed segment soon, off the append path (Kafka does so after a roll), so the
         // recovery point keeps up with rolled data.
-        crate::background_flush::request(&self.group, base);
+        self.config.runtime.request_flush(&self.group, base);
         // Producer state as of the new segment's base, so recovery replays at most one segment.
         self.take_producer_snapshot(base)?;
         tracing::debug!(dir = %self.dir.display(), base_offset = base, "rolled segment");

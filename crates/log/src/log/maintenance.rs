@@ -38,7 +38,7 @@ impl Log {
             }
             if let Some(seg) = self.segments.remove(&first) {
                 tracing::info!(dir = %self.dir.display(), base_offset = first, "deleting segment below log start");
-                seg.delete()?;
+                seg.delete(&self.config.runtime)?;
             }
         }
         // Group commit must not keep (and later close here) the deleted segments' files.
@@ -64,7 +64,7 @@ impl Log {
                 break;
             }
             if let Some(seg) = self.segments.remove(&base) {
-                seg.delete()?;
+                seg.delete(&self.config.runtime)?;
             }
         }
         let active = self.active_mut();
@@ -94,7 +94,7 @@ impl Log {
         let all: Vec<i64> = self.segments.keys().copied().collect();
         for base in all {
             if let Some(seg) = self.segments.remove(&base) {
-                seg.delete()?;
+                seg.delete(&self.config.runtime)?;
             }
         }
         self.create_segment(offset, 0)?;
@@ -212,7 +212,7 @@ impl Log {
         for (base, _, _, _) in bases.iter().take(deletable) {
             if let Some(seg) = self.segments.remove(base) {
                 tracing::info!(dir = %self.dir.display(), base_offset = *base, "retention deletes segment");
-                seg.delete()?;
+                seg.delete(&self.config.runtime)?;
             }
         }
         // Group commit must not keep (and later close here) the deleted segments' files.

@@ -175,7 +175,10 @@ impl Log {
     /// partition with CORRUPT_MESSAGE), never an empty success.
     fn damaged(&self, seg: &Segment, bad: BadBatch) -> LogError {
         let path = seg.log_path().display().to_string();
-        if let Some(suppressed) = self.damaged_warnings.allow(std::time::Instant::now()) {
+        if let Some(suppressed) = self
+            .damaged_warnings
+            .allow(self.config.runtime.clock().monotonic())
+        {
             tracing::warn!(
                 path,
                 position = bad.position,
@@ -314,7 +317,9 @@ impl Log {
             return false;
         }
         self.background_flush_started_ms = now_ms;
-        crate::background_flush::request(&self.group, self.next_offset);
+        self.config
+            .runtime
+            .request_flush(&self.group, self.next_offset);
         true
     }
 
@@ -338,7 +343,7 @@ impl Log {
         }
         // The replaced handles may be the last ones of a deleted segment: closing them frees its
         // pages, which the reaper thread does instead of this one.
-        crate::reaper::release(self.group.set_files(files));
+        self.config.runtime.release(self.group.set_files(files));
         Ok(())
     }
 

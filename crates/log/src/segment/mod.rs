@@ -439,9 +439,9 @@ impl Segment {
 
     /// Delete the segment's files (mapped slices stay valid). The names go now; the pages are
     /// freed when the reaper thread drops the segment (`crate::reaper`).
-    pub fn delete(self) -> io::Result<()> {
+    pub fn delete(self, runtime: &crate::LogRuntime) -> io::Result<()> {
         delete_files(&self.dir, self.base_offset)?;
-        crate::reaper::release(self);
+        runtime.release(self);
         Ok(())
     }
 }
