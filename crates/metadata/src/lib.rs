@@ -2,6 +2,12 @@
 //! sans-io controller that writes them and the quorum that replicates them.
 #![forbid(unsafe_code)]
 
+pub mod delta;
+pub mod image;
 pub mod records;
+pub mod snapshot;
 
-pub use records::{BrokerId, Record, RecordError};
+pub use delta::{LocalChanges, LocalPartition, MetadataDelta, PartitionDelta};
+pub use image::{ApplyError, BrokerInfo, LogPosition, MetadataImage, PartitionState, TopicImage};
+pub use records::{BrokerId, NO_LEADER, Record, RecordError};
+pub use snapshot::{Snapshot, SnapshotError};
