@@ -2,6 +2,7 @@
 //! sans-io controller that writes them and the quorum that replicates them.
 #![forbid(unsafe_code)]
 
+pub mod controller;
 pub mod delta;
 pub mod image;
 pub mod records;
