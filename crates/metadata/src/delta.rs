@@ -93,6 +93,20 @@ impl MetadataDelta {
         entry.after = after;
     }
 
+    /// Fold a later delta into this one (earliest `before`, latest `after` per partition).
+    pub fn merge(&mut self, later: MetadataDelta) {
+        self.brokers_changed.extend(later.brokers_changed);
+        for (id, name) in later.topics_created {
+            self.note_topic_created(id, &name);
+        }
+        for (id, name) in later.topics_removed {
+            self.note_topic_removed(id, &name);
+        }
+        for ((topic_id, partition), d) in later.partitions {
+            self.note_partition(topic_id, &d.topic, partition, d.before, d.after);
+        }
+    }
+
     /// The partitions `node` must lead, follow or delete.
     pub fn local_changes(&self, node: BrokerId) -> LocalChanges {
         let mut changes = LocalChanges::default();

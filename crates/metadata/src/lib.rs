@@ -5,6 +5,7 @@
 pub mod controller;
 pub mod delta;
 pub mod image;
+pub mod node;
 pub mod quorum;
 pub mod records;
 pub mod snapshot;

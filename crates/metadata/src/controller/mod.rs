@@ -159,6 +159,15 @@ impl Controller {
         self.image = self.committed.clone();
     }
 
+    /// Start over from a snapshot of the committed log (a node too far behind the retained
+    /// log). Every broker counts as registered at the snapshot's offset.
+    pub fn load_snapshot(&mut self, image: MetadataImage) {
+        let offset = image.position().offset;
+        self.registered_at = image.brokers().keys().map(|&id| (id, offset)).collect();
+        self.committed = image;
+        self.deactivate();
+    }
+
     /// Apply one committed record (on every node, in log order).
     pub fn replay(
         &mut self,

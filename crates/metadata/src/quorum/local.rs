@@ -66,6 +66,10 @@ impl MetadataQuorum for LocalQuorum {
         }
     }
 
+    fn is_ready_leader(&self) -> bool {
+        true
+    }
+
     fn voters(&self) -> Vec<VoterStatus> {
         vec![VoterStatus {
             id: self.node_id,

@@ -75,5 +75,9 @@ pub trait MetadataQuorum {
 
     fn leader(&self) -> LeaderAndEpoch;
 
+    /// This node leads and has applied every record committed in earlier epochs: only then
+    /// may its controller decide (on a complete image).
+    fn is_ready_leader(&self) -> bool;
+
     fn voters(&self) -> Vec<VoterStatus>;
 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use openraft::{BasicNode, Config, Raft};
+use tokio::sync::mpsc;
 
 pub use network::Router;
 use network::RouterFactory;
@@ -90,6 +91,8 @@ pub struct RaftQuorum {
     state_machine: StateMachine,
     next_seq: Arc<AtomicU64>,
     in_flight: Arc<AtomicUsize>,
+    /// Proposals go through one task so they enter the Raft log in proposal order.
+    submit: mpsc::Sender<Batch>,
 }
 
 impl std::fmt::Debug for RaftQuorum {
@@ -134,12 +137,16 @@ impl RaftQuorum {
         .await
         .map_err(|e| RaftStartError::Raft(e.to_string()))?;
         router.add(id, raft.clone());
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (submit, batches) = mpsc::channel(PROPOSALS_IN_FLIGHT_MAX);
+        tokio::spawn(submit_in_order(raft.clone(), batches, in_flight.clone()));
         Ok(RaftQuorum {
             id,
             raft,
             state_machine,
             next_seq: Arc::new(AtomicU64::new(0)),
-            in_flight: Arc::new(AtomicUsize::new(0)),
+            in_flight,
+            submit,
         })
     }
 
@@ -165,6 +172,32 @@ impl RaftQuorum {
     }
 }
 
+/// Hand batches to Raft one at a time, in order; count each as in flight until it resolves.
+async fn submit_in_order(
+    raft: Raft<TypeConfig>,
+    mut batches: mpsc::Receiver<Batch>,
+    in_flight: Arc<AtomicUsize>,
+) {
+    while let Some(batch) = batches.recv().await {
+        let seq = batch.seq;
+        match raft.client_write_ff(batch).await {
+            Ok(done) => {
+                let in_flight = in_flight.clone();
+                tokio::spawn(async move {
+                    if !matches!(done.await, Ok(Ok(_))) {
+                        tracing::debug!(seq, "metadata proposal not committed");
+                    }
+                    in_flight.fetch_sub(1, Ordering::AcqRel);
+                });
+            }
+            Err(error) => {
+                tracing::debug!(%error, seq, "raft stopped");
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
 impl MetadataQuorum for RaftQuorum {
     fn node_id(&self) -> NodeId {
         self.id
@@ -185,14 +218,21 @@ impl MetadataQuorum for RaftQuorum {
             seq,
             records,
         };
-        let (raft, in_flight) = (self.raft.clone(), self.in_flight.clone());
-        tokio::spawn(async move {
-            if let Err(error) = raft.client_write(batch).await {
-                tracing::debug!(%error, seq, "metadata proposal not committed");
-            }
-            in_flight.fetch_sub(1, Ordering::AcqRel);
-        });
+        // Cannot be full: in_flight bounds what is queued.
+        self.submit
+            .try_send(batch)
+            .map_err(|_| QuorumError::Shutdown)?;
         Ok(seq)
+    }
+
+    fn is_ready_leader(&self) -> bool {
+        let metrics = self.raft.metrics().borrow().clone();
+        // openraft commits a blank entry at the start of each term: once it is applied, every
+        // entry of earlier terms is applied too.
+        metrics.current_leader == Some(self.id)
+            && metrics
+                .last_applied
+                .is_some_and(|l| l.leader_id.term == metrics.current_term)
     }
 
     fn read_committed(

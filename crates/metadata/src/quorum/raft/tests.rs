@@ -63,6 +63,8 @@ async fn three_voters_elect_commit_and_survive_losing_the_leader() {
     let leader = agreed_leader(&all).await;
     let first_epoch = nodes[0].leader().epoch;
     let lead = &nodes[leader as usize - 1];
+    wait_until("the leader is ready", || lead.is_ready_leader()).await;
+    assert!(nodes.iter().filter(|q| q.is_ready_leader()).count() == 1);
     for id in 1..=5 {
         lead.propose(register(id)).unwrap();
     }
