@@ -59,7 +59,8 @@ pub struct ControllerConfig {
     /// The cluster-wide default of `unclean.leader.election.enable`.
     pub unclean_leader_election_enable: bool,
     pub producer_id_block_size: i64,
-    /// Seeds topic-id generation, so a run is reproducible.
+    /// Seeds topic-id generation (mixed with the quorum epoch and offset at each activation,
+    /// so ids differ across activations). Random by default; fixed in simulations.
     pub id_seed: u64,
 }
 
@@ -73,7 +74,7 @@ impl Default for ControllerConfig {
             leader_imbalance_check_interval_ms: LEADER_IMBALANCE_CHECK_INTERVAL_MS,
             unclean_leader_election_enable: false,
             producer_id_block_size: PRODUCER_ID_BLOCK_SIZE,
-            id_seed: 0,
+            id_seed: rand::random(),
         }
     }
 }
@@ -150,6 +151,9 @@ impl Controller {
             .map(|&id| (id, now_ms))
             .collect();
         self.last_rebalance_ms = now_ms;
+        let offset = self.committed.position().offset as u64;
+        let seed = self.config.id_seed ^ (u64::from(epoch as u32) << 32) ^ offset.rotate_left(17);
+        self.rng = StdRng::seed_from_u64(seed);
     }
 
     /// This node no longer leads: forget uncommitted decisions.
