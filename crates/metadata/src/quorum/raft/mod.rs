@@ -7,6 +7,7 @@
 
 mod network;
 mod store;
+pub mod tcp;
 
 #[cfg(test)]
 mod tests;
@@ -28,12 +29,35 @@ use super::{CommittedBatch, LeaderAndEpoch, MetadataQuorum, NodeId, QuorumError,
 use crate::records::Record;
 use crate::snapshot::Snapshot;
 
-/// One Raft log entry: a batch of metadata records and who proposed it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One Raft log entry: a batch of metadata records and who proposed it. On the wire (the TCP
+/// transport) the records travel in their own binary encoding.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Batch {
     pub proposer: NodeId,
     pub seq: u64,
+    #[serde(with = "records_as_bytes")]
     pub records: Vec<Record>,
+}
+
+mod records_as_bytes {
+    use serde::de::Error as _;
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::records::Record;
+
+    pub fn serialize<S: Serializer>(records: &[Record], s: S) -> Result<S::Ok, S::Error> {
+        let encoded: Result<Vec<Vec<u8>>, _> = records.iter().map(Record::encode).collect();
+        s.collect_seq(encoded.map_err(S::Error::custom)?)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Record>, D::Error> {
+        let encoded = Vec::<Vec<u8>>::deserialize(d)?;
+        encoded
+            .iter()
+            .map(|b| Record::decode(b).map_err(D::Error::custom))
+            .collect()
+    }
 }
 
 impl std::fmt::Display for Batch {
@@ -93,6 +117,8 @@ pub struct RaftQuorum {
     in_flight: Arc<AtomicUsize>,
     /// Proposals go through one task so they enter the Raft log in proposal order.
     submit: mpsc::Sender<Batch>,
+    /// The TCP listener's task, when there is one.
+    server: Option<Arc<tokio::task::AbortHandle>>,
 }
 
 impl std::fmt::Debug for RaftQuorum {
@@ -110,6 +136,36 @@ impl RaftQuorum {
         timing: RaftTiming,
         router: &Router,
     ) -> Result<RaftQuorum, RaftStartError> {
+        let network = RouterFactory {
+            from: id,
+            router: router.clone(),
+        };
+        let quorum = RaftQuorum::start_with(id, timing, network).await?;
+        router.add(id, quorum.raft.clone());
+        Ok(quorum)
+    }
+
+    /// Start voter `id` answering Raft RPCs on `listener` and reaching the others over TCP at
+    /// the addresses in the membership ([`RaftQuorum::initialize_with_addresses`]).
+    pub async fn start_tcp(
+        id: NodeId,
+        timing: RaftTiming,
+        listener: tokio::net::TcpListener,
+    ) -> Result<RaftQuorum, RaftStartError> {
+        let mut quorum = RaftQuorum::start_with(id, timing, tcp::TcpNetwork).await?;
+        let server = tokio::spawn(tcp::serve(listener, quorum.raft.clone()));
+        quorum.server = Some(Arc::new(server.abort_handle()));
+        Ok(quorum)
+    }
+
+    async fn start_with<N>(
+        id: NodeId,
+        timing: RaftTiming,
+        network: N,
+    ) -> Result<RaftQuorum, RaftStartError>
+    where
+        N: openraft::RaftNetworkFactory<TypeConfig>,
+    {
         let config = Config {
             cluster_name: "streamforge-metadata".into(),
             heartbeat_interval: timing.heartbeat_interval_ms,
@@ -123,20 +179,15 @@ impl RaftQuorum {
                 .map_err(|e| RaftStartError::Config(e.to_string()))?,
         );
         let state_machine = StateMachine::default();
-        let factory = RouterFactory {
-            from: id,
-            router: router.clone(),
-        };
         let raft = Raft::new(
             id,
             config,
-            factory,
+            network,
             LogStore::default(),
             state_machine.clone(),
         )
         .await
         .map_err(|e| RaftStartError::Raft(e.to_string()))?;
-        router.add(id, raft.clone());
         let in_flight = Arc::new(AtomicUsize::new(0));
         let (submit, batches) = mpsc::channel(PROPOSALS_IN_FLIGHT_MAX);
         tokio::spawn(submit_in_order(raft.clone(), batches, in_flight.clone()));
@@ -147,7 +198,24 @@ impl RaftQuorum {
             next_seq: Arc::new(AtomicU64::new(0)),
             in_flight,
             submit,
+            server: None,
         })
+    }
+
+    /// Form the quorum from `voters` and their quorum-listener addresses (once, on one voter of
+    /// a fresh cluster).
+    pub async fn initialize_with_addresses(
+        &self,
+        voters: &BTreeMap<NodeId, String>,
+    ) -> Result<(), RaftStartError> {
+        let members: BTreeMap<NodeId, BasicNode> = voters
+            .iter()
+            .map(|(&v, addr)| (v, BasicNode::new(addr)))
+            .collect();
+        self.raft
+            .initialize(members)
+            .await
+            .map_err(|e| RaftStartError::Raft(e.to_string()))
     }
 
     /// Form the quorum from `voters` (call on one of them, once, on a fresh cluster).
@@ -162,6 +230,9 @@ impl RaftQuorum {
 
     /// Stop this voter's Raft task.
     pub async fn shutdown(&self) {
+        if let Some(server) = &self.server {
+            server.abort();
+        }
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
         }

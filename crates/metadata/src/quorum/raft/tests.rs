@@ -1,6 +1,7 @@
 //! Three in-process voters: a leader is elected, batches commit on all, the leader is cut off,
 //! a new leader takes over, and no committed record is lost.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -152,4 +153,58 @@ async fn a_one_voter_raft_quorum_commits_alone_and_snapshots() {
         *q.state_machine.inner.lock().log.image()
     );
     q.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_voters_over_tcp_survive_killing_the_leader() {
+    let mut listeners = Vec::new();
+    let mut addresses = BTreeMap::new();
+    for id in 1..=3 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addresses.insert(id, listener.local_addr().unwrap().to_string());
+        listeners.push(listener);
+    }
+    let mut nodes = Vec::new();
+    for (id, listener) in (1..=3).zip(listeners) {
+        nodes.push(RaftQuorum::start_tcp(id, FAST, listener).await.unwrap());
+    }
+    nodes[0]
+        .initialize_with_addresses(&addresses)
+        .await
+        .unwrap();
+    let all: Vec<&RaftQuorum> = nodes.iter().collect();
+    let leader = agreed_leader(&all).await;
+    let lead = &nodes[leader as usize - 1];
+    wait_until("the leader is ready", || lead.is_ready_leader()).await;
+    for id in 1..=3 {
+        lead.propose(register(id)).unwrap();
+    }
+    wait_until("3 batches on every voter", || {
+        nodes.iter().all(|q| committed(q).len() == 3)
+    })
+    .await;
+    let before = committed(lead);
+
+    // Kill the leader (its Raft task and its listener).
+    lead.shutdown().await;
+    let rest: Vec<&RaftQuorum> = nodes.iter().filter(|q| q.id != leader).collect();
+    let new_leader = agreed_leader(&rest).await;
+    assert_ne!(new_leader, leader);
+    let new_lead = &nodes[new_leader as usize - 1];
+    wait_until("the new leader is ready", || new_lead.is_ready_leader()).await;
+    for id in 4..=6 {
+        new_lead.propose(register(id)).unwrap();
+    }
+    wait_until("6 batches on the survivors", || {
+        rest.iter().all(|q| committed(q).len() == 6)
+    })
+    .await;
+    assert_eq!(
+        committed(new_lead)[..3],
+        before[..],
+        "a committed batch was lost"
+    );
+    for q in &rest {
+        q.shutdown().await;
+    }
 }
