@@ -165,8 +165,8 @@ impl Controller {
         let _ = self.elect(ElectionType::Preferred, None, fx);
     }
 
-    /// ElectLeaders: for named partitions, an answer each; for all (`None`), answers only for
-    /// partitions that changed, as Kafka does.
+    /// ElectLeaders: for named partitions, an answer each; for all (`None`), every answer but
+    /// ELECTION_NOT_NEEDED, as Kafka does.
     pub(super) fn elect_leaders(
         &mut self,
         kind: ElectionType,
@@ -192,7 +192,8 @@ impl Controller {
         let mut results = Vec::new();
         for (topic, partition) in targets {
             let result = self.elect_one(&topic, partition, kind, fx);
-            if !(all && result.is_err()) {
+            // Electing all partitions, Kafka leaves out the ones that already have the leader.
+            if !(all && result == Err(ResponseError::ElectionNotNeeded)) {
                 results.push(((topic, partition), result));
             }
         }
@@ -251,10 +252,14 @@ impl Controller {
 
     fn check_alter_partition(&self, a: &AlterPartition) -> Result<(), ResponseError> {
         self.check_broker_epoch(a.broker_id, a.broker_epoch)?;
-        let p = self
+        let topic = self
             .image
-            .partition(a.topic_id, a.partition)
+            .topic(a.topic_id)
             .ok_or(ResponseError::UnknownTopicId)?;
+        let p = topic
+            .partitions
+            .get(&a.partition)
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
         // A newer epoch than ours means this controller is behind: let the leader find the
         // current one.
         if a.leader_epoch > p.leader_epoch || a.partition_epoch > p.partition_epoch {
@@ -269,14 +274,16 @@ impl Controller {
         if a.partition_epoch < p.partition_epoch {
             return Err(ResponseError::InvalidUpdateVersion);
         }
+        // The ISR must be a duplicate-free subset of the replicas holding the leader ...
         let mut sorted = a.new_isr.clone();
         sorted.sort_unstable();
         sorted.dedup();
-        if sorted.len() != a.new_isr.len() || !a.new_isr.contains(&p.leader) {
+        let outside = a.new_isr.iter().any(|r| !p.replicas.contains(r));
+        if sorted.len() != a.new_isr.len() || outside || !a.new_isr.contains(&p.leader) {
             return Err(ResponseError::InvalidRequest);
         }
-        let ineligible = |r: &BrokerId| !p.replicas.contains(r) || !self.image.is_unfenced(*r);
-        if a.new_isr.iter().any(ineligible) {
+        // ... of registered, unfenced brokers.
+        if a.new_isr.iter().any(|&r| !self.image.is_unfenced(r)) {
             return Err(ResponseError::IneligibleReplica);
         }
         Ok(())

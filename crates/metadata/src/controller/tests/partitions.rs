@@ -260,3 +260,82 @@ fn the_auto_rebalance_returns_leadership_to_preferred_replicas() {
     h.run(Event::Tick, LEADER_IMBALANCE_CHECK_INTERVAL_MS);
     assert_eq!(h.partition("t", 0).leader, preferred);
 }
+
+#[test]
+fn alter_partition_refuses_malformed_isrs_and_unknown_partitions_with_kafkas_codes() {
+    let mut h = cluster(3);
+    h.create("t", 1, 2).unwrap();
+    let p = h.partition("t", 0);
+    let topic_id = h.c.committed().topic_by_name("t").unwrap().id;
+    let outsider = (1..=3).find(|r| !p.replicas.contains(r)).unwrap();
+    let request = |isr: Vec<BrokerId>, topic_id, partition| AlterPartition {
+        broker_id: p.leader,
+        broker_epoch: h.epochs[&p.leader],
+        topic_id,
+        partition,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        new_isr: isr,
+    };
+    let cases = [
+        (
+            request(vec![p.leader, outsider], topic_id, 0),
+            ResponseError::InvalidRequest,
+        ),
+        (
+            request(vec![p.replicas[1]], topic_id, 0),
+            ResponseError::InvalidRequest,
+        ),
+        (
+            request(vec![p.leader, p.leader], topic_id, 0),
+            ResponseError::InvalidRequest,
+        ),
+        (
+            request(vec![p.leader], topic_id, 7),
+            ResponseError::UnknownTopicOrPartition,
+        ),
+        (
+            request(vec![p.leader], uuid::Uuid::from_u128(1), 0),
+            ResponseError::UnknownTopicId,
+        ),
+    ];
+    for (a, code) in cases {
+        assert_eq!(
+            h.run(Event::AlterPartition(a), 1),
+            Some(Reply::AlterPartition(Err(code)))
+        );
+    }
+}
+
+#[test]
+fn electing_all_partitions_reports_failures_but_not_partitions_already_led_by_preference() {
+    let mut h = cluster(2);
+    h.create("t", 2, 2).unwrap();
+    // Partition 0's preferred replica leaves the ISR and leadership moves away from it.
+    let p = h.partition("t", 0);
+    let preferred = p.replicas[0];
+    let hb = BrokerHeartbeat {
+        broker_id: preferred,
+        broker_epoch: h.epochs[&preferred],
+        metadata_offset: 0,
+        wants_fence: true,
+        wants_shutdown: false,
+    };
+    h.run(Event::BrokerHeartbeat(hb), 1);
+    let e = Event::ElectLeaders {
+        election: ElectionType::Preferred,
+        partitions: None,
+    };
+    let Some(Reply::ElectLeaders(results)) = h.run(e, 2) else {
+        panic!()
+    };
+    // Partition 1 is led by the remaining broker, its preferred replica: left out. Partition 0
+    // cannot go back: reported.
+    assert_eq!(
+        results,
+        vec![(
+            ("t".to_string(), 0),
+            Err(ResponseError::PreferredLeaderNotAvailable)
+        )]
+    );
+}
