@@ -241,6 +241,9 @@ impl MetadataImage {
         r: &RegisterBroker,
         delta: &mut MetadataDelta,
     ) -> Result<(), ApplyError> {
+        if r.broker_id < 0 {
+            return Err(ApplyError::UnknownBroker(r.broker_id));
+        }
         if let Some(old) = self.brokers.get(&r.broker_id)
             && old.epoch >= r.broker_epoch
         {
@@ -404,8 +407,10 @@ fn validate_partition(p: &PartitionState) -> Result<(), ApplyError> {
         sorted.sort_unstable();
         sorted.windows(2).any(|w| w[0] == w[1])
     };
-    if p.replicas.is_empty() || has_duplicates(&p.replicas) {
-        return Err(ApplyError::InvalidPartition("replicas empty or duplicated"));
+    if p.replicas.is_empty() || has_duplicates(&p.replicas) || p.replicas.iter().any(|&r| r < 0) {
+        return Err(ApplyError::InvalidPartition(
+            "replicas empty, duplicated or negative",
+        ));
     }
     if has_duplicates(&p.isr) || p.isr.iter().any(|id| !p.replicas.contains(id)) {
         return Err(ApplyError::InvalidPartition(

@@ -16,6 +16,10 @@ impl Controller {
         now_ms: u64,
         fx: &mut Effects,
     ) -> Reply {
+        // Node ids are non-negative (-1 means "no leader" in every partition).
+        if r.broker_id < 0 {
+            return Reply::BrokerRegistration(Err(ResponseError::InvalidRequest));
+        }
         if let Some(old) = self.image.broker(r.broker_id).cloned() {
             let alive = !old.fenced && !self.session_expired(r.broker_id, now_ms);
             if old.incarnation_id != r.incarnation_id && alive {

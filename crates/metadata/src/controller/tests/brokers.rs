@@ -165,3 +165,21 @@ fn an_inactive_controller_writes_nothing_and_answers_not_controller() {
     );
     assert_eq!(c.handle(Event::Tick, 0), Effects::default());
 }
+
+#[test]
+fn a_negative_broker_id_cannot_register() {
+    let mut h = Harness::new(ControllerConfig::default());
+    let reg = BrokerRegistration {
+        broker_id: -1,
+        incarnation_id: Uuid::from_u128(1),
+        endpoints: vec![],
+        rack: None,
+    };
+    let reply = h.run(Event::BrokerRegistration(reg), 0);
+    assert_eq!(
+        reply,
+        Some(Reply::BrokerRegistration(Err(
+            ResponseError::InvalidRequest
+        )))
+    );
+}

@@ -134,3 +134,5 @@ pub(super) fn cluster(n: BrokerId) -> Harness {
     }
     h
 }
+
+mod arbitrary;
