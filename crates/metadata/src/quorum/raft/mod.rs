@@ -1,0 +1,350 @@
+//! The metadata quorum on `openraft`: a Raft log of [`Batch`]es whose state machine is the
+//! [`CommittedLog`](crate::quorum::CommittedLog), behind [`MetadataQuorum`].
+//!
+//! [`RaftQuorum::propose`] hands the batch to the local Raft task (it returns at once; the
+//! batch shows up in [`MetadataQuorum::read_committed`] when a majority has it). Leadership,
+//! the epoch (Raft term) and follower lag come from openraft's metrics.
+
+mod network;
+mod store;
+pub mod tcp;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use openraft::{BasicNode, Config, Raft};
+use tokio::sync::mpsc;
+
+pub use network::Router;
+use network::RouterFactory;
+pub use store::{LogStore, StateMachine};
+
+use super::PROPOSALS_IN_FLIGHT_MAX;
+use super::{CommittedBatch, LeaderAndEpoch, MetadataQuorum, NodeId, QuorumError, VoterStatus};
+use crate::records::Record;
+use crate::snapshot::Snapshot;
+
+/// One Raft log entry: a batch of metadata records and who proposed it. On the wire (the TCP
+/// transport) the records travel in their own binary encoding.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Batch {
+    pub proposer: NodeId,
+    pub seq: u64,
+    #[serde(with = "records_as_bytes")]
+    pub records: Vec<Record>,
+}
+
+mod records_as_bytes {
+    use serde::de::Error as _;
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::records::Record;
+
+    pub fn serialize<S: Serializer>(records: &[Record], s: S) -> Result<S::Ok, S::Error> {
+        let encoded: Result<Vec<Vec<u8>>, _> = records.iter().map(Record::encode).collect();
+        s.collect_seq(encoded.map_err(S::Error::custom)?)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Record>, D::Error> {
+        let encoded = Vec::<Vec<u8>>::deserialize(d)?;
+        encoded
+            .iter()
+            .map(|b| Record::decode(b).map_err(D::Error::custom))
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "batch {}/{} ({} records)",
+            self.proposer,
+            self.seq,
+            self.records.len()
+        )
+    }
+}
+
+openraft::declare_raft_types!(
+    /// The openraft types of the metadata quorum.
+    pub TypeConfig:
+        D = Batch,
+        R = (),
+);
+
+/// Raft timing for the metadata quorum (openraft's names, in ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftTiming {
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+}
+
+impl Default for RaftTiming {
+    /// Kafka's `controller.quorum.election.timeout.ms` is 1000; a heartbeat a fifth of that.
+    fn default() -> Self {
+        RaftTiming {
+            heartbeat_interval_ms: 200,
+            election_timeout_min_ms: 1000,
+            election_timeout_max_ms: 2000,
+        }
+    }
+}
+
+/// Why a Raft voter could not start or join.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftStartError {
+    #[error("invalid raft config: {0}")]
+    Config(String),
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// One voter of the openraft-based quorum.
+#[derive(Clone)]
+pub struct RaftQuorum {
+    id: NodeId,
+    raft: Raft<TypeConfig>,
+    state_machine: StateMachine,
+    next_seq: Arc<AtomicU64>,
+    in_flight: Arc<AtomicUsize>,
+    /// Proposals go through one task so they enter the Raft log in proposal order.
+    submit: mpsc::Sender<Batch>,
+    /// The TCP listener's task, when there is one.
+    server: Option<Arc<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for RaftQuorum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftQuorum")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RaftQuorum {
+    /// Start voter `id` on the in-process `router` (inside a tokio runtime).
+    pub async fn start(
+        id: NodeId,
+        timing: RaftTiming,
+        router: &Router,
+    ) -> Result<RaftQuorum, RaftStartError> {
+        let network = RouterFactory {
+            from: id,
+            router: router.clone(),
+        };
+        let quorum = RaftQuorum::start_with(id, timing, network).await?;
+        router.add(id, quorum.raft.clone());
+        Ok(quorum)
+    }
+
+    /// Start voter `id` answering Raft RPCs on `listener` and reaching the others over TCP at
+    /// the addresses in the membership ([`RaftQuorum::initialize_with_addresses`]).
+    pub async fn start_tcp(
+        id: NodeId,
+        timing: RaftTiming,
+        listener: tokio::net::TcpListener,
+    ) -> Result<RaftQuorum, RaftStartError> {
+        let mut quorum = RaftQuorum::start_with(id, timing, tcp::TcpNetwork).await?;
+        let server = tokio::spawn(tcp::serve(listener, quorum.raft.clone()));
+        quorum.server = Some(Arc::new(server.abort_handle()));
+        Ok(quorum)
+    }
+
+    async fn start_with<N>(
+        id: NodeId,
+        timing: RaftTiming,
+        network: N,
+    ) -> Result<RaftQuorum, RaftStartError>
+    where
+        N: openraft::RaftNetworkFactory<TypeConfig>,
+    {
+        let config = Config {
+            cluster_name: "streamforge-metadata".into(),
+            heartbeat_interval: timing.heartbeat_interval_ms,
+            election_timeout_min: timing.election_timeout_min_ms,
+            election_timeout_max: timing.election_timeout_max_ms,
+            ..Default::default()
+        };
+        let config = Arc::new(
+            config
+                .validate()
+                .map_err(|e| RaftStartError::Config(e.to_string()))?,
+        );
+        let state_machine = StateMachine::default();
+        let raft = Raft::new(
+            id,
+            config,
+            network,
+            LogStore::default(),
+            state_machine.clone(),
+        )
+        .await
+        .map_err(|e| RaftStartError::Raft(e.to_string()))?;
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (submit, batches) = mpsc::channel(PROPOSALS_IN_FLIGHT_MAX);
+        tokio::spawn(submit_in_order(raft.clone(), batches, in_flight.clone()));
+        Ok(RaftQuorum {
+            id,
+            raft,
+            state_machine,
+            next_seq: Arc::new(AtomicU64::new(0)),
+            in_flight,
+            submit,
+            server: None,
+        })
+    }
+
+    /// Form the quorum from `voters` and their quorum-listener addresses (once, on one voter of
+    /// a fresh cluster).
+    pub async fn initialize_with_addresses(
+        &self,
+        voters: &BTreeMap<NodeId, String>,
+    ) -> Result<(), RaftStartError> {
+        let members: BTreeMap<NodeId, BasicNode> = voters
+            .iter()
+            .map(|(&v, addr)| (v, BasicNode::new(addr)))
+            .collect();
+        self.raft
+            .initialize(members)
+            .await
+            .map_err(|e| RaftStartError::Raft(e.to_string()))
+    }
+
+    /// Form the quorum from `voters` (call on one of them, once, on a fresh cluster).
+    pub async fn initialize(&self, voters: &[NodeId]) -> Result<(), RaftStartError> {
+        let members: BTreeMap<NodeId, BasicNode> =
+            voters.iter().map(|&v| (v, BasicNode::default())).collect();
+        self.raft
+            .initialize(members)
+            .await
+            .map_err(|e| RaftStartError::Raft(e.to_string()))
+    }
+
+    /// Stop this voter's Raft task.
+    pub async fn shutdown(&self) {
+        if let Some(server) = &self.server {
+            server.abort();
+        }
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "raft shutdown");
+        }
+    }
+
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.raft
+    }
+}
+
+/// Hand batches to Raft one at a time, in order; count each as in flight until it resolves.
+async fn submit_in_order(
+    raft: Raft<TypeConfig>,
+    mut batches: mpsc::Receiver<Batch>,
+    in_flight: Arc<AtomicUsize>,
+) {
+    while let Some(batch) = batches.recv().await {
+        let seq = batch.seq;
+        match raft.client_write_ff(batch).await {
+            Ok(done) => {
+                let in_flight = in_flight.clone();
+                tokio::spawn(async move {
+                    if !matches!(done.await, Ok(Ok(_))) {
+                        tracing::debug!(seq, "metadata proposal not committed");
+                    }
+                    in_flight.fetch_sub(1, Ordering::AcqRel);
+                });
+            }
+            Err(error) => {
+                tracing::debug!(%error, seq, "raft stopped");
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+impl MetadataQuorum for RaftQuorum {
+    fn node_id(&self) -> NodeId {
+        self.id
+    }
+
+    fn propose(&self, records: Vec<Record>) -> Result<u64, QuorumError> {
+        let leader = self.raft.metrics().borrow().current_leader;
+        if leader != Some(self.id) {
+            return Err(QuorumError::NotLeader { leader });
+        }
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= PROPOSALS_IN_FLIGHT_MAX {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(QuorumError::TooManyInFlight);
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::AcqRel);
+        let batch = Batch {
+            proposer: self.id,
+            seq,
+            records,
+        };
+        // Cannot be full: in_flight bounds what is queued.
+        self.submit
+            .try_send(batch)
+            .map_err(|_| QuorumError::Shutdown)?;
+        Ok(seq)
+    }
+
+    fn is_ready_leader(&self) -> bool {
+        let metrics = self.raft.metrics().borrow().clone();
+        // openraft commits a blank entry at the start of each term: once it is applied, every
+        // entry of earlier terms is applied too.
+        metrics.current_leader == Some(self.id)
+            && metrics
+                .last_applied
+                .is_some_and(|l| l.leader_id.term == metrics.current_term)
+    }
+
+    fn read_committed(
+        &self,
+        from_offset: i64,
+        max_batches: usize,
+    ) -> Result<Vec<CommittedBatch>, QuorumError> {
+        self.state_machine
+            .inner
+            .lock()
+            .log
+            .read(from_offset, max_batches)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.state_machine.inner.lock().log.snapshot()
+    }
+
+    fn leader(&self) -> LeaderAndEpoch {
+        let metrics = self.raft.metrics().borrow().clone();
+        let epoch = i32::try_from(metrics.current_term).unwrap_or(i32::MAX);
+        LeaderAndEpoch {
+            leader: metrics.current_leader,
+            epoch,
+        }
+    }
+
+    fn voters(&self) -> Vec<VoterStatus> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let last = metrics.last_log_index.unwrap_or(0);
+        let matched = metrics.replication.as_ref();
+        metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .map(|id| {
+                let lag_entries = matched
+                    .and_then(|m| m.get(&id))
+                    .map(|log_id| last.saturating_sub(log_id.as_ref().map_or(0, |l| l.index)));
+                VoterStatus { id, lag_entries }
+            })
+            .collect()
+    }
+}

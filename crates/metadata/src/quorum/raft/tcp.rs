@@ -1,0 +1,219 @@
+//! The Raft transport over TCP (the quorum listener): one length-prefixed JSON frame per RPC
+//! and one per answer, on a connection each voter keeps open to each other voter. Voters find
+//! each other through the address in their membership entry (`BasicNode::addr`), which is
+//! what a static `--controller-quorum-voters 1@host:port,...` list becomes.
+//!
+//! Frames are bounded (`RPC_FRAME_BYTES_MAX`), every call has a deadline (`RPC_TIMEOUT_MS`) and
+//! the listener serves at most `QUORUM_CONNECTIONS_MAX` connections at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use super::TypeConfig;
+use crate::quorum::NodeId;
+
+/// Bound on one RPC frame (a snapshot chunk is at most openraft's 3 MiB, several times that
+/// as JSON).
+pub const RPC_FRAME_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Deadline of one RPC, connect included.
+pub const RPC_TIMEOUT_MS: u64 = 5_000;
+/// Bound on connections the quorum listener serves at once.
+pub const QUORUM_CONNECTIONS_MAX: usize = 64;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Request {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Response {
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+}
+
+async fn write_frame<T: Serialize>(stream: &mut TcpStream, value: &T) -> std::io::Result<()> {
+    let body = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    if body.len() > RPC_FRAME_BYTES_MAX {
+        return Err(std::io::Error::other(format!(
+            "frame of {} bytes is too large",
+            body.len()
+        )));
+    }
+    stream.write_all(&(body.len() as u32).to_be_bytes()).await?;
+    stream.write_all(&body).await
+}
+
+async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std::io::Result<T> {
+    let len = stream.read_u32().await? as usize;
+    if len > RPC_FRAME_BYTES_MAX {
+        return Err(std::io::Error::other(format!(
+            "frame of {len} bytes is too large"
+        )));
+    }
+    let mut body = vec![0; len];
+    stream.read_exact(&mut body).await?;
+    serde_json::from_slice(&body).map_err(std::io::Error::other)
+}
+
+/// Answer Raft RPCs arriving on `listener` with the local `raft` (runs until aborted).
+pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
+    let slots = Arc::new(Semaphore::new(QUORUM_CONNECTIONS_MAX));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (mut stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "quorum listener accept");
+                continue;
+            }
+        };
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            while let Ok(request) = read_frame::<Request>(&mut stream).await {
+                let response = match request {
+                    Request::Append(r) => Response::Append(raft.append_entries(r).await),
+                    Request::Vote(r) => Response::Vote(raft.vote(r).await),
+                    Request::Snapshot(r) => Response::Snapshot(raft.install_snapshot(r).await),
+                };
+                if let Err(error) = write_frame(&mut stream, &response).await {
+                    tracing::debug!(%error, %peer, "quorum connection closed");
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Connects to voters by their membership address.
+#[derive(Debug, Clone, Default)]
+pub struct TcpNetwork;
+
+/// One voter's connection to another, opened on first use and reopened after an error.
+#[derive(Debug)]
+pub struct TcpConnection {
+    target: NodeId,
+    addr: String,
+    stream: Option<TcpStream>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
+    type Network = TcpConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        TcpConnection {
+            target,
+            addr: node.addr.clone(),
+            stream: None,
+        }
+    }
+}
+
+/// Why one call failed: the peer could not be reached, or the exchange broke.
+enum CallError {
+    Unreachable(std::io::Error),
+    Broken(std::io::Error),
+}
+
+impl<E: std::error::Error> From<CallError> for RPCError<NodeId, BasicNode, E> {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
+            CallError::Broken(e) => RPCError::Network(NetworkError::new(&e)),
+        }
+    }
+}
+
+impl TcpConnection {
+    async fn call(&mut self, request: Request) -> Result<Response, CallError> {
+        let deadline = Duration::from_millis(RPC_TIMEOUT_MS);
+        let timed_out =
+            || std::io::Error::new(std::io::ErrorKind::TimedOut, "quorum rpc timed out");
+        if self.stream.is_none() {
+            let connect = tokio::time::timeout(deadline, TcpStream::connect(&self.addr));
+            let stream = connect
+                .await
+                .map_err(|_| CallError::Unreachable(timed_out()))?;
+            let stream = stream.map_err(CallError::Unreachable)?;
+            stream.set_nodelay(true).map_err(CallError::Unreachable)?;
+            self.stream = Some(stream);
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            unreachable!("connected above")
+        };
+        let exchange = async {
+            write_frame(stream, &request).await?;
+            read_frame::<Response>(stream).await
+        };
+        let result = match tokio::time::timeout(deadline, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out()),
+        };
+        result.map_err(|e| {
+            self.stream = None;
+            CallError::Broken(e)
+        })
+    }
+}
+
+fn unexpected() -> CallError {
+    CallError::Broken(std::io::Error::other("answer of another kind"))
+}
+
+type Rpc<T, E = RaftError<NodeId>> = Result<T, RPCError<NodeId, BasicNode, E>>;
+
+fn remote<E: std::error::Error>(to: NodeId) -> impl FnOnce(E) -> RPCError<NodeId, BasicNode, E> {
+    move |e| RPCError::RemoteError(openraft::error::RemoteError::new(to, e))
+}
+
+impl RaftNetwork<TypeConfig> for TcpConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Rpc<AppendEntriesResponse<NodeId>> {
+        match self.call(Request::Append(rpc)).await? {
+            Response::Append(r) => r.map_err(remote(self.target)),
+            _ => Err(unexpected().into()),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Rpc<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        match self.call(Request::Snapshot(rpc)).await? {
+            Response::Snapshot(r) => r.map_err(remote(self.target)),
+            _ => Err(unexpected().into()),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        _option: RPCOption,
+    ) -> Rpc<VoteResponse<NodeId>> {
+        match self.call(Request::Vote(rpc)).await? {
+            Response::Vote(r) => r.map_err(remote(self.target)),
+            _ => Err(unexpected().into()),
+        }
+    }
+}

@@ -1,0 +1,173 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn uuid() -> impl Strategy<Value = Uuid> {
+    any::<u128>().prop_map(Uuid::from_u128)
+}
+
+fn ids() -> impl Strategy<Value = Vec<BrokerId>> {
+    prop::collection::vec(-1..100i32, 0..8)
+}
+
+fn name() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9._-]{0,40}"
+}
+
+fn record() -> impl Strategy<Value = Record> {
+    prop_oneof![
+        (
+            any::<i32>(),
+            any::<i64>(),
+            uuid(),
+            prop::collection::vec((name(), name(), any::<u16>()), 0..3),
+            prop::option::of(name()),
+            any::<bool>()
+        )
+            .prop_map(
+                |(broker_id, broker_epoch, incarnation_id, eps, rack, fenced)| {
+                    Record::RegisterBroker(RegisterBroker {
+                        broker_id,
+                        broker_epoch,
+                        incarnation_id,
+                        endpoints: eps
+                            .into_iter()
+                            .map(|(name, host, port)| Endpoint { name, host, port })
+                            .collect(),
+                        rack,
+                        fenced,
+                    })
+                }
+            ),
+        (any::<i32>(), any::<i64>()).prop_map(|(broker_id, broker_epoch)| Record::FenceBroker {
+            broker_id,
+            broker_epoch
+        }),
+        (any::<i32>(), any::<i64>()).prop_map(|(broker_id, broker_epoch)| Record::UnfenceBroker {
+            broker_id,
+            broker_epoch
+        }),
+        (name(), uuid()).prop_map(|(name, topic_id)| Record::Topic(TopicRecord { name, topic_id })),
+        (
+            uuid(),
+            any::<i32>(),
+            ids(),
+            ids(),
+            any::<i32>(),
+            any::<i32>(),
+            any::<i32>()
+        )
+            .prop_map(
+                |(topic_id, partition, replicas, isr, leader, leader_epoch, partition_epoch)| {
+                    Record::Partition(PartitionRecord {
+                        topic_id,
+                        partition,
+                        replicas,
+                        isr,
+                        leader,
+                        leader_epoch,
+                        partition_epoch,
+                    })
+                }
+            ),
+        (
+            uuid(),
+            any::<i32>(),
+            prop::option::of(any::<i32>()),
+            prop::option::of(ids()),
+            prop::option::of(ids())
+        )
+            .prop_map(|(topic_id, partition, leader, isr, replicas)| {
+                Record::PartitionChange(PartitionChange {
+                    topic_id,
+                    partition,
+                    leader,
+                    isr,
+                    replicas,
+                })
+            }),
+        (
+            prop_oneof![
+                name().prop_map(ConfigResource::Topic),
+                any::<i32>().prop_map(ConfigResource::Broker)
+            ],
+            name(),
+            prop::option::of(name())
+        )
+            .prop_map(|(resource, name, value)| Record::Config(ConfigRecord {
+                resource,
+                name,
+                value
+            })),
+        (any::<i32>(), any::<i64>(), any::<i64>()).prop_map(
+            |(broker_id, broker_epoch, next_producer_id)| {
+                Record::ProducerIds(ProducerIdsRecord {
+                    broker_id,
+                    broker_epoch,
+                    next_producer_id,
+                })
+            }
+        ),
+        uuid().prop_map(|topic_id| Record::RemoveTopic { topic_id }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_record_round_trips(record in record()) {
+        let bytes = record.encode().unwrap();
+        prop_assert_eq!(Record::decode(&bytes).unwrap(), record);
+    }
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = Record::decode(&bytes);
+    }
+
+    #[test]
+    fn every_truncation_of_a_record_is_an_error(record in record()) {
+        let bytes = record.encode().unwrap();
+        for len in 0..bytes.len() {
+            prop_assert!(Record::decode(&bytes[..len]).is_err());
+        }
+    }
+}
+
+#[test]
+fn newer_versions_and_unknown_types_are_refused() {
+    let mut bytes = Record::RemoveTopic {
+        topic_id: Uuid::nil(),
+    }
+    .encode()
+    .unwrap();
+    bytes[1] = RECORD_VERSION + 1;
+    assert!(matches!(
+        Record::decode(&bytes),
+        Err(RecordError::UnsupportedVersion { .. })
+    ));
+    bytes[0] = 200;
+    assert_eq!(Record::decode(&bytes), Err(RecordError::UnknownType(200)));
+}
+
+#[test]
+fn over_long_lists_are_refused_before_allocating() {
+    // A partition record whose replica count says 65535.
+    let mut bytes = vec![4, 0];
+    bytes.extend_from_slice(&[0; 16]);
+    bytes.extend_from_slice(&0i32.to_be_bytes());
+    bytes.extend_from_slice(&u16::MAX.to_be_bytes());
+    assert!(matches!(
+        Record::decode(&bytes),
+        Err(RecordError::TooLong { .. })
+    ));
+    let too_many = Record::Partition(PartitionRecord {
+        topic_id: Uuid::nil(),
+        partition: 0,
+        replicas: vec![1; REPLICAS_MAX + 1],
+        isr: vec![],
+        leader: NO_LEADER,
+        leader_epoch: 0,
+        partition_epoch: 0,
+    });
+    assert!(too_many.encode().is_err());
+}
