@@ -108,7 +108,6 @@ pub async fn delete_records(
         .map_err(|e| kafka(e.kafka_code(), e.to_string()))
 }
 
-
 /// Kafka's default partitioner for a keyed record: murmur2 of the key, made positive.
 fn partition_for_key(key: &[u8], partitions: usize) -> i32 {
     ((murmur2(key) as u32 & 0x7fff_ffff) as usize % partitions.max(1)) as i32
@@ -219,10 +218,7 @@ fn require_inactive(state: &BrokerState, group: &str) -> Result<(), ViewError> {
 }
 
 /// Where `target` puts a group's position on one partition (clamped like Kafka's tool).
-fn resolve_target(
-    part: &Partition,
-    target: OffsetTarget,
-) -> Result<i64, ViewError> {
+fn resolve_target(part: &Partition, target: OffsetTarget) -> Result<i64, ViewError> {
     let offsets = part
         .offsets()
         .map_err(|e| kafka(e.kafka_code(), e.to_string()))?;

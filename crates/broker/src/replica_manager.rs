@@ -61,7 +61,8 @@ impl TopicError {
             TopicError::InternalTopic(_) => ResponseError::TopicAuthorizationFailed,
         };
         error.code()
-    }}
+    }
+}
 
 impl From<LogError> for TopicError {
     fn from(e: LogError) -> Self {
