@@ -5,6 +5,7 @@
 pub mod config;
 mod connection;
 pub mod data_dir_lock;
+pub mod dynamic_config;
 pub mod frame_pool;
 pub mod group_service;
 pub mod handlers;
@@ -64,6 +65,8 @@ pub struct BrokerState {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub replicas: ReplicaManager,
+    /// Dynamic broker configs (AlterConfigs on the BROKER resource) and the limits they set.
+    pub dynamic: dynamic_config::DynamicConfigs,
     /// The consumer-group coordinator and its `__consumer_offsets` storage.
     pub groups: Arc<group_service::GroupService>,
     /// Producer ids for InitProducerId (blocks persisted in the data dir).
@@ -106,7 +109,7 @@ impl Broker {
             None => None,
         };
         let data_dir_lock = data_dir_lock::DataDirLock::acquire(&config.data_dir)?;
-        let (replicas, cluster_id, groups, producer_ids) = open_storage(&config).await?;
+        let (replicas, cluster_id, groups, producer_ids, dynamic) = open_storage(&config).await?;
         let request_memory_kib = request_memory_kib(&config);
         let tiering = streamforge_tiered::TieringManager::new(
             streamforge_tiered::TieredStorage::new(tiered_config(&config))
@@ -120,6 +123,7 @@ impl Broker {
             advertised_host,
             advertised_port,
             replicas,
+            dynamic,
             groups,
             producer_ids,
             connections: AtomicUsize::new(0),
@@ -198,12 +202,15 @@ type OpenedStorage = (
     String,
     Arc<group_service::GroupService>,
     Arc<producer_ids::ProducerIdManager>,
+    dynamic_config::DynamicConfigs,
 );
 
-/// Recovers the partition logs, the cluster id, `__consumer_offsets` and the producer ids.
+/// Recovers the partition logs (with the dynamic broker configs' defaults), the cluster id,
+/// `__consumer_offsets` and the producer ids.
 async fn open_storage(config: &BrokerConfig) -> Result<OpenedStorage, BrokerError> {
     let data_dir = config.data_dir.clone();
-    let log_defaults = config.log_defaults.clone();
+    let static_log_defaults = config.log_defaults.clone();
+    let static_max_connections = config.max_connections;
     let groups_config = config.groups.clone();
     let storage_error = {
         let path = data_dir.clone();
@@ -214,6 +221,9 @@ async fn open_storage(config: &BrokerConfig) -> Result<OpenedStorage, BrokerErro
     };
     let error = storage_error.clone();
     tokio::task::spawn_blocking(move || {
+        let dynamic = dynamic_config::DynamicConfigs::open(&data_dir, static_max_connections)
+            .map_err(|e| error(e.to_string()))?;
+        let log_defaults = dynamic.layers().log_defaults(&static_log_defaults);
         let replicas =
             ReplicaManager::open(&data_dir, log_defaults).map_err(|e| error(e.to_string()))?;
         let cluster_id = replicas
@@ -229,6 +239,7 @@ async fn open_storage(config: &BrokerConfig) -> Result<OpenedStorage, BrokerErro
             cluster_id,
             Arc::new(groups),
             Arc::new(producer_ids),
+            dynamic,
         ))
     })
     .await
