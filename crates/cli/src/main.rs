@@ -9,6 +9,8 @@ mod consume_cmd;
 mod dashboard_bench;
 mod dump_log_cmd;
 mod groups_cmd;
+mod groups_describe;
+mod groups_reset;
 mod kafka_names;
 mod produce_cmd;
 mod topics_cmd;

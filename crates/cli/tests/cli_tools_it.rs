@@ -266,6 +266,7 @@ fn produce_from_stdin_and_consume_back() {
             "--topic",
             "glines",
             "--to-earliest",
+            "--execute",
             "--bootstrap",
             bs,
         ],
