@@ -22,8 +22,10 @@ pub struct Args {
     /// Benchmark this broker instead of an embedded one (no crash-recovery phase then).
     #[arg(long)]
     bootstrap: Option<String>,
+    /// Messages in each throughput phase.
     #[arg(long, default_value_t = 1_000_000)]
     messages: u64,
+    /// Partitions of the benchmark topic.
     #[arg(long, default_value_t = 10)]
     partitions: i32,
     /// Messages per produce batch.
@@ -35,8 +37,10 @@ pub struct Args {
     /// 0, 1 or all.
     #[arg(long, default_value = "1")]
     acks: String,
+    /// Concurrent producers in the produce phase.
     #[arg(long, default_value_t = 1)]
     producers: usize,
+    /// Concurrent consumers in the consume phase.
     #[arg(long, default_value_t = 1)]
     consumers: usize,
     /// none, gzip, snappy, lz4 or zstd.
