@@ -15,6 +15,7 @@ mod partition_create;
 pub mod partition_limit;
 pub mod producer_ids;
 pub mod replica_manager;
+pub mod request_metrics;
 pub mod router;
 mod scrubber;
 mod server;
@@ -144,6 +145,7 @@ impl Broker {
             None => None,
         };
         // (After the dashboard installed the recorder.)
+        request_metrics::describe();
         metrics::gauge!("streamforge_log_recovery_checked_bytes")
             .set(state.replicas.recovery_checked_bytes() as f64);
         metrics::gauge!("streamforge_offline_partitions")

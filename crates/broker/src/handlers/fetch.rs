@@ -253,6 +253,13 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> ReadResult {
 }
 
 fn respond(req: &RequestFrame, read: ReadResult) -> streamforge_protocol::ResponseFrame {
+    crate::request_metrics::count(
+        "Fetch",
+        read.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+        Some(crate::request_metrics::FAILED_FETCH),
+    );
     for t in &read.topics {
         let bytes: usize = t
             .partitions
