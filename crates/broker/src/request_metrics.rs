@@ -18,8 +18,13 @@ pub const BUILD_INFO: &str = "streamforge_build_info";
 
 /// Kafka's name of an error code, as its tools print it: `UNKNOWN_TOPIC_OR_PARTITION`.
 pub fn error_name(code: i16) -> String {
-    match kafka_protocol::ResponseError::try_from_code(code) {
-        Some(e) => screaming_snake(&format!("{e:?}")),
+    let known = kafka_protocol::ResponseError::try_from_code(code)
+        .map(|e| format!("{e:?}"))
+        // A code kafka-protocol does not name comes back as `Unknown(n)`: one label for all
+        // of them keeps the cardinality bounded.
+        .filter(|name| !name.contains('('));
+    match known {
+        Some(name) => screaming_snake(&name),
         None => "UNKNOWN".to_string(),
     }
 }
