@@ -8,7 +8,8 @@ import re
 import time
 import urllib.request
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 import wire
 from dataset import create_topic
@@ -51,6 +52,16 @@ def test_errors_are_counted_by_api_and_error_name(broker_factory, topic_name):
     finally:
         c.close()
 
+    # A read-only broker config: INVALID_REQUEST, counted under IncrementalAlterConfigs.
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    res = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+        ConfigEntry("num.partitions", "3", incremental_operation=AlterConfigOpType.SET)])
+    try:
+        admin.incremental_alter_configs([res], request_timeout=T_S)[res].result(timeout=T_S)
+        raise AssertionError("num.partitions is read-only")
+    except KafkaException:
+        pass
+
     deadline = time.monotonic() + T_S
     while True:
         text = scrape(b)
@@ -64,6 +75,7 @@ def test_errors_are_counted_by_api_and_error_name(broker_factory, topic_name):
     assert value(text, "streamforge_failed_produce_requests_total") == 1
     assert value(text, "streamforge_failed_offset_commit_requests_total") >= 1
     assert value(text, "streamforge_failed_fetch_requests_total") == 0
+    assert value(text, 'streamforge_request_errors_total{api="IncrementalAlterConfigs",error="INVALID_REQUEST"}') == 1
 
     assert re.search(r'^streamforge_build_info\{version="[^"]+",profile="(debug|release)"\} 1$', text, re.M), text
 
