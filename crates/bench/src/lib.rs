@@ -204,6 +204,14 @@ pub struct Workload {
     pub idempotence: bool,
     pub topic: String,
     pub bootstrap: String,
+    /// The run created `topic` (it did not exist before).
+    #[serde(default)]
+    pub topic_created: bool,
+    /// The broker ran in the bench's own process (`streamforge bench` without `--bootstrap`):
+    /// clients still reach it over loopback TCP, but the two share the CPUs and the CPU
+    /// figures count both.
+    #[serde(default)]
+    pub embedded: bool,
 }
 
 /// Everything a run measured.
@@ -218,9 +226,6 @@ pub struct BenchResult {
     pub latency_at_rate_ms: Option<LatencySummary>,
     pub latency_rate: u64,
     pub recovery: Option<Recovery>,
-    /// How the figures were measured (also printed under the table).
-    #[serde(default)]
-    pub method: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

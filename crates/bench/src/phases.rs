@@ -44,7 +44,7 @@ pub async fn run(
         .clone()
         .unwrap_or_else(|| format!("streamforge-bench-{}", latency_free_unique()));
     let admin = Admin::new(client_config(bootstrap));
-    match admin
+    let topic_created = match admin
         .create_topics(
             &[NewTopic {
                 name: topic.clone(),
@@ -56,10 +56,10 @@ pub async fn run(
         )
         .await
     {
-        Ok(()) => {}
-        Err(e) if e.kafka_code() == Some(36) && params.topic.is_some() => {}
+        Ok(()) => true,
+        Err(e) if e.kafka_code() == Some(36) && params.topic.is_some() => false,
         Err(e) => return Err(e.into()),
-    }
+    };
     let brokers = admin.describe_cluster().await?.brokers.len();
     let mut acknowledged = 0u64;
 
@@ -155,6 +155,8 @@ pub async fn run(
             idempotence: params.idempotence,
             topic,
             bootstrap: bootstrap.to_string(),
+            topic_created,
+            embedded: false,
         },
         producer,
         consumer,
@@ -162,33 +164,7 @@ pub async fn run(
         latency_at_rate_ms,
         latency_rate: params.latency_rate,
         recovery,
-        method: method_notes(params),
     })
-}
-
-/// What the figures mean, for the table and the JSON.
-fn method_notes(params: &BenchParams) -> Vec<String> {
-    vec![
-        format!(
-            "producer: Producer::send_batch with {} records per call (one accumulator lock and \
-             one buffer reservation per call), batches of {} records, acks={}; timed from the \
-             first send to the last acknowledgement",
-            params.batch_size, params.batch_size, params.acks
-        ),
-        "consumer: Consumer::poll_batches; every batch's CRC-32C is verified and its records \
-         are counted from the batch header (records count, last offset) without decoding each \
-         record; per partition the batches must continue offset by offset from the start to \
-         the end (each record exactly once)"
-            .to_string(),
-        format!(
-            "full-speed latency: closed loop, at most {} records ({} batches) produced but not \
-             yet consumed; each record stamped when appended; a tailing consumer long-polls \
-             (fetch.min.bytes=1, fetch.max.wait {} ms) and decodes every record",
-            LATENCY_WINDOW_BATCHES * params.batch_size as u64,
-            LATENCY_WINDOW_BATCHES,
-            TAIL_FETCH_MAX_WAIT_MS
-        ),
-    ]
 }
 
 fn latency_free_unique() -> u128 {

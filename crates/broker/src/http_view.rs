@@ -90,7 +90,7 @@ impl BrokerView {
                 },
                 None => ConfigEntry {
                     name: def.name.to_string(),
-                    value: Some(topic_config::default_value(def.name, defaults)),
+                    value: Some(topic_config::default_value(def.name, &defaults)),
                     source: "DEFAULT_CONFIG".to_string(),
                     is_default: true,
                     sensitive: false,

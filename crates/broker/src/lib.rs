@@ -5,6 +5,7 @@
 pub mod config;
 mod connection;
 pub mod data_dir_lock;
+pub mod dynamic_config;
 pub mod frame_pool;
 pub mod group_service;
 pub mod handlers;
@@ -16,6 +17,7 @@ mod partition_create;
 pub mod partition_limit;
 pub mod producer_ids;
 pub mod replica_manager;
+pub mod request_metrics;
 pub mod router;
 mod scrubber;
 mod server;
@@ -70,6 +72,8 @@ pub struct BrokerState {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub replicas: ReplicaManager,
+    /// Dynamic broker configs (AlterConfigs on the BROKER resource) and the limits they set.
+    pub dynamic: dynamic_config::DynamicConfigs,
     /// The consumer-group coordinator and its `__consumer_offsets` storage.
     pub groups: Arc<group_service::GroupService>,
     /// Producer ids for InitProducerId (blocks persisted in the data dir).
@@ -147,7 +151,7 @@ impl Broker {
             streamforge_tiered::TieredStorage::new(tiered_config(&config))
                 .map_err(|e| BrokerError::Config(e.to_string()))?,
         );
-        let (replicas, cluster_id, groups, producer_ids) =
+        let (replicas, cluster_id, groups, producer_ids, dynamic) =
             open_storage(&config, tiering.clone()).await?;
         let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -159,6 +163,7 @@ impl Broker {
             advertised_host,
             advertised_port,
             replicas,
+            dynamic,
             groups,
             producer_ids,
             connections: AtomicUsize::new(0),
@@ -181,6 +186,7 @@ impl Broker {
             None => None,
         };
         state.in_metrics(|| {
+            request_metrics::describe();
             metrics::gauge!("streamforge_log_recovery_checked_bytes")
                 .set(state.replicas.recovery_checked_bytes() as f64);
             metrics::gauge!("streamforge_offline_partitions")
@@ -253,15 +259,18 @@ type OpenedStorage = (
     String,
     Arc<group_service::GroupService>,
     Arc<producer_ids::ProducerIdManager>,
+    dynamic_config::DynamicConfigs,
 );
 
-/// Recovers the partition logs, the cluster id, `__consumer_offsets` and the producer ids.
+/// Recovers the partition logs (with the dynamic broker configs' defaults), the cluster id,
+/// `__consumer_offsets` and the producer ids.
 async fn open_storage(
     config: &BrokerConfig,
     tiering: Arc<streamforge_tiered::TieringManager>,
 ) -> Result<OpenedStorage, BrokerError> {
     let data_dir = config.data_dir.clone();
-    let log_defaults = config.log_defaults.clone();
+    let static_log_defaults = config.log_defaults.clone();
+    let static_max_connections = config.max_connections;
     let groups_config = config.groups.clone();
     let storage_error = {
         let path = data_dir.clone();
@@ -272,6 +281,9 @@ async fn open_storage(
     };
     let error = storage_error.clone();
     tokio::task::spawn_blocking(move || {
+        let dynamic = dynamic_config::DynamicConfigs::open(&data_dir, static_max_connections)
+            .map_err(|e| error(e.to_string()))?;
+        let log_defaults = dynamic.layers().log_defaults(&static_log_defaults);
         let replicas = ReplicaManager::open(&data_dir, log_defaults, Some(tiering))
             .map_err(|e| error(e.to_string()))?;
         let cluster_id = replicas
@@ -287,6 +299,7 @@ async fn open_storage(
             cluster_id,
             Arc::new(groups),
             Arc::new(producer_ids),
+            dynamic,
         ))
     })
     .await

@@ -193,7 +193,8 @@ fn open_partitions(
 /// All topics and partitions of this broker.
 pub struct ReplicaManager {
     data_dir: PathBuf,
-    log_defaults: LogConfig,
+    /// Topic-config defaults: start-up values with the dynamic broker configs applied.
+    log_defaults: RwLock<Arc<LogConfig>>,
     store: TopicStore,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Serializes topic create/delete/alter so the metadata file matches memory.
@@ -253,7 +254,7 @@ impl ReplicaManager {
         );
         Ok(ReplicaManager {
             data_dir: data_dir.to_path_buf(),
-            log_defaults,
+            log_defaults: RwLock::new(Arc::new(log_defaults)),
             store,
             topics: RwLock::new(topics),
             admin: Mutex::new(()),
@@ -307,8 +308,22 @@ impl ReplicaManager {
             .count()
     }
 
-    pub fn log_defaults(&self) -> &LogConfig {
-        &self.log_defaults
+    pub fn log_defaults(&self) -> Arc<LogConfig> {
+        self.log_defaults.read().clone()
+    }
+
+    /// New topic-config defaults (a dynamic broker config changed): every log without its own
+    /// override of a changed setting runs with the new default at once, as in Kafka.
+    pub fn set_log_defaults(&self, defaults: LogConfig) {
+        let _admin = self.admin.lock();
+        *self.log_defaults.write() = Arc::new(defaults.clone());
+        for topic in self.topics() {
+            let config = topic_config::log_config(&defaults, &topic.configs);
+            let remote_enabled = crate::tiered::remote_enabled(&topic.configs);
+            for p in &topic.partitions {
+                p.update_config(config.clone(), remote_enabled);
+            }
+        }
     }
 
     pub fn store(&self) -> &TopicStore {
@@ -369,7 +384,7 @@ impl ReplicaManager {
         if validate_only {
             return Ok(None);
         }
-        let log_config = topic_config::log_config(&self.log_defaults, &configs);
+        let log_config = topic_config::log_config(&self.log_defaults(), &configs);
         let name_arc: Arc<str> = Arc::from(name);
         let parts = create_all(
             &name_arc,
@@ -447,7 +462,7 @@ impl ReplicaManager {
         if validate_only {
             return Ok(());
         }
-        let log_config = topic_config::log_config(&self.log_defaults, &topic.configs);
+        let log_config = topic_config::log_config(&self.log_defaults(), &topic.configs);
         let mut parts = topic.partitions.clone();
         let name_arc = topic.partitions[0].topic.clone();
         let added = create_all(
@@ -492,7 +507,7 @@ impl ReplicaManager {
         if validate_only {
             return Ok(());
         }
-        let log_config = topic_config::log_config(&self.log_defaults, &configs);
+        let log_config = topic_config::log_config(&self.log_defaults(), &configs);
         let remote_enabled = crate::tiered::remote_enabled(&configs);
         for p in &topic.partitions {
             p.update_config(log_config.clone(), remote_enabled);

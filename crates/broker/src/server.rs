@@ -25,8 +25,9 @@ pub async fn run(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let open = state.connections.load(Ordering::Relaxed);
-                    if open >= state.config.max_connections {
-                        tracing::warn!(%peer, open, max = state.config.max_connections, "connection limit reached, closing new connection");
+                    let max = state.dynamic.max_connections();
+                    if open >= max {
+                        tracing::warn!(%peer, open, max, "connection limit reached, closing new connection");
                         drop(stream);
                         continue;
                     }

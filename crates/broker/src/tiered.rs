@@ -83,7 +83,7 @@ async fn sync(state: &BrokerState) {
         if !remote_enabled(&topic.configs) {
             continue;
         }
-        let p = policy(&topic.configs, defaults);
+        let p = policy(&topic.configs, &defaults);
         for part in &topic.partitions {
             let id = PartitionId::new(&topic.name, topic.id.simple().to_string(), part.index);
             wanted.insert(id.clone());

@@ -270,6 +270,12 @@ pub fn default_value(name: &str, d: &LogConfig) -> String {
 /// Check one `name=value` pair; the error text goes into the INVALID_CONFIG message.
 pub fn validate(name: &str, value: &str) -> Result<(), String> {
     let def = find(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
+    check_value(def, name, value)
+}
+
+/// Check a value against `def`'s type and bounds; `name` is the name the error message says
+/// (the broker synonym, for a dynamic broker config).
+pub fn check_value(def: &ConfigDef, name: &str, value: &str) -> Result<(), String> {
     let bad = || format!("Invalid value {value} for configuration {name}");
     match def.kind {
         Boolean => {

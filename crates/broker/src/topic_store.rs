@@ -270,7 +270,7 @@ fn damaged_meta(path: &Path) -> std::io::Error {
     )
 }
 
-fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     {
         let mut f = fs::File::create(&tmp)?;

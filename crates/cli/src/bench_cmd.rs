@@ -22,8 +22,10 @@ pub struct Args {
     /// Benchmark this broker instead of an embedded one (no crash-recovery phase then).
     #[arg(long)]
     bootstrap: Option<String>,
+    /// Messages in each throughput phase.
     #[arg(long, default_value_t = 1_000_000)]
     messages: u64,
+    /// Partitions of the benchmark topic.
     #[arg(long, default_value_t = 10)]
     partitions: i32,
     /// Messages per produce batch.
@@ -35,8 +37,10 @@ pub struct Args {
     /// 0, 1 or all.
     #[arg(long, default_value = "1")]
     acks: String,
+    /// Concurrent producers in the produce phase.
     #[arg(long, default_value_t = 1)]
     producers: usize,
+    /// Concurrent consumers in the consume phase.
     #[arg(long, default_value_t = 1)]
     consumers: usize,
     /// none, gzip, snappy, lz4 or zstd.
@@ -60,6 +64,9 @@ pub struct Args {
     /// Topic to use (default: a new unique one).
     #[arg(long)]
     topic: Option<String>,
+    /// With --bootstrap: keep the topic the run created (it is deleted at the end otherwise).
+    #[arg(long)]
+    keep_topic: bool,
     /// Data dir of the embedded broker (default: a temporary dir, removed afterwards).
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -133,7 +140,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Arc::new(move |p: Progress| bars.update(p))
     };
     let result = match &args.bootstrap {
-        Some(b) => rt.block_on(streamforge_bench::run(b, &params, progress, None))?,
+        Some(b) => {
+            let r = rt.block_on(streamforge_bench::run(b, &params, progress, None))?;
+            if r.workload.topic_created && !args.keep_topic {
+                rt.block_on(delete_topic(b, &r.workload.topic))?;
+            }
+            r
+        }
         None => {
             let tmp = tempfile::tempdir()?;
             let data_dir = args
@@ -153,7 +166,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             let r = rt.block_on(streamforge_bench::run(&bootstrap, &params, progress, crash));
             embedded.stop();
-            r?
+            let mut r = r?;
+            r.workload.embedded = true;
+            r
         }
     };
     bars.finish();
@@ -162,6 +177,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         print!("{}", streamforge_bench::report::table(&result));
     }
+    Ok(())
+}
+
+/// Removes the topic a `--bootstrap` run created, so repeated runs leave nothing behind.
+async fn delete_topic(bootstrap: &str, topic: &str) -> anyhow::Result<()> {
+    let admin = streamforge_client::Admin::new(streamforge_client::ClientConfig::new(bootstrap));
+    admin
+        .delete_topics(&[topic.to_string()])
+        .await
+        .map_err(|e| anyhow::anyhow!("deleting the benchmark topic {topic}: {e}"))?;
+    tracing::info!(topic, "deleted the benchmark topic");
     Ok(())
 }
 
@@ -192,9 +218,17 @@ impl Bars {
             let bar = multi.add(ProgressBar::new(p.total.max(1)));
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{prefix:>24} [{bar:40}] {pos}/{len} msgs {per_sec} {elapsed}",
+                    "{prefix:>24} [{bar:40}] {pos}/{len} msgs {rate} {elapsed}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
+                // Whole messages per second: "12,345 msg/s", not indicatif's "12345.6789/s".
+                .with_key(
+                    "rate",
+                    |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let rate = streamforge_bench::report::thousands(state.per_sec() as u64);
+                        let _ = write!(w, "{rate} msg/s");
+                    },
+                )
                 .progress_chars("=> "),
             );
             bar.set_prefix(p.phase.name());

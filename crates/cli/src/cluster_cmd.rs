@@ -16,18 +16,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let m = admin.describe_cluster().await?;
         let mut brokers: Vec<_> = m.brokers.values().cloned().collect();
         brokers.sort_by_key(|b| b.node_id);
-        let topics = m.topics.values().filter(|t| !t.is_internal).count();
+        // As kafka-topics.sh lists them: internal topics counted too, and said apart.
+        let topics = m.topics.len();
+        let internal = m.topics.values().filter(|t| t.is_internal).count();
         let partitions: usize = m.topics.values().map(|t| t.partitions.len()).sum();
         if args.conn.json {
             print_json(&json!({
                 "cluster_id": m.cluster_id, "controller_id": m.controller_id, "brokers": brokers,
-                "topics": topics, "partitions": partitions,
+                "topics": topics, "internal_topics": internal, "partitions": partitions,
             }));
             return Ok(());
         }
         println!("Cluster id: {}", m.cluster_id.as_deref().unwrap_or("-"));
         println!("Controller: {}", m.controller_id);
-        println!("Topics: {topics}  Partitions: {partitions}");
+        println!("Topics: {topics} ({internal} internal)  Partitions: {partitions}");
         let rows: Vec<Vec<String>> = brokers
             .iter()
             .map(|b| {

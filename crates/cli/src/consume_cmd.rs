@@ -9,6 +9,7 @@ use streamforge_client::offsets::CommittedOffset;
 use streamforge_client::{Admin, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 
 use crate::client_common::{ConnArgs, block_on};
+use crate::record_format;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,8 +36,10 @@ pub struct Args {
     /// Stop when no record arrives for this long.
     #[arg(long)]
     idle_timeout_ms: Option<u64>,
-    /// Output: value, kv (key SEP value), or json (one object per line).
-    #[arg(long, default_value = "value")]
+    /// Output: value, kv (key SEP value), json (one object per line), or a kcat format string
+    /// such as '%t %p %o %k %v\n' (%t topic, %p partition, %o offset, %k key, %v value,
+    /// %T timestamp ms, %h headers, %K / %S key / value length, %% a percent sign).
+    #[arg(long, short = 'f', default_value = "value")]
     format: String,
     /// Separator between key and value for --format kv.
     #[arg(long, default_value = "\t")]
@@ -80,10 +83,15 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
     } else {
         args.format.clone()
     };
-    anyhow::ensure!(
-        ["value", "kv", "json"].contains(&format.as_str()),
-        "--format must be value, kv or json"
-    );
+    let pieces = if format.contains('%') {
+        Some(record_format::parse(&format).map_err(anyhow::Error::msg)?)
+    } else {
+        anyhow::ensure!(
+            ["value", "kv", "json"].contains(&format.as_str()),
+            "--format must be value, kv, json or a format string with %-tokens"
+        );
+        None
+    };
     let reset = match start {
         Start::Beginning => OffsetReset::Earliest,
         _ => OffsetReset::Latest,
@@ -145,7 +153,10 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         }
         last_record = Instant::now();
         for r in &recs {
-            print_record(&mut out, r, &format, &args)?;
+            match &pieces {
+                Some(p) => record_format::write(&mut out, r, p)?,
+                None => print_record(&mut out, r, &format, &args)?,
+            }
             printed.insert(
                 (r.topic.to_string(), r.partition),
                 CommittedOffset {
@@ -211,10 +222,13 @@ fn print_record(
                     .collect();
                 write!(out, "{}{}", hs.join(","), args.key_separator)?;
             }
+            // Keys and values as their bytes: binary-safe, as produce reads them.
             if format == "kv" {
-                write!(out, "{}{}", text(&r.key), args.key_separator)?;
+                out.write_all(r.key.as_deref().unwrap_or_default())?;
+                out.write_all(args.key_separator.as_bytes())?;
             }
-            writeln!(out, "{}", text(&r.value))
+            out.write_all(r.value.as_deref().unwrap_or_default())?;
+            out.write_all(b"\n")
         }
     }
 }

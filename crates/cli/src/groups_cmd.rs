@@ -1,9 +1,10 @@
 //! `streamforge groups list|describe|reset-offsets|delete`.
 use clap::Subcommand;
 use serde_json::json;
-use streamforge_client::{Admin, ResetTarget};
+use streamforge_client::Admin;
 
 use crate::client_common::{ConnArgs, block_on, print_json, print_table};
+use crate::{groups_describe, groups_reset};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,28 +18,38 @@ pub struct Args {
 enum Action {
     /// List consumer groups.
     List,
-    /// Show a group's state, members, and per-partition committed offset, end offset and lag.
-    Describe { group: String },
-    /// Move a group's committed offsets on a topic (the group must have no active members).
-    ResetOffsets {
-        group: String,
-        #[arg(long)]
-        topic: String,
-        #[arg(long, group = "target")]
-        to_earliest: bool,
-        #[arg(long, group = "target")]
-        to_latest: bool,
-        #[arg(long, group = "target")]
-        to_offset: Option<i64>,
-        /// First offset whose timestamp (ms) is at or after this.
-        #[arg(long, group = "target")]
-        to_timestamp: Option<i64>,
-        /// Move by N records (negative goes back).
-        #[arg(long, group = "target", allow_hyphen_values = true)]
-        shift_by: Option<i64>,
-    },
+    /// Show groups' committed offsets and lag (default), members (--members) or state (--state),
+    /// with kafka-consumer-groups.sh's columns.
+    Describe(DescribeArgs),
+    /// Move a group's committed offsets (a dry run unless --execute; the group must be inactive).
+    ResetOffsets(groups_reset::ResetArgs),
     /// Delete groups (they must be empty).
-    Delete { groups: Vec<String> },
+    Delete {
+        /// The groups to delete.
+        groups: Vec<String>,
+    },
+}
+
+#[derive(clap::Args)]
+struct DescribeArgs {
+    /// The group to describe (or `--group G`).
+    #[arg(required_unless_present_any = ["group_flag", "all_groups"])]
+    group: Option<String>,
+    /// The group to describe (Kafka's spelling).
+    #[arg(long = "group", value_name = "GROUP", conflicts_with = "group")]
+    group_flag: Option<String>,
+    /// Describe every group.
+    #[arg(long, conflicts_with_all = ["group", "group_flag"])]
+    all_groups: bool,
+    /// Per partition: committed offset, log-end offset, lag and owner (the default).
+    #[arg(long, conflicts_with_all = ["members", "state"])]
+    offsets: bool,
+    /// Per member: consumer id, host, client id and partition count.
+    #[arg(long, conflicts_with = "state")]
+    members: bool,
+    /// Per group: coordinator, assignment strategy, state and member count.
+    #[arg(long)]
+    state: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -61,88 +72,8 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                 print_table(&["GROUP", "STATE", "PROTOCOL TYPE"], &rows);
             }
         }
-        Action::Describe { group } => {
-            let desc = admin.describe_group(&group).await?;
-            let lag = admin.group_lag(&group).await?;
-            let owner = |topic: &str, p: i32| {
-                desc.members
-                    .iter()
-                    .find(|m| m.assignment.get(topic).is_some_and(|ps| ps.contains(&p)))
-                    .map(|m| m.member_id.clone())
-            };
-            if json_out {
-                let total: i64 = lag.iter().filter_map(|l| l.lag).sum();
-                print_json(&json!({"group": desc, "offsets": lag, "total_lag": total}));
-                return Ok(());
-            }
-            println!(
-                "Group: {}  State: {}  Protocol: {}  Members: {}",
-                desc.group_id,
-                desc.state,
-                if desc.protocol.is_empty() {
-                    "-"
-                } else {
-                    &desc.protocol
-                },
-                desc.members.len()
-            );
-            let rows: Vec<Vec<String>> = lag
-                .iter()
-                .map(|l| {
-                    vec![
-                        l.topic.clone(),
-                        l.partition.to_string(),
-                        l.committed_offset.map_or("-".into(), |o| o.to_string()),
-                        l.log_end_offset.to_string(),
-                        l.lag.map_or("-".into(), |o| o.to_string()),
-                        owner(&l.topic, l.partition).unwrap_or_else(|| "-".into()),
-                    ]
-                })
-                .collect();
-            print_table(
-                &[
-                    "TOPIC",
-                    "PARTITION",
-                    "CURRENT-OFFSET",
-                    "LOG-END-OFFSET",
-                    "LAG",
-                    "CONSUMER-ID",
-                ],
-                &rows,
-            );
-            let total: i64 = lag.iter().filter_map(|l| l.lag).sum();
-            println!("Total lag: {total}");
-        }
-        Action::ResetOffsets {
-            group,
-            topic,
-            to_earliest,
-            to_latest,
-            to_offset,
-            to_timestamp,
-            shift_by,
-        } => {
-            let target = match (to_earliest, to_latest, to_offset, to_timestamp, shift_by) {
-                (true, ..) => ResetTarget::Earliest,
-                (_, true, ..) => ResetTarget::Latest,
-                (_, _, Some(o), ..) => ResetTarget::Offset(o),
-                (_, _, _, Some(t), _) => ResetTarget::Timestamp(t),
-                (_, _, _, _, Some(d)) => ResetTarget::ShiftBy(d),
-                _ => anyhow::bail!(
-                    "choose --to-earliest, --to-latest, --to-offset, --to-timestamp or --shift-by"
-                ),
-            };
-            let new = admin.reset_offsets(&group, &topic, target).await?;
-            if json_out {
-                print_json(&json!({"group": group, "topic": topic, "offsets": new}));
-            } else {
-                let rows: Vec<Vec<String>> = new
-                    .iter()
-                    .map(|(p, o)| vec![topic.clone(), p.to_string(), o.to_string()])
-                    .collect();
-                print_table(&["TOPIC", "PARTITION", "NEW-OFFSET"], &rows);
-            }
-        }
+        Action::Describe(d) => groups_describe::run(&admin, d.into(), json_out).await?,
+        Action::ResetOffsets(r) => groups_reset::run(&admin, r, json_out).await?,
         Action::Delete { groups } => {
             anyhow::ensure!(!groups.is_empty(), "name at least one group");
             admin.delete_groups(&groups).await?;
@@ -154,4 +85,20 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+impl From<DescribeArgs> for groups_describe::Request {
+    fn from(d: DescribeArgs) -> Self {
+        groups_describe::Request {
+            group: d.group.or(d.group_flag),
+            all_groups: d.all_groups,
+            mode: if d.members {
+                groups_describe::Mode::Members
+            } else if d.state {
+                groups_describe::Mode::State
+            } else {
+                groups_describe::Mode::Offsets
+            },
+        }
+    }
 }

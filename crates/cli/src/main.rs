@@ -9,9 +9,13 @@ mod consume_cmd;
 mod dashboard_bench;
 mod dump_log_cmd;
 mod groups_cmd;
+mod groups_describe;
+mod groups_reset;
 mod kafka_names;
 mod produce_cmd;
+mod record_format;
 mod topics_cmd;
+mod topics_describe;
 
 #[derive(Parser)]
 #[command(
@@ -91,6 +95,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::error_chain;
+
+    /// Every subcommand and every argument says what it is for in `--help`.
+    #[test]
+    fn every_command_and_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg
+                    .get_help()
+                    .is_none_or(|h| h.to_string().trim().is_empty())
+                {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{sub_path} (no about)"));
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(
+            &<super::Cli as clap::CommandFactory>::command(),
+            "streamforge",
+            &mut missing,
+        );
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 
     #[test]
     fn a_cause_already_in_its_parents_message_is_said_once() {

@@ -3,7 +3,8 @@ use clap::Subcommand;
 use serde_json::json;
 use streamforge_client::{Admin, NewTopic};
 
-use crate::client_common::{ConnArgs, block_on, join_ids, parse_kv, print_json, print_table};
+use crate::client_common::{ConnArgs, block_on, parse_kv, print_json};
+use crate::topics_describe;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,6 +18,7 @@ pub struct Args {
 enum Action {
     /// Create a topic.
     Create {
+        /// The topic's name.
         name: String,
         /// Partitions (-1 = broker default).
         #[arg(long, short = 'p', default_value_t = -1, allow_hyphen_values = true)]
@@ -31,23 +33,35 @@ enum Action {
         #[arg(long)]
         validate_only: bool,
     },
-    /// List topic names.
+    /// List topic names (internal ones such as __consumer_offsets too, as kafka-topics.sh).
     List {
-        /// Include internal topics such as __consumer_offsets.
+        /// Leave out internal topics (kafka-topics.sh's flag).
         #[arg(long)]
+        exclude_internal: bool,
+        /// Accepted for older scripts: internal topics are listed by default now.
+        #[arg(long, hide = true)]
         internal: bool,
     },
-    /// Show partitions (leader, replicas, ISR) and configs of topics (all when none named).
+    /// Show topics (all when none named, internal ones too): configs, and per partition the
+    /// leader, epoch, replicas, ISR, log start offset and high watermark.
     Describe {
+        /// The topics to describe.
         names: Vec<String>,
         /// Also list every config (not only overrides).
         #[arg(long)]
         all_configs: bool,
+        /// Leave out internal topics when describing all.
+        #[arg(long)]
+        exclude_internal: bool,
     },
     /// Delete topics.
-    Delete { names: Vec<String> },
+    Delete {
+        /// The topics to delete.
+        names: Vec<String>,
+    },
     /// Change configs or grow the partition count.
     Alter {
+        /// The topic to alter.
         name: String,
         /// Set config KEY=VALUE (repeatable).
         #[arg(long = "set", value_parser = parse_kv)]
@@ -95,11 +109,14 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                 println!("Created topic {name}");
             }
         }
-        Action::List { internal } => {
+        Action::List {
+            exclude_internal,
+            internal: _,
+        } => {
             let topics = admin.describe_topics(&[]).await?;
             let names: Vec<String> = topics
                 .into_iter()
-                .filter(|t| internal || !t.is_internal)
+                .filter(|t| !(exclude_internal && t.is_internal))
                 .map(|t| t.name)
                 .collect();
             if json_out {
@@ -110,56 +127,14 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                 }
             }
         }
-        Action::Describe { names, all_configs } => {
-            let topics = admin.describe_topics(&names).await?;
-            let mut out = Vec::new();
-            for t in &topics {
-                let configs = admin
-                    .describe_topic_configs(&t.name)
-                    .await
-                    .unwrap_or_default();
-                let shown: Vec<_> = configs
-                    .into_iter()
-                    .filter(|c| all_configs || !c.is_default)
-                    .collect();
-                if json_out {
-                    out.push(json!({
-                        "name": t.name, "topic_id": t.topic_id_string(), "internal": t.is_internal,
-                        "partitions": t.partitions, "configs": shown,
-                    }));
-                    continue;
-                }
-                println!(
-                    "Topic: {}  TopicId: {}  Partitions: {}  ReplicationFactor: {}",
-                    t.name,
-                    t.topic_id_string(),
-                    t.partitions.len(),
-                    t.partitions.first().map_or(0, |p| p.replicas.len())
-                );
-                if !shown.is_empty() {
-                    let cfg: Vec<String> = shown
-                        .iter()
-                        .map(|c| format!("{}={}", c.name, c.value.as_deref().unwrap_or("null")))
-                        .collect();
-                    println!("  Configs: {}", cfg.join(", "));
-                }
-                let rows: Vec<Vec<String>> = t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        vec![
-                            format!("  {}", p.partition),
-                            p.leader.to_string(),
-                            join_ids(&p.replicas),
-                            join_ids(&p.isr),
-                        ]
-                    })
-                    .collect();
-                print_table(&["  PARTITION", "LEADER", "REPLICAS", "ISR"], &rows);
-            }
-            if json_out {
-                print_json(&json!(out));
-            }
+        Action::Describe {
+            names,
+            all_configs,
+            exclude_internal,
+        } => {
+            let mut topics = admin.describe_topics(&names).await?;
+            topics.retain(|t| !(exclude_internal && t.is_internal));
+            topics_describe::print(&admin, &topics, all_configs, json_out).await?;
         }
         Action::Delete { names } => {
             anyhow::ensure!(!names.is_empty(), "name at least one topic");

@@ -266,6 +266,7 @@ fn produce_from_stdin_and_consume_back() {
             "--topic",
             "glines",
             "--to-earliest",
+            "--execute",
             "--bootstrap",
             bs,
         ],
@@ -395,6 +396,7 @@ fn small_bench_reports_sane_json() {
         v["recovery"]["validated_messages"].as_u64().unwrap() >= 24_000,
         "{v}"
     );
+    assert_eq!(v["workload"]["embedded"], true, "{v}");
 }
 
 /// An idempotent producer must put a partition's batches on the wire in sequence order: when
@@ -480,5 +482,45 @@ fn bench_against_a_running_broker() {
     assert!(
         table.contains("Producer Throughput") && table.contains("Consumer Throughput"),
         "{table}"
+    );
+    // Plain about where the broker ran, no implementation notes in the result.
+    assert!(
+        table.contains("(another process), over TCP") && table.contains("bench client only"),
+        "{table}"
+    );
+    assert!(!table.contains("send_batch"), "{table}");
+    assert_eq!(v["workload"]["embedded"], false);
+    assert!(v.get("method").is_none(), "{v}");
+    // Each run deleted the topic it created; --keep-topic keeps it.
+    let bs = b.bootstrap();
+    let topics = || -> Vec<String> {
+        let out = ok(
+            &["topics", "list", "--exclude-internal", "--json", "-b", &bs],
+            None,
+        );
+        serde_json::from_str(&out).unwrap()
+    };
+    assert!(topics().is_empty(), "{:?}", topics());
+    let kept: Value = serde_json::from_str(&ok(
+        &[
+            "bench",
+            "--bootstrap",
+            &bs,
+            "--messages",
+            "1000",
+            "--latency-messages",
+            "0",
+            "--latency-rate",
+            "0",
+            "--keep-topic",
+            "--json",
+            "--quiet",
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(
+        topics(),
+        vec![kept["workload"]["topic"].as_str().unwrap().to_string()]
     );
 }

@@ -527,18 +527,30 @@ impl Admin {
             .iter()
             .map(|p| (topic.to_string(), p.partition))
             .collect();
+        let plan = self.plan_reset(group_id, &tps, target).await?;
+        self.commit_offsets(group_id, &plan).await?;
+        Ok(plan.into_iter().map(|((_, p), o)| (p, o)).collect())
+    }
+
+    /// The offsets `reset_offsets` would commit on `tps` (clamped to each partition's earliest
+    /// and latest offset), without committing anything: Kafka's `--dry-run`.
+    pub async fn plan_reset(
+        &self,
+        group_id: &str,
+        tps: &[TopicPartition],
+        target: ResetTarget,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
         let q = |ts: i64| tps.iter().map(|tp| (tp.clone(), ts)).collect::<Vec<_>>();
         let earliest = offsets::list_offsets(&self.cluster, &q(EARLIEST_TIMESTAMP)).await?;
         let latest = offsets::list_offsets(&self.cluster, &q(LATEST_TIMESTAMP)).await?;
         let (_, coord) = group::find_coordinator(&self.cluster, group_id).await?;
-        let current = offsets::fetch_committed(&coord, group_id, Some(&tps)).await?;
+        let current = offsets::fetch_committed(&coord, group_id, Some(tps)).await?;
         let by_time = match target {
             ResetTarget::Timestamp(ts) => offsets::list_offsets(&self.cluster, &q(ts)).await?,
             _ => HashMap::new(),
         };
-        let mut new = HashMap::new();
         let mut out = BTreeMap::new();
-        for tp in &tps {
+        for tp in tps {
             let lo = earliest.get(tp).map_or(0, |o| o.offset);
             let hi = latest.get(tp).map_or(0, |o| o.offset);
             let want = match target {
@@ -553,16 +565,30 @@ impl Admin {
                 ResetTarget::ShiftBy(d) => current.get(tp).map_or(lo, |c| c.offset) + d,
             }
             .clamp(lo, hi);
-            out.insert(tp.1, want);
-            new.insert(
-                tp.clone(),
-                CommittedOffset {
-                    offset: want,
-                    metadata: None,
-                },
-            );
+            out.insert(tp.clone(), want);
         }
-        offsets::commit(&coord, group_id, -1, "", &new).await?;
         Ok(out)
+    }
+
+    /// Commits `offsets` for a group as a standalone (non-member) client.
+    pub async fn commit_offsets(
+        &self,
+        group_id: &str,
+        offsets: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<()> {
+        let (_, coord) = group::find_coordinator(&self.cluster, group_id).await?;
+        let new: HashMap<TopicPartition, CommittedOffset> = offsets
+            .iter()
+            .map(|(tp, o)| {
+                (
+                    tp.clone(),
+                    CommittedOffset {
+                        offset: *o,
+                        metadata: None,
+                    },
+                )
+            })
+            .collect();
+        offsets::commit(&coord, group_id, -1, "", &new).await
     }
 }

@@ -115,6 +115,16 @@ pub fn render_topics(out: &mut String, topics: &[TopicInfo]) {
     for (name, help, field) in per_partition {
         let mut f = Family::new(out, name, "gauge", help);
         for t in topics {
+            if t.internal {
+                // Bounded cardinality: __consumer_offsets has 50 partitions nobody graphs one
+                // by one; an internal topic is one series, summed, with partition="all".
+                let values: Vec<f64> = t.partitions.iter().filter_map(field).collect();
+                if !values.is_empty() {
+                    let sum = values.iter().sum();
+                    f.sample(&[("topic", &t.name), ("partition", "all")], sum);
+                }
+                continue;
+            }
             for p in &t.partitions {
                 if let Some(value) = field(p) {
                     let partition = p.partition.to_string();

@@ -162,7 +162,7 @@ fn described_configs(
             let (value, source) = match overrides.get(def.name) {
                 Some(v) => (v.clone(), SOURCE_DYNAMIC_TOPIC),
                 None => (
-                    topic_config::default_value(def.name, state.replicas.log_defaults()),
+                    topic_config::default_value(def.name, &state.replicas.log_defaults()),
                     SOURCE_DEFAULT,
                 ),
             };

@@ -1,5 +1,5 @@
-//! DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics; broker
-//! configs are described (read-only).
+//! DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics; the
+//! BROKER resource (start-up and dynamic broker configs) is in `broker_configs`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,10 +15,12 @@ use kafka_protocol::protocol::StrBytes;
 use streamforge_protocol::{RequestFrame, ResponseError};
 
 use crate::BrokerState;
-use crate::handlers::message;
+use crate::dynamic_config;
+use crate::handlers::{broker_configs, message};
 use crate::replica_manager::TopicError;
 use crate::router::HandlerResult;
 use crate::topic_config::{self, ConfigType};
+use streamforge_log::LogConfig;
 
 /// ConfigResource types.
 pub const RESOURCE_TOPIC: i8 = 2;
@@ -28,29 +30,48 @@ pub const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
 /// IncrementalAlterConfigs operations.
-const OP_SET: i8 = 0;
-const OP_DELETE: i8 = 1;
-const OP_APPEND: i8 = 2;
-const OP_SUBTRACT: i8 = 3;
+pub(crate) const OP_SET: i8 = 0;
+pub(crate) const OP_DELETE: i8 = 1;
+pub(crate) const OP_APPEND: i8 = 2;
+pub(crate) const OP_SUBTRACT: i8 = 3;
 
-struct ConfigEntry {
-    name: String,
-    value: String,
-    source: i8,
-    read_only: bool,
-    kind: i8,
-    doc: &'static str,
-    default: Option<String>,
+/// One described config.
+pub struct ConfigEntry {
+    pub name: String,
+    pub value: String,
+    pub source: i8,
+    pub read_only: bool,
+    pub kind: i8,
+    pub doc: &'static str,
+    /// (name, value, source) of every level that sets it, highest first (`include_synonyms`).
+    pub synonyms: Vec<(String, String, i8)>,
 }
 
 fn topic_entries(state: &BrokerState, overrides: &BTreeMap<String, String>) -> Vec<ConfigEntry> {
+    let defaults = state.replicas.log_defaults();
+    let layers = state.dynamic.layers();
     topic_config::TOPIC_CONFIGS
         .iter()
         .map(|def| {
-            let default = topic_config::default_value(def.name, state.replicas.log_defaults());
+            let default = topic_config::default_value(def.name, &defaults);
+            // Below a topic override: the broker-level synonym's levels (Kafka lists them too).
+            let broker_levels = match dynamic_config::for_topic(def.name) {
+                Some(d) => {
+                    let static_value =
+                        topic_config::default_value(def.name, &state.config.log_defaults);
+                    let builtin = topic_config::default_value(def.name, &LogConfig::default());
+                    broker_configs::dynamic_entry(&layers, d, static_value, builtin).synonyms
+                }
+                None => vec![(def.name.to_string(), default.clone(), SOURCE_DEFAULT)],
+            };
+            let mut synonyms = Vec::new();
+            if let Some(v) = overrides.get(def.name) {
+                synonyms.push((def.name.to_string(), v.clone(), SOURCE_DYNAMIC_TOPIC));
+            }
+            synonyms.extend(broker_levels);
             let (value, source) = match overrides.get(def.name) {
                 Some(v) => (v.clone(), SOURCE_DYNAMIC_TOPIC),
-                None => (default.clone(), SOURCE_DEFAULT),
+                None => (default, synonyms[0].2),
             };
             ConfigEntry {
                 name: def.name.to_string(),
@@ -59,137 +80,18 @@ fn topic_entries(state: &BrokerState, overrides: &BTreeMap<String, String>) -> V
                 read_only: false,
                 kind: def.kind as i8,
                 doc: def.doc,
-                default: Some(default),
+                synonyms,
             }
         })
         .collect()
 }
 
-/// (name, value) of every broker config DescribeConfigs reports (the dashboard's broker page).
+/// (name, value) of every broker config DescribeConfigs reports for this broker (the
+/// dashboard's broker page).
 pub(crate) fn broker_config_values(state: &BrokerState) -> Vec<(String, String)> {
-    broker_entries(state)
-        .into_iter()
-        .map(|e| (e.name, e.value))
-        .collect()
-}
-
-fn broker_entries(state: &BrokerState) -> Vec<ConfigEntry> {
-    let c = &state.config;
-    let d = &c.log_defaults;
-    let listen = c.listen.to_string();
-    let advertised = format!(
-        "PLAINTEXT://{}:{}",
-        state.advertised_host, state.advertised_port
-    );
-    let rows: Vec<(&str, String, ConfigType, &'static str)> = vec![
-        (
-            "advertised.listeners",
-            advertised,
-            ConfigType::Str,
-            "Address given to clients.",
-        ),
-        (
-            "auto.create.topics.enable",
-            c.auto_create_topics.to_string(),
-            ConfigType::Boolean,
-            "Create topics on Metadata requests.",
-        ),
-        (
-            "broker.id",
-            c.node_id.to_string(),
-            ConfigType::Int,
-            "This broker's id.",
-        ),
-        (
-            "connections.max.idle.ms",
-            c.connections_max_idle_ms.to_string(),
-            ConfigType::Long,
-            "Idle connections are closed after this.",
-        ),
-        (
-            "listeners",
-            format!("PLAINTEXT://{listen}"),
-            ConfigType::Str,
-            "Bound address.",
-        ),
-        (
-            "log.dirs",
-            c.data_dir.display().to_string(),
-            ConfigType::Str,
-            "Data directory.",
-        ),
-        (
-            "log.flush.interval.messages",
-            d.flush_messages.to_string(),
-            ConfigType::Long,
-            "Default flush.messages.",
-        ),
-        (
-            "log.flush.interval.ms",
-            d.flush_ms.to_string(),
-            ConfigType::Long,
-            "Default flush.ms.",
-        ),
-        (
-            "log.retention.bytes",
-            d.retention_bytes.to_string(),
-            ConfigType::Long,
-            "Default retention.bytes.",
-        ),
-        (
-            "log.retention.ms",
-            d.retention_ms.to_string(),
-            ConfigType::Long,
-            "Default retention.ms.",
-        ),
-        (
-            "log.segment.bytes",
-            d.segment_bytes.to_string(),
-            ConfigType::Int,
-            "Default segment.bytes.",
-        ),
-        (
-            "max.connections",
-            c.max_connections.to_string(),
-            ConfigType::Int,
-            "Connection limit.",
-        ),
-        (
-            "message.max.bytes",
-            d.max_message_bytes.to_string(),
-            ConfigType::Int,
-            "Default max.message.bytes.",
-        ),
-        (
-            "node.id",
-            c.node_id.to_string(),
-            ConfigType::Int,
-            "This broker's id.",
-        ),
-        (
-            "num.partitions",
-            c.num_partitions.to_string(),
-            ConfigType::Int,
-            "Default partitions of new topics.",
-        ),
-        (
-            "socket.request.max.bytes",
-            c.socket_request_max_bytes.to_string(),
-            ConfigType::Int,
-            "Largest request accepted.",
-        ),
-    ];
-    rows.into_iter()
-        .map(|(name, value, kind, doc)| ConfigEntry {
-            name: name.to_string(),
-            value,
-            source: SOURCE_STATIC_BROKER,
-            read_only: true,
-            kind: kind as i8,
-            doc,
-            default: None,
-        })
-        .collect()
+    broker_configs::describe(state, &state.node_id().to_string())
+        .map(|entries| entries.into_iter().map(|e| (e.name, e.value)).collect())
+        .unwrap_or_default()
 }
 
 pub async fn handle_describe_configs(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
@@ -207,20 +109,7 @@ pub async fn handle_describe_configs(state: Arc<BrokerState>, req: RequestFrame)
                     format!("Topic {} does not exist", res.resource_name.as_str()),
                 )),
             },
-            RESOURCE_BROKER => {
-                let name = res.resource_name.as_str();
-                if name.is_empty() || name == state.node_id().to_string() {
-                    Ok(broker_entries(&state))
-                } else {
-                    Err((
-                        ResponseError::InvalidRequest.code(),
-                        format!(
-                            "Unexpected broker id, expected {} or empty string, but received {name}",
-                            state.node_id()
-                        ),
-                    ))
-                }
-            }
+            RESOURCE_BROKER => broker_configs::describe(&state, res.resource_name.as_str()),
             other => Err((
                 ResponseError::InvalidRequest.code(),
                 format!("Unsupported resource type {other}"),
@@ -251,6 +140,11 @@ pub async fn handle_describe_configs(state: Arc<BrokerState>, req: RequestFrame)
         }
         resp.results.push(r);
     }
+    crate::request_metrics::count(
+        "DescribeConfigs",
+        resp.results.iter().map(|r| r.error_code),
+        None,
+    );
     Ok(Some(req.respond(&resp)?))
 }
 
@@ -273,20 +167,17 @@ fn to_result(
         }
     }
     if synonyms {
-        let mut syn = DescribeConfigsSynonym::default();
-        syn.name = StrBytes::from_string(e.name.clone());
-        syn.value = Some(StrBytes::from_string(e.value));
-        syn.source = e.source;
-        c.synonyms.push(syn);
-        if e.source == SOURCE_DYNAMIC_TOPIC
-            && let Some(d) = e.default
-        {
-            let mut syn = DescribeConfigsSynonym::default();
-            syn.name = StrBytes::from_string(e.name);
-            syn.value = Some(StrBytes::from_string(d));
-            syn.source = SOURCE_DEFAULT;
-            c.synonyms.push(syn);
-        }
+        c.synonyms = e
+            .synonyms
+            .into_iter()
+            .map(|(name, value, source)| {
+                let mut syn = DescribeConfigsSynonym::default();
+                syn.name = StrBytes::from_string(name);
+                syn.value = Some(StrBytes::from_string(value));
+                syn.source = source;
+                syn
+            })
+            .collect();
     }
     c
 }
@@ -300,10 +191,14 @@ async fn apply(
     validate_only: bool,
 ) -> (i16, Option<String>) {
     if resource_type == RESOURCE_BROKER {
-        return (
-            ResponseError::InvalidRequest.code(),
-            Some("Broker configs are static in StreamForge; restart with new flags.".into()),
-        );
+        let outcome = match result {
+            Ok(values) => broker_configs::alter(state, name, values, validate_only).await,
+            Err(msg) => Err((kafka_protocol::ResponseError::InvalidRequest.code(), msg)),
+        };
+        return match outcome {
+            Ok(()) => (0, None),
+            Err((code, msg)) => (code, Some(msg)),
+        };
     }
     if resource_type != RESOURCE_TOPIC {
         return (
@@ -375,6 +270,11 @@ pub async fn handle_alter_configs(state: Arc<BrokerState>, req: RequestFrame) ->
         r.resource_name = res.resource_name;
         resp.responses.push(r);
     }
+    crate::request_metrics::count(
+        "AlterConfigs",
+        resp.responses.iter().map(|r| r.error_code),
+        None,
+    );
     Ok(Some(req.respond(&resp)?))
 }
 
@@ -385,49 +285,10 @@ pub async fn handle_incremental_alter_configs(
     let request: IncrementalAlterConfigsRequest = req.decode()?;
     let mut resp = IncrementalAlterConfigsResponse::default();
     for res in request.resources {
-        let current = if res.resource_type == RESOURCE_TOPIC {
-            state
-                .replicas
-                .topic(&res.resource_name)
-                .map(|t| t.configs.clone())
+        let (code, msg) = if res.resource_type == RESOURCE_BROKER {
+            alter_broker_incrementally(&state, &res, request.validate_only).await
         } else {
-            Some(BTreeMap::new())
-        };
-        let result = match current {
-            None => None,
-            Some(mut configs) => Some(
-                res.configs
-                    .iter()
-                    .try_for_each(|c| {
-                        incremental_op(
-                            &state,
-                            &mut configs,
-                            c.name.as_str(),
-                            c.config_operation,
-                            c.value.as_deref(),
-                        )
-                    })
-                    .map(|()| configs),
-            ),
-        };
-        let (code, msg) = match result {
-            None => (
-                ResponseError::UnknownTopicOrPartition.code(),
-                Some(format!(
-                    "Topic {} does not exist",
-                    res.resource_name.as_str()
-                )),
-            ),
-            Some(result) => {
-                apply(
-                    &state,
-                    res.resource_type,
-                    &res.resource_name,
-                    result,
-                    request.validate_only,
-                )
-                .await
-            }
+            alter_topic_incrementally(&state, &res, request.validate_only).await
         };
         let mut r = kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
         r.error_code = code;
@@ -436,7 +297,83 @@ pub async fn handle_incremental_alter_configs(
         r.resource_name = res.resource_name;
         resp.responses.push(r);
     }
+    crate::request_metrics::count(
+        "IncrementalAlterConfigs",
+        resp.responses.iter().map(|r| r.error_code),
+        None,
+    );
     Ok(Some(req.respond(&resp)?))
+}
+
+type IncrementalResource =
+    kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
+
+async fn alter_broker_incrementally(
+    state: &Arc<BrokerState>,
+    res: &IncrementalResource,
+    validate_only: bool,
+) -> (i16, Option<String>) {
+    let ops = res.configs.iter().map(|c| {
+        (
+            c.name.to_string(),
+            c.config_operation,
+            c.value.as_ref().map(|v| v.to_string()),
+        )
+    });
+    let name = res.resource_name.as_str();
+    let result = match broker_configs::incremental(state, name, ops) {
+        Ok(values) => broker_configs::alter(state, name, values, validate_only).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => (0, None),
+        Err((code, msg)) => (code, Some(msg)),
+    }
+}
+
+async fn alter_topic_incrementally(
+    state: &Arc<BrokerState>,
+    res: &IncrementalResource,
+    validate_only: bool,
+) -> (i16, Option<String>) {
+    let current = if res.resource_type == RESOURCE_TOPIC {
+        state
+            .replicas
+            .topic(&res.resource_name)
+            .map(|t| t.configs.clone())
+    } else {
+        Some(BTreeMap::new())
+    };
+    let Some(mut configs) = current else {
+        return (
+            ResponseError::UnknownTopicOrPartition.code(),
+            Some(format!(
+                "Topic {} does not exist",
+                res.resource_name.as_str()
+            )),
+        );
+    };
+    let result = res
+        .configs
+        .iter()
+        .try_for_each(|c| {
+            incremental_op(
+                state,
+                &mut configs,
+                c.name.as_str(),
+                c.config_operation,
+                c.value.as_deref(),
+            )
+        })
+        .map(|()| configs);
+    apply(
+        state,
+        res.resource_type,
+        &res.resource_name,
+        result,
+        validate_only,
+    )
+    .await
 }
 
 fn incremental_op(
@@ -463,7 +400,7 @@ fn incremental_op(
                 ));
             }
             let current = configs.get(name).cloned().unwrap_or_else(|| {
-                topic_config::default_value(name, state.replicas.log_defaults())
+                topic_config::default_value(name, &state.replicas.log_defaults())
             });
             let mut items: Vec<String> = current
                 .split(',')

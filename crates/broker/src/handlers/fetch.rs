@@ -206,6 +206,13 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
 }
 
 fn respond(req: &RequestFrame, read: FetchPass) -> streamforge_protocol::ResponseFrame {
+    crate::request_metrics::count(
+        "Fetch",
+        read.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+        Some(crate::request_metrics::FAILED_FETCH),
+    );
     for t in &read.topics {
         let bytes: usize = t
             .partitions

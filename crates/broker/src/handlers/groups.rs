@@ -350,6 +350,13 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
         }
         resp.topics.push(topic);
     }
+    crate::request_metrics::count(
+        "OffsetCommit",
+        resp.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+        Some(crate::request_metrics::FAILED_OFFSET_COMMIT),
+    );
     Ok(Some(req.respond(&resp)?))
 }
 

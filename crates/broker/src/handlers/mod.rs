@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod api_versions;
+pub mod broker_configs;
 pub mod cluster;
 pub mod configs;
 pub mod fetch;

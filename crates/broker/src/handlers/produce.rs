@@ -164,6 +164,13 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     if let Body::Owned(buf) = body {
         state.frame_pool.give(buf);
     }
+    crate::request_metrics::count(
+        "Produce",
+        resp.responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter().map(|p| p.error_code)),
+        Some(crate::request_metrics::FAILED_PRODUCE),
+    );
     if acks == 0 {
         // No response for acks=0; on an error Kafka closes the connection so the producer
         // notices and refreshes its metadata.
