@@ -1,0 +1,258 @@
+//! Rewriting one batch: keep the records the offset map says are the latest for their key,
+//! drop tombstones past their delete horizon, and write the batch back with its original base
+//! offset, `lastOffsetDelta`, producer fields and compression codec (Kafka's
+//! `MemoryRecords.filterTo`), with a fresh CRC-32C.
+
+use std::collections::HashMap;
+
+use bytes::BytesMut;
+use streamforge_protocol::batch::{self, BatchError, CRC_START, DELETE_HORIZON, RecordBatch};
+use streamforge_protocol::decompress::{self, CODEC_NONE};
+use streamforge_protocol::kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+
+use super::offset_map::OffsetMap;
+use super::records::{Records, put_with_timestamp_delta};
+
+/// What decides which records a batch keeps.
+pub struct RetainRules<'a> {
+    pub map: &'a OffsetMap,
+    pub now_ms: i64,
+    pub delete_retention_ms: i64,
+    /// Producer id → last offset of its last batch (the log's producer state): that batch is
+    /// kept, empty if need be, so the producer's sequence survives (Kafka's rule).
+    pub producer_last_offsets: &'a HashMap<i64, i64>,
+}
+
+/// What cleaning one batch did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub records_kept: u64,
+    pub records_removed: u64,
+    /// The delete horizon of a kept batch holding tombstones.
+    pub delete_horizon_ms: Option<i64>,
+}
+
+/// Reusable buffers (one set per cleaner thread).
+#[derive(Default)]
+pub struct Scratch {
+    decompressed: Vec<u8>,
+    kept: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    #[error("malformed batch at offset {offset}: {source}")]
+    Malformed { offset: i64, source: BatchError },
+    #[error("batch at offset {offset}: {source}")]
+    Decompress {
+        offset: i64,
+        source: decompress::DecompressError,
+    },
+    #[error("batch at offset {offset}: cannot recompress: {reason}")]
+    Compress { offset: i64, reason: String },
+}
+
+/// Append the cleaned form of `batch` to `out` (nothing when no record, and no producer state,
+/// needs it).
+pub fn filter_batch(
+    batch: &RecordBatch<'_>,
+    rules: &RetainRules<'_>,
+    scratch: &mut Scratch,
+    out: &mut Vec<u8>,
+) -> Result<BatchOutcome, FilterError> {
+    if batch.is_control() || batch.is_transactional() {
+        // This broker refuses transactional producers, so these only come from elsewhere (a
+        // restored log): keep them whole rather than guess at transaction state.
+        out.extend_from_slice(batch.as_bytes());
+        return Ok(BatchOutcome {
+            records_kept: batch.record_count().max(0) as u64,
+            ..BatchOutcome::default()
+        });
+    }
+    let offset = batch.base_offset();
+    let records = records_of(batch, &mut scratch.decompressed)?;
+    let has_horizon = batch.attributes() & DELETE_HORIZON != 0;
+    let horizon_passed = has_horizon && rules.now_ms >= batch.base_timestamp();
+    let mut outcome = BatchOutcome::default();
+    let mut tombstones_kept = false;
+    let mut max_timestamp = -1i64;
+    // Pass 1: decide; the kept records go to `scratch.kept` as they are.
+    scratch.kept.clear();
+    let mut kept_deltas: Vec<(usize, usize)> = Vec::new();
+    for r in Records::new(records, batch.record_count()) {
+        let r = r.map_err(|source| FilterError::Malformed { offset, source })?;
+        let record_offset = offset + i64::from(r.offset_delta);
+        let keep = match r.key {
+            // Kafka discards keyless records from a compacted log.
+            None => false,
+            Some(key) => {
+                let latest = rules.map.get(key).is_none_or(|o| record_offset >= o);
+                latest && !(r.null_value && horizon_passed)
+            }
+        };
+        if !keep {
+            outcome.records_removed += 1;
+            continue;
+        }
+        outcome.records_kept += 1;
+        tombstones_kept |= r.null_value;
+        max_timestamp = max_timestamp.max(batch.base_timestamp().saturating_add(r.timestamp_delta));
+        let at = scratch.kept.len();
+        scratch.kept.extend_from_slice(r.encoded);
+        kept_deltas.push((at, scratch.kept.len()));
+    }
+    let new_horizon = tombstones_kept && !has_horizon;
+    if outcome.records_removed == 0 && !new_horizon {
+        out.extend_from_slice(batch.as_bytes());
+        outcome.delete_horizon_ms =
+            (tombstones_kept && has_horizon).then(|| batch.base_timestamp());
+        return Ok(outcome);
+    }
+    if outcome.records_kept == 0 {
+        let last_of_producer = batch.producer_id() >= 0
+            && rules.producer_last_offsets.get(&batch.producer_id()) == Some(&batch.last_offset());
+        if last_of_producer {
+            write_batch(
+                batch,
+                &[],
+                0,
+                batch.base_timestamp(),
+                batch.max_timestamp(),
+                batch.attributes(),
+                out,
+            )?;
+        }
+        return Ok(outcome);
+    }
+    let (base_timestamp, attributes) = if new_horizon {
+        let horizon = rules.now_ms.saturating_add(rules.delete_retention_ms);
+        // The record timestamps are deltas from the base timestamp, which now holds the
+        // horizon (KIP-534): re-encode each kept record against it.
+        let mut rebased = Vec::with_capacity(scratch.kept.len() + kept_deltas.len() * 4);
+        for (from, to) in &kept_deltas {
+            let mut one = Records::new(&scratch.kept[*from..*to], 1);
+            let r = one
+                .next()
+                .expect("one kept record")
+                .map_err(|source| FilterError::Malformed { offset, source })?;
+            let timestamp = batch.base_timestamp().saturating_add(r.timestamp_delta);
+            put_with_timestamp_delta(&mut rebased, &r, timestamp.saturating_sub(horizon));
+        }
+        scratch.kept = rebased;
+        (horizon, batch.attributes() | DELETE_HORIZON)
+    } else {
+        (batch.base_timestamp(), batch.attributes())
+    };
+    outcome.delete_horizon_ms = tombstones_kept.then_some(base_timestamp);
+    let max_timestamp = if batch.is_log_append_time() {
+        batch.max_timestamp()
+    } else {
+        max_timestamp
+    };
+    let count = outcome.records_kept as i32;
+    write_batch(
+        batch,
+        &scratch.kept,
+        count,
+        base_timestamp,
+        max_timestamp,
+        attributes,
+        out,
+    )?;
+    Ok(outcome)
+}
+
+/// The records section of `batch`, decompressed into `buf` when compressed.
+fn records_of<'a>(batch: &RecordBatch<'a>, buf: &'a mut Vec<u8>) -> Result<&'a [u8], FilterError> {
+    let codec = batch.compression();
+    if codec == CODEC_NONE {
+        return Ok(batch.records_bytes());
+    }
+    let input = batch.records_bytes();
+    decompress::decompress_into(
+        codec,
+        input,
+        decompress::output_limit_bytes(input.len()),
+        buf,
+    )
+    .map_err(|source| FilterError::Decompress {
+        offset: batch.base_offset(),
+        source,
+    })?;
+    Ok(&buf[..])
+}
+
+macro_rules! compress_with {
+    ($codec:ty, $out:ident, $data:ident) => {
+        <$codec as Compressor<BytesMut>>::compress(&mut $out, |tmp: &mut BytesMut| {
+            tmp.extend_from_slice($data);
+            Ok(())
+        })
+    };
+}
+
+/// `records` compressed with the batch's codec (Kafka recompresses a cleaned batch with it).
+fn compress(codec: u8, records: &[u8], offset: i64) -> Result<BytesMut, FilterError> {
+    let mut out = BytesMut::with_capacity(records.len() / 2 + 64);
+    let result = match codec {
+        decompress::CODEC_GZIP => compress_with!(Gzip, out, records),
+        decompress::CODEC_SNAPPY => compress_with!(Snappy, out, records),
+        decompress::CODEC_LZ4 => compress_with!(Lz4, out, records),
+        decompress::CODEC_ZSTD => compress_with!(Zstd, out, records),
+        _ => {
+            out.extend_from_slice(records);
+            Ok(())
+        }
+    };
+    result.map_err(|e| FilterError::Compress {
+        offset,
+        reason: e.to_string(),
+    })?;
+    Ok(out)
+}
+
+/// Write a batch with `original`'s base offset, leader epoch, `lastOffsetDelta` and producer
+/// fields around `records` (uncompressed), compressing them with `original`'s codec.
+fn write_batch(
+    original: &RecordBatch<'_>,
+    records: &[u8],
+    count: i32,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    attributes: i16,
+    out: &mut Vec<u8>,
+) -> Result<(), FilterError> {
+    let codec = original.compression();
+    let compressed;
+    let body: &[u8] = if codec == CODEC_NONE || count == 0 {
+        records
+    } else {
+        compressed = compress(codec, records, original.base_offset())?;
+        &compressed
+    };
+    let start = out.len();
+    out.extend_from_slice(&original.base_offset().to_be_bytes());
+    let batch_length = (batch::HEADER_BYTES - batch::LOG_OVERHEAD_BYTES + body.len()) as i32;
+    out.extend_from_slice(&batch_length.to_be_bytes());
+    out.extend_from_slice(&original.partition_leader_epoch().to_be_bytes());
+    out.push(original.magic() as u8);
+    out.extend_from_slice(&[0; 4]); // CRC, below
+    out.extend_from_slice(&attributes.to_be_bytes());
+    out.extend_from_slice(&original.last_offset_delta().to_be_bytes());
+    out.extend_from_slice(&base_timestamp.to_be_bytes());
+    out.extend_from_slice(&max_timestamp.to_be_bytes());
+    out.extend_from_slice(&original.producer_id().to_be_bytes());
+    out.extend_from_slice(&original.producer_epoch().to_be_bytes());
+    out.extend_from_slice(&original.base_sequence().to_be_bytes());
+    out.extend_from_slice(&count.to_be_bytes());
+    debug_assert_eq!(out.len() - start, batch::HEADER_BYTES);
+    out.extend_from_slice(body);
+    let crc = crc32c::crc32c(&out[start + CRC_START..]);
+    out[start + CRC_START - 4..start + CRC_START].copy_from_slice(&crc.to_be_bytes());
+    // Check what was written before it reaches a file (assert after write).
+    let written = RecordBatch::parse(&out[start..]).expect("a cleaned batch parses");
+    assert_eq!(written.base_offset(), original.base_offset());
+    assert_eq!(written.last_offset(), original.last_offset());
+    debug_assert!(written.verify_crc().is_ok());
+    Ok(())
+}
