@@ -256,3 +256,146 @@ fn write_batch(
     debug_assert!(written.verify_crc().is_ok());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use streamforge_protocol::batch::testing::{BatchSpec, build_batch};
+    use streamforge_protocol::kafka_protocol::records::RecordBatchDecoder;
+
+    /// `plain` with its records compressed by `codec`.
+    fn compressed(plain: &[u8], codec: u8) -> Vec<u8> {
+        let v = RecordBatch::parse(plain).unwrap();
+        let body = compress(codec, v.records_bytes(), 0).unwrap();
+        let mut out = plain[..batch::HEADER_BYTES].to_vec();
+        out.extend_from_slice(&body);
+        let len = (out.len() - batch::LOG_OVERHEAD_BYTES) as i32;
+        out[8..12].copy_from_slice(&len.to_be_bytes());
+        out[21..23].copy_from_slice(&(v.attributes() | i16::from(codec)).to_be_bytes());
+        let crc = crc32c::crc32c(&out[CRC_START..]);
+        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Vec<(i64, Vec<u8>, Option<Vec<u8>>)> {
+        let mut b = Bytes::copy_from_slice(bytes);
+        RecordBatchDecoder::decode_all(&mut b)
+            .unwrap()
+            .into_iter()
+            .flat_map(|s| s.records)
+            .map(|r| {
+                (
+                    r.offset,
+                    r.key.unwrap().to_vec(),
+                    r.value.map(|v| v.to_vec()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_compressed_batch_keeps_its_codec_offsets_and_timestamps() {
+        for codec in [1u8, 2, 3, 4] {
+            let spec = BatchSpec {
+                base_offset: 100,
+                base_timestamp: 5_000,
+                ..BatchSpec::default()
+            };
+            let plain = build_batch(
+                spec,
+                &[
+                    (Some(b"a"), Some(b"1")),
+                    (Some(b"b"), None),
+                    (Some(b"a"), Some(b"2")),
+                ],
+            );
+            let batch = compressed(&plain, codec);
+            let mut map = OffsetMap::with_memory(1 << 12);
+            map.put(b"a", 102);
+            map.put(b"b", 101);
+            let none = HashMap::new();
+            let rules = RetainRules {
+                map: &map,
+                now_ms: 10_000,
+                delete_retention_ms: 1_000,
+                producer_last_offsets: &none,
+            };
+            let mut out = Vec::new();
+            let view = RecordBatch::parse(&batch).unwrap();
+            let done = filter_batch(&view, &rules, &mut Scratch::default(), &mut out).unwrap();
+            assert_eq!((done.records_kept, done.records_removed), (2, 1));
+            assert_eq!(done.delete_horizon_ms, Some(11_000));
+            let cleaned = RecordBatch::parse(&out).unwrap();
+            cleaned.verify_crc().unwrap();
+            assert_eq!(cleaned.compression(), codec);
+            assert_eq!((cleaned.base_offset(), cleaned.last_offset()), (100, 102));
+            assert_eq!(cleaned.base_timestamp(), 11_000, "the delete horizon");
+            assert_ne!(cleaned.attributes() & DELETE_HORIZON, 0);
+            crate::stored_batch::validate_stored_header(&cleaned).unwrap();
+            assert_eq!(
+                decode(&out),
+                vec![
+                    (101, b"b".to_vec(), None),
+                    (102, b"a".to_vec(), Some(b"2".to_vec()))
+                ]
+            );
+            let mut b = Bytes::copy_from_slice(&out);
+            let set = RecordBatchDecoder::decode_all(&mut b).unwrap().remove(0);
+            let stamps: Vec<i64> = set.records.iter().map(|r| r.timestamp).collect();
+            assert_eq!(
+                stamps,
+                vec![5_001, 5_002],
+                "record timestamps survive the rebase"
+            );
+            // Past the horizon the tombstone goes.
+            let later = RetainRules {
+                now_ms: 11_000,
+                ..rules
+            };
+            let mut again = Vec::new();
+            let view = RecordBatch::parse(&out).unwrap();
+            filter_batch(&view, &later, &mut Scratch::default(), &mut again).unwrap();
+            assert_eq!(
+                decode(&again),
+                vec![(102, b"a".to_vec(), Some(b"2".to_vec()))]
+            );
+        }
+    }
+
+    #[test]
+    fn an_emptied_batch_stays_only_when_it_is_its_producers_last() {
+        let spec = BatchSpec {
+            base_offset: 10,
+            producer_id: 7,
+            producer_epoch: 0,
+            base_sequence: 40,
+            ..BatchSpec::default()
+        };
+        let batch = build_batch(spec, &[(Some(b"a"), Some(b"1")), (Some(b"a"), Some(b"2"))]);
+        let mut map = OffsetMap::with_memory(1 << 12);
+        map.put(b"a", 50);
+        for (last, kept) in [(11i64, true), (60, false)] {
+            let producers = HashMap::from([(7i64, last)]);
+            let rules = RetainRules {
+                map: &map,
+                now_ms: 0,
+                delete_retention_ms: 0,
+                producer_last_offsets: &producers,
+            };
+            let mut out = Vec::new();
+            let view = RecordBatch::parse(&batch).unwrap();
+            filter_batch(&view, &rules, &mut Scratch::default(), &mut out).unwrap();
+            assert_eq!(!out.is_empty(), kept);
+            if kept {
+                let empty = RecordBatch::parse(&out).unwrap();
+                empty.verify_crc().unwrap();
+                assert_eq!(empty.record_count(), 0);
+                assert_eq!((empty.base_offset(), empty.last_offset()), (10, 11));
+                assert_eq!((empty.producer_id(), empty.base_sequence()), (7, 40));
+                crate::stored_batch::validate_stored_header(&empty).unwrap();
+                assert!(decode(&out).is_empty());
+            }
+        }
+    }
+}
