@@ -217,3 +217,46 @@ def test_consumer_from_zero_sees_a_consistent_view_while_cleaning(broker_factory
     assert not failures, failures
     assert reads >= 3
     assert "cleaned log" in broker.log_text()
+
+
+def test_group_offsets_replay_from_a_cleaned_consumer_offsets(broker_factory, topic_name):
+    """`__consumer_offsets` is compacted: after the cleaner ran over it, a restarted broker
+    replays the cleaned log to the same committed offsets, and a deleted group stays deleted."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    broker = broker_factory(extra_args=CLEANER_ARGS)
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    # Small, quickly rolled segments for the offsets topic too (it exists once a group coordinates).
+    Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "warmup"}).close()
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in COMPACT.items()]
+    resource = ConfigResource("topic", "__consumer_offsets", incremental_configs=entries)
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+    def commit_many(group: str, count: int) -> None:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+        for i in range(1, count + 1):
+            c.commit(offsets=[TopicPartition(topic_name, 0, i)], asynchronous=False)
+        c.close()
+
+    commit_many("gone", 50)
+    admin.delete_consumer_groups(["gone"])["gone"].result(timeout=30)
+    commit_many("keep", 400)
+    deadline = time.monotonic() + WAIT_S
+    while "__consumer_offsets" not in "".join(
+        line for line in broker.log_text().splitlines() if "cleaned log" in line
+    ):
+        assert time.monotonic() < deadline, "the cleaner never cleaned __consumer_offsets"
+        time.sleep(0.5)
+    time.sleep(2)  # a pass or two more, past the rolls of the last commits
+    broker.restart(hard=True)
+
+    def committed(group: str) -> int:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        try:
+            return c.committed([TopicPartition(topic_name, 0)], timeout=30)[0].offset
+        finally:
+            c.close()
+
+    assert committed("keep") == 400
+    assert committed("gone") < 0, "a deleted group's offsets came back"
