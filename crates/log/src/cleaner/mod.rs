@@ -111,6 +111,22 @@ pub fn clean_now(
 
 /// Install every group of `outcome` (stopping at the first the log no longer matches).
 pub fn install(log: &mut Log, outcome: &CleanOutcome, now_ms: i64) -> Result<CleanStats, LogError> {
+    install_each(outcome, now_ms, &mut |f| {
+        f(log);
+        true
+    })
+}
+
+/// Runs a closure with a log locked; `false` when the log is gone.
+pub type LockFn<'a> = dyn FnMut(&mut dyn FnMut(&mut Log)) -> bool + 'a;
+
+/// [`install`], taking the log's lock once per group through `lock` (which returns `false`
+/// when the log is gone), so appends wait at most for one group's swap.
+pub fn install_each(
+    outcome: &CleanOutcome,
+    now_ms: i64,
+    lock: &mut LockFn<'_>,
+) -> Result<CleanStats, LogError> {
     let mut stats = CleanStats {
         end_offset: outcome.end_offset,
         records_kept: outcome.records_kept,
@@ -120,16 +136,24 @@ pub fn install(log: &mut Log, outcome: &CleanOutcome, now_ms: i64) -> Result<Cle
         ..CleanStats::default()
     };
     for (i, g) in outcome.groups.iter().enumerate() {
-        stats.bytes_read += g.bytes_read;
-        stats.bytes_written += g.bytes_written;
-        let installed = log.install_cleaned(g, now_ms);
-        if !matches!(installed, Ok(true)) {
-            clean::discard(&outcome.groups[i..]);
-            stats.complete = false;
-            installed?;
-            break;
+        let mut installed = None;
+        let locked = lock(&mut |log| installed = Some(log.install_cleaned(g, now_ms)));
+        match installed {
+            Some(Ok(true)) if locked => {}
+            Some(Err(e)) => {
+                clean::discard(&outcome.groups[i..]);
+                return Err(e);
+            }
+            _ => {
+                // The log changed under the pass (or went away): the rest waits for the next.
+                clean::discard(&outcome.groups[i..]);
+                stats.complete = false;
+                break;
+            }
         }
         stats.groups_installed += 1;
+        stats.bytes_read += g.bytes_read;
+        stats.bytes_written += g.bytes_written;
     }
     Ok(stats)
 }

@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{
-    FAILED_LOG_RETRY, LockedLog, OffsetMap, Shared, Throttle, clean, clean_log, offsets_file,
-};
+use super::{FAILED_LOG_RETRY, LockedLog, OffsetMap, Shared, Throttle, clean_log, offsets_file};
 use crate::cleaner::view::{CleanPlan, CleanView};
 
 /// A log chosen for a pass.
@@ -110,18 +108,11 @@ fn clean_one(shared: &Shared, picked: Picked, map_bytes: usize, rate: f64, now_m
             return;
         }
     };
-    let mut installed = None;
-    let locked =
-        log.with_log_locked(&mut |l| installed = Some(super::install(l, &outcome, now_ms)));
+    let installed = super::install_each(&outcome, now_ms, &mut |f| log.with_log_locked(f));
     let stats = match installed {
-        Some(Ok(stats)) if locked => stats,
-        Some(Err(e)) => {
+        Ok(stats) => stats,
+        Err(e) => {
             fail(shared, &view, &e.to_string());
-            return;
-        }
-        _ => {
-            // The log went away (topic deleted, partition offline).
-            clean::discard(&outcome.groups);
             return;
         }
     };
