@@ -48,6 +48,9 @@ fn compact_alone_keeps_old_segments_and_compact_delete_deletes_them() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = filled(dir.path(), true);
     log.tick(T0 + 3_600_000).unwrap();
-    assert!(log.log_start_offset() > 0, "compact,delete: retention applies");
+    assert!(
+        log.log_start_offset() > 0,
+        "compact,delete: retention applies"
+    );
     assert!(log.segment_count() < segments);
 }

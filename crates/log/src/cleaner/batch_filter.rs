@@ -37,6 +37,7 @@ pub struct BatchOutcome {
 pub struct Scratch {
     decompressed: Vec<u8>,
     kept: Vec<u8>,
+    kept_ranges: Vec<(usize, usize)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,16 +70,84 @@ pub fn filter_batch(
             ..BatchOutcome::default()
         });
     }
-    let offset = batch.base_offset();
-    let records = records_of(batch, &mut scratch.decompressed)?;
+    let Scratch {
+        decompressed,
+        kept,
+        kept_ranges,
+    } = scratch;
+    let records = records_of(batch, decompressed)?;
+    let selected = select(batch, records, rules, kept, kept_ranges)?;
+    let mut outcome = selected.outcome;
     let has_horizon = batch.attributes() & DELETE_HORIZON != 0;
-    let horizon_passed = has_horizon && rules.now_ms >= batch.base_timestamp();
-    let mut outcome = BatchOutcome::default();
-    let mut tombstones_kept = false;
-    let mut max_timestamp = -1i64;
-    // Pass 1: decide; the kept records go to `scratch.kept` as they are.
-    scratch.kept.clear();
-    let mut kept_deltas: Vec<(usize, usize)> = Vec::new();
+    let new_horizon = selected.tombstones_kept && !has_horizon;
+    if outcome.records_removed == 0 && !new_horizon {
+        out.extend_from_slice(batch.as_bytes());
+        outcome.delete_horizon_ms =
+            (selected.tombstones_kept && has_horizon).then(|| batch.base_timestamp());
+        return Ok(outcome);
+    }
+    if outcome.records_kept == 0 {
+        let last_of_producer = batch.producer_id() >= 0
+            && rules.producer_last_offsets.get(&batch.producer_id()) == Some(&batch.last_offset());
+        if last_of_producer {
+            let (ts, max_ts) = (batch.base_timestamp(), batch.max_timestamp());
+            write_batch(batch, &[], 0, ts, max_ts, batch.attributes(), out)?;
+        }
+        return Ok(outcome);
+    }
+    let (base_timestamp, attributes) = if new_horizon {
+        let horizon = rules.now_ms.saturating_add(rules.delete_retention_ms);
+        *kept = rebase(batch, kept, kept_ranges, horizon)?;
+        (horizon, batch.attributes() | DELETE_HORIZON)
+    } else {
+        (batch.base_timestamp(), batch.attributes())
+    };
+    outcome.delete_horizon_ms = selected.tombstones_kept.then_some(base_timestamp);
+    let max_timestamp = if batch.is_log_append_time() {
+        batch.max_timestamp()
+    } else {
+        selected.max_timestamp
+    };
+    let count = outcome.records_kept as i32;
+    write_batch(
+        batch,
+        kept,
+        count,
+        base_timestamp,
+        max_timestamp,
+        attributes,
+        out,
+    )?;
+    Ok(outcome)
+}
+
+/// Which records of a batch stay.
+struct Selection {
+    outcome: BatchOutcome,
+    tombstones_kept: bool,
+    /// Largest timestamp of a kept record.
+    max_timestamp: i64,
+}
+
+/// Copy the records that stay into `kept` as they are (their byte ranges in `ranges`): the
+/// latest of their key, and not a tombstone past its batch's delete horizon.
+fn select(
+    batch: &RecordBatch<'_>,
+    records: &[u8],
+    rules: &RetainRules<'_>,
+    kept: &mut Vec<u8>,
+    ranges: &mut Vec<(usize, usize)>,
+) -> Result<Selection, FilterError> {
+    let offset = batch.base_offset();
+    let horizon_passed =
+        batch.attributes() & DELETE_HORIZON != 0 && rules.now_ms >= batch.base_timestamp();
+    let mut selection = Selection {
+        outcome: BatchOutcome::default(),
+        tombstones_kept: false,
+        max_timestamp: -1,
+    };
+    kept.clear();
+    ranges.clear();
     for r in Records::new(records, batch.record_count()) {
         let r = r.map_err(|source| FilterError::Malformed { offset, source })?;
         let record_offset = offset + i64::from(r.offset_delta);
@@ -91,75 +160,41 @@ pub fn filter_batch(
             }
         };
         if !keep {
-            outcome.records_removed += 1;
+            selection.outcome.records_removed += 1;
             continue;
         }
-        outcome.records_kept += 1;
-        tombstones_kept |= r.null_value;
-        max_timestamp = max_timestamp.max(batch.base_timestamp().saturating_add(r.timestamp_delta));
-        let at = scratch.kept.len();
-        scratch.kept.extend_from_slice(r.encoded);
-        kept_deltas.push((at, scratch.kept.len()));
+        selection.outcome.records_kept += 1;
+        selection.tombstones_kept |= r.null_value;
+        let timestamp = batch.base_timestamp().saturating_add(r.timestamp_delta);
+        selection.max_timestamp = selection.max_timestamp.max(timestamp);
+        let at = kept.len();
+        kept.extend_from_slice(r.encoded);
+        ranges.push((at, kept.len()));
     }
-    let new_horizon = tombstones_kept && !has_horizon;
-    if outcome.records_removed == 0 && !new_horizon {
-        out.extend_from_slice(batch.as_bytes());
-        outcome.delete_horizon_ms =
-            (tombstones_kept && has_horizon).then(|| batch.base_timestamp());
-        return Ok(outcome);
+    Ok(selection)
+}
+
+/// The kept records re-encoded against a base timestamp of `horizon`: the batch's base
+/// timestamp now holds the delete horizon (KIP-534), and each record keeps its timestamp.
+fn rebase(
+    batch: &RecordBatch<'_>,
+    kept: &[u8],
+    ranges: &[(usize, usize)],
+    horizon: i64,
+) -> Result<Vec<u8>, FilterError> {
+    let mut rebased = Vec::with_capacity(kept.len() + ranges.len() * 4);
+    for (from, to) in ranges {
+        let r = Records::new(&kept[*from..*to], 1)
+            .next()
+            .expect("one kept record")
+            .map_err(|source| FilterError::Malformed {
+                offset: batch.base_offset(),
+                source,
+            })?;
+        let timestamp = batch.base_timestamp().saturating_add(r.timestamp_delta);
+        put_with_timestamp_delta(&mut rebased, &r, timestamp.saturating_sub(horizon));
     }
-    if outcome.records_kept == 0 {
-        let last_of_producer = batch.producer_id() >= 0
-            && rules.producer_last_offsets.get(&batch.producer_id()) == Some(&batch.last_offset());
-        if last_of_producer {
-            write_batch(
-                batch,
-                &[],
-                0,
-                batch.base_timestamp(),
-                batch.max_timestamp(),
-                batch.attributes(),
-                out,
-            )?;
-        }
-        return Ok(outcome);
-    }
-    let (base_timestamp, attributes) = if new_horizon {
-        let horizon = rules.now_ms.saturating_add(rules.delete_retention_ms);
-        // The record timestamps are deltas from the base timestamp, which now holds the
-        // horizon (KIP-534): re-encode each kept record against it.
-        let mut rebased = Vec::with_capacity(scratch.kept.len() + kept_deltas.len() * 4);
-        for (from, to) in &kept_deltas {
-            let mut one = Records::new(&scratch.kept[*from..*to], 1);
-            let r = one
-                .next()
-                .expect("one kept record")
-                .map_err(|source| FilterError::Malformed { offset, source })?;
-            let timestamp = batch.base_timestamp().saturating_add(r.timestamp_delta);
-            put_with_timestamp_delta(&mut rebased, &r, timestamp.saturating_sub(horizon));
-        }
-        scratch.kept = rebased;
-        (horizon, batch.attributes() | DELETE_HORIZON)
-    } else {
-        (batch.base_timestamp(), batch.attributes())
-    };
-    outcome.delete_horizon_ms = tombstones_kept.then_some(base_timestamp);
-    let max_timestamp = if batch.is_log_append_time() {
-        batch.max_timestamp()
-    } else {
-        max_timestamp
-    };
-    let count = outcome.records_kept as i32;
-    write_batch(
-        batch,
-        &scratch.kept,
-        count,
-        base_timestamp,
-        max_timestamp,
-        attributes,
-        out,
-    )?;
-    Ok(outcome)
+    Ok(rebased)
 }
 
 /// The records section of `batch`, decompressed into `buf` when compressed.
