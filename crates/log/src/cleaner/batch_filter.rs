@@ -433,4 +433,33 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        /// Any records section behind a valid header (any codec bits, any count): the filter
+        /// and the key pass return a result, never panic.
+        #[test]
+        fn damaged_records_are_errors_never_panics(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            count in -2i32..40,
+            codec in 0u8..5,
+            horizon in proptest::prelude::any::<bool>(),
+        ) {
+            let plain = build_batch(BatchSpec::default(), &[(Some(b"k"), Some(b"v"))]);
+            let mut b = plain[..batch::HEADER_BYTES].to_vec();
+            b.extend_from_slice(&body);
+            let len = (b.len() - batch::LOG_OVERHEAD_BYTES) as i32;
+            b[8..12].copy_from_slice(&len.to_be_bytes());
+            let attributes = i16::from(codec) | if horizon { DELETE_HORIZON } else { 0 };
+            b[21..23].copy_from_slice(&attributes.to_be_bytes());
+            b[57..61].copy_from_slice(&count.to_be_bytes());
+            let crc = crc32c::crc32c(&b[CRC_START..]);
+            b[17..21].copy_from_slice(&crc.to_be_bytes());
+            let Ok(view) = RecordBatch::parse(&b) else { return Ok(()) };
+            let mut map = OffsetMap::with_memory(1 << 12);
+            map.put(b"k", 5);
+            let none = HashMap::new();
+            let rules = RetainRules { map: &map, now_ms: 1, delete_retention_ms: 1, producer_last_offsets: &none };
+            let _ = filter_batch(&view, &rules, &mut Scratch::default(), &mut Vec::new());
+        }
+    }
 }
