@@ -15,7 +15,16 @@ struct Picked {
     plan: CleanPlan,
 }
 
+/// Nice value of the cleaner threads: their CPU (reading, hashing, recompressing whole
+/// segments) comes after request handling on a busy machine; only the pass takes longer.
+const CLEANER_NICE: i32 = 10;
+
 pub(super) fn run(shared: &Shared, threads: usize) {
+    // On Linux a thread id names one thread for setpriority(PRIO_PROCESS).
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), CLEANER_NICE) {
+        tracing::debug!(error = %e, "log cleaner thread keeps the normal priority");
+    }
     let map_bytes = shared.config.dedupe_buffer_bytes / threads;
     let rate = shared.config.io_max_bytes_per_second / threads as f64;
     loop {
