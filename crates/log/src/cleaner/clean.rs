@@ -25,6 +25,8 @@ pub enum CleanError {
     Io(#[from] io::Error),
     #[error("{0}")]
     Filter(#[from] FilterError),
+    #[error(transparent)]
+    Stopped(#[from] super::throttle::Stopped),
     #[error("the offset map ({capacity} keys) cannot hold one batch of {records} records")]
     MapTooSmall { capacity: usize, records: i32 },
 }
@@ -83,7 +85,7 @@ pub fn build_offset_map(
                 }
                 return Ok(end);
             }
-            throttle.account(batch.size_bytes() as u64);
+            throttle.account(batch.size_bytes() as u64)?;
             if !batch.is_control() && !batch.is_transactional() {
                 put_keys(&batch, map)?;
             }
@@ -126,6 +128,18 @@ fn put_keys(
         }
     }
     Ok(())
+}
+
+/// Records in the dirty section (from batch headers): the most keys its offset map needs.
+pub fn dirty_records(view: &CleanView, plan: &CleanPlan) -> usize {
+    view.segments
+        .iter()
+        .filter(|s| s.base_offset < plan.first_uncleanable_offset)
+        .filter(|s| s.next_offset > plan.first_dirty_offset)
+        .flat_map(|s| s.batches())
+        .filter(|b| b.last_offset() >= plan.first_dirty_offset)
+        .map(|b| b.record_count().max(0) as usize)
+        .sum()
 }
 
 /// Group the segments below `end` so that each group fits one segment: total size within
@@ -185,7 +199,7 @@ pub fn clean_group(
             if buf.len() >= WRITE_CHUNK_BYTES {
                 written += flush_chunk(&mut file, &mut buf, throttle)?;
             }
-            throttle.account(batch.size_bytes() as u64);
+            throttle.account(batch.size_bytes() as u64)?;
         }
     }
     written += flush_chunk(&mut file, &mut buf, throttle)?;
@@ -209,11 +223,15 @@ pub fn clean_group(
     })
 }
 
-fn flush_chunk(file: &mut File, buf: &mut Vec<u8>, throttle: &mut Throttle) -> io::Result<u64> {
+fn flush_chunk(
+    file: &mut File,
+    buf: &mut Vec<u8>,
+    throttle: &mut Throttle,
+) -> Result<u64, CleanError> {
     let n = buf.len() as u64;
     file.write_all(buf)?;
     buf.clear();
-    throttle.account(n);
+    throttle.account(n)?;
     Ok(n)
 }
 

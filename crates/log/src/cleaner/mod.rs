@@ -19,7 +19,7 @@ mod view;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -103,7 +103,7 @@ pub fn clean_now(
     let Some(plan) = view.plan(first_dirty, now_ms, force) else {
         return Ok(None);
     };
-    let mut map = OffsetMap::with_memory(map_memory_bytes);
+    let mut map = OffsetMap::with_memory_for(map_memory_bytes, clean::dirty_records(&view, &plan));
     let outcome = clean_log(&view, &plan, &mut map, now_ms, &mut Throttle::unlimited())
         .map_err(|e| LogError::Corrupted(e.to_string()))?;
     install(log, &outcome, now_ms).map(Some)
@@ -175,6 +175,8 @@ struct Shared {
     state: Mutex<State>,
     wake: Condvar,
     totals: CleanerTotals,
+    /// Set on drop: a running pass ends at its next batch.
+    stop: Arc<AtomicBool>,
 }
 
 #[derive(Default)]
@@ -212,6 +214,7 @@ impl LogCleaner {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             totals: CleanerTotals::default(),
+            stop: Arc::new(AtomicBool::new(false)),
         });
         let mut handles = Vec::with_capacity(threads);
         for i in 0..threads {
@@ -239,6 +242,7 @@ impl LogCleaner {
 
 impl Drop for LogCleaner {
     fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.state.lock().expect("cleaner state").stopped = true;
         self.shared.wake.notify_all();
         for h in self.threads.drain(..) {

@@ -13,8 +13,9 @@ pub const LOAD_FACTOR: f64 = 0.9;
 /// Smallest map: a dedupe buffer below this is raised to it.
 const MIN_SLOTS: usize = 16;
 
-/// An empty slot's offset (real offsets are never negative).
-const EMPTY: i64 = -1;
+/// An empty slot. Slots hold `offset + 1`, so a new map is all zeros, which the allocator
+/// hands out as untouched pages (no memset of the whole buffer per pass).
+const EMPTY: i64 = 0;
 
 /// Key → latest offset, bounded by the memory given at creation.
 pub struct OffsetMap {
@@ -40,7 +41,14 @@ impl OffsetMap {
     /// A map using at most about `memory_bytes` (`log.cleaner.dedupe.buffer.size` per thread).
     /// The memory is zeroed lazily by the allocator, so a map used for few keys touches few pages.
     pub fn with_memory(memory_bytes: usize) -> OffsetMap {
-        let slots = (memory_bytes / SLOT_BYTES).max(MIN_SLOTS);
+        OffsetMap::with_memory_for(memory_bytes, usize::MAX)
+    }
+
+    /// A map of at most `memory_bytes`, and no larger than `max_keys` keys need (a pass over
+    /// few records does not touch the whole dedupe buffer).
+    pub fn with_memory_for(memory_bytes: usize, max_keys: usize) -> OffsetMap {
+        let needed = ((max_keys as f64 / LOAD_FACTOR) as usize).saturating_add(1);
+        let slots = (memory_bytes / SLOT_BYTES).min(needed).max(MIN_SLOTS);
         OffsetMap {
             hashes: vec![[0; 2]; slots],
             offsets: vec![EMPTY; slots],
@@ -91,14 +99,14 @@ impl OffsetMap {
             self.entries += 1;
             self.hashes[i] = hash;
         }
-        self.offsets[i] = offset;
+        self.offsets[i] = offset + 1;
         self.latest_offset = self.latest_offset.max(offset);
     }
 
     /// The latest offset recorded for `key`, if any.
     pub fn get(&self, key: &[u8]) -> Option<i64> {
         let i = self.slot_of(key_hash(key));
-        (self.offsets[i] != EMPTY).then(|| self.offsets[i])
+        (self.offsets[i] != EMPTY).then(|| self.offsets[i] - 1)
     }
 }
 
@@ -119,5 +127,9 @@ mod tests {
         assert_eq!(m.latest_offset(), 499);
         assert!(!m.would_overflow(m.capacity() - 100));
         assert!(m.would_overflow(m.capacity() - 99));
+        m.put(b"zero", 0);
+        assert_eq!(m.get(b"zero"), Some(0));
+        let small = OffsetMap::with_memory_for(1 << 30, 1000);
+        assert!(small.capacity() >= 1000 && small.capacity() < 1100);
     }
 }

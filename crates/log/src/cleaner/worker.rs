@@ -108,10 +108,11 @@ fn checkpoint_of(state: &mut super::State, view: &CleanView) -> Option<i64> {
 fn clean_one(shared: &Shared, picked: Picked, map_bytes: usize, rate: f64, now_ms: i64) {
     let Picked { log, view, plan } = picked;
     let started = Instant::now();
-    let mut map = OffsetMap::with_memory(map_bytes);
-    let mut throttle = Throttle::new(rate);
+    let mut map = OffsetMap::with_memory_for(map_bytes, super::clean::dirty_records(&view, &plan));
+    let mut throttle = Throttle::with_stop(rate, Arc::clone(&shared.stop));
     let outcome = match clean_log(&view, &plan, &mut map, now_ms, &mut throttle) {
         Ok(o) => o,
+        Err(super::CleanError::Stopped(_)) => return,
         Err(e) => {
             fail(shared, &view, &e.to_string());
             return;
