@@ -151,6 +151,10 @@ pub fn install_each(
                 break;
             }
         }
+        if let Some(dir) = g.cleaned_path.as_deref().and_then(std::path::Path::parent) {
+            // The new segment's indexes, fsynced without holding up appends.
+            swap::sync_installed(dir, g.base_offset)?;
+        }
         stats.groups_installed += 1;
         stats.bytes_read += g.bytes_read;
         stats.bytes_written += g.bytes_written;

@@ -122,8 +122,8 @@ impl Log {
                 bad.error
             )));
         }
+        // The indexes are fsynced by `sync_installed`, after the lock is released.
         seg.seal()?;
-        seg.flush()?;
         if let Some(old) = self.segments.insert(x, seg) {
             // Its files are already replaced: only the descriptors and mappings go.
             crate::reaper::release(old);
@@ -131,6 +131,19 @@ impl Log {
         self.refresh_group_files()?;
         Ok(true)
     }
+}
+
+/// fsync the indexes of the installed segment `base` (outside the log's lock).
+pub fn sync_installed(dir: &Path, base: i64) -> io::Result<()> {
+    for path in [index_path(dir, base), time_index_path(dir, base)] {
+        match fs::File::open(&path) {
+            Ok(f) => f.sync_all()?,
+            // Deleted meanwhile (retention, truncation): nothing to make durable.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Recovery: complete every interrupted swap in `dir` and remove `.cleaned` leftovers. Runs
