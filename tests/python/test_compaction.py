@@ -14,6 +14,7 @@ cleaner's backoff is 100 ms, so passes happen within seconds.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 
@@ -120,6 +121,13 @@ def test_compacted_topic_keeps_the_latest_value_per_key(broker_factory, topic_na
     assert len(records) == 50
     check_latest(records, latest)
     assert "cleaned log" in broker.log_text()
+    # After a restart the next pass starts at cleaner-offset-checkpoint, not at offset 0.
+    assert (broker.data_dir / "cleaner-offset-checkpoint").exists()
+    broker.restart()
+    latest.update(produce(broker.bootstrap, topic_name, overwrites(keys=50, versions=5)))
+    check_latest(wait_until_compacted(broker.bootstrap, topic_name, expected_count=50), latest)
+    after_restart = broker.log_text().split("===== start #2", 1)[1]
+    assert re.search(r"cleaned log .*first_dirty=[1-9]", after_restart), "the checkpoint was not used"
 
 
 def test_tombstones_vanish_after_delete_retention(broker_factory, topic_name):

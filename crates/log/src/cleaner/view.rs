@@ -159,3 +159,103 @@ impl CleanView {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use streamforge_protocol::batch::testing::{BatchSpec, build_batch};
+
+    /// Segments of `size` bytes each: (base, next, largest timestamp = first timestamp).
+    fn view(segments: &[(i64, i64, i64)], config: LogConfig) -> CleanView {
+        let segments = segments
+            .iter()
+            .map(|&(base, next, ts)| {
+                let spec = BatchSpec {
+                    base_offset: base,
+                    base_timestamp: ts,
+                    ..BatchSpec::default()
+                };
+                let bytes = Bytes::from(build_batch(spec, &[(Some(b"k"), Some(b"v"))]));
+                CleanableSegment {
+                    base_offset: base,
+                    next_offset: next,
+                    size_bytes: 1000,
+                    largest_timestamp_ms: Some(ts),
+                    bytes,
+                }
+            })
+            .collect::<Vec<_>>();
+        CleanView {
+            dir: PathBuf::from("/nonexistent/t-0"),
+            log_start_offset: 0,
+            active_base_offset: segments.last().map_or(0, |s| s.next_offset),
+            segments,
+            config,
+            producer_last_offsets: HashMap::new(),
+        }
+    }
+
+    fn compacted() -> LogConfig {
+        LogConfig {
+            compact: true,
+            ..LogConfig::default()
+        }
+    }
+
+    #[test]
+    fn the_dirty_ratio_decides_unless_forced_or_overdue() {
+        let v = view(
+            &[(0, 10, 100), (10, 20, 200), (20, 30, 300), (30, 40, 400)],
+            compacted(),
+        );
+        // Nothing cleaned yet: all dirty, ratio 1.
+        let p = v.plan(None, 1_000, false).unwrap();
+        assert_eq!((p.first_dirty_offset, p.first_uncleanable_offset), (0, 40));
+        assert_eq!(p.dirty_ratio, 1.0);
+        // Three of four segments clean: 0.25 < 0.5.
+        assert_eq!(v.plan(Some(30), 1_000, false), None);
+        let forced = v.plan(Some(30), 1_000, true).unwrap();
+        assert_eq!(forced.dirty_ratio, 0.25);
+        // All clean: only a forced pass (a tombstone's horizon) runs, over the clean section.
+        assert_eq!(v.plan(Some(40), 1_000, false), None);
+        assert_eq!(
+            v.plan(Some(40), 1_000, true).unwrap().first_dirty_offset,
+            40
+        );
+        // max.compaction.lag.ms: the first dirty segment's first batch is older than it.
+        let overdue = view(
+            &[(0, 10, 100), (10, 20, 200), (20, 30, 300), (30, 40, 400)],
+            LogConfig {
+                max_compaction_lag_ms: 500,
+                ..compacted()
+            },
+        );
+        assert!(overdue.plan(Some(30), 1_000, false).is_some());
+        assert!(overdue.plan(Some(30), 800, false).is_none());
+    }
+
+    #[test]
+    fn min_compaction_lag_keeps_recent_segments_dirty() {
+        let config = LogConfig {
+            min_compaction_lag_ms: 500,
+            ..compacted()
+        };
+        let v = view(&[(0, 10, 100), (10, 20, 200), (20, 30, 900)], config);
+        let p = v.plan(None, 1_000, false).unwrap();
+        assert_eq!(
+            p.first_uncleanable_offset, 20,
+            "the segment with a record 100 ms old stays"
+        );
+        assert_eq!(
+            v.plan(None, 50_000, false)
+                .unwrap()
+                .first_uncleanable_offset,
+            30
+        );
+        // A checkpoint outside the log (a recreated topic) starts from the log start.
+        assert_eq!(
+            v.plan(Some(99), 50_000, false).unwrap().first_dirty_offset,
+            0
+        );
+    }
+}
