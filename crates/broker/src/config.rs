@@ -64,6 +64,10 @@ pub struct BrokerConfig {
     pub log_scrub_interval_ms: u64,
     /// Graceful shutdown: longest wait for in-flight requests before closing the logs.
     pub shutdown_grace_ms: u64,
+    /// `log.cleaner.enable` (default true): run the log cleaner for compacted topics.
+    pub log_cleaner_enable: bool,
+    /// `log.cleaner.*`: threads, dedupe buffer, I/O limit, backoff.
+    pub log_cleaner: streamforge_log::CleanerConfig,
     /// Consumer groups: coordinator settings and the `__consumer_offsets` topic.
     pub groups: crate::group_service::GroupsConfig,
     /// Dashboard + /metrics listener (`None` = off). Wired by the http crate.
@@ -105,6 +109,8 @@ impl Default for BrokerConfig {
             max_partitions: None,
             log_scrub_interval_ms: 0,
             shutdown_grace_ms: 10_000,
+            log_cleaner_enable: true,
+            log_cleaner: streamforge_log::CleanerConfig::default(),
             groups: Default::default(),
             // Loopback: the dashboard has no authentication and can create and delete topics.
             http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),

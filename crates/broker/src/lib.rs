@@ -2,6 +2,7 @@
 //! listener, opens the partition logs and serves until `BrokerHandle::shutdown`.
 #![forbid(unsafe_code)]
 
+mod cleaner;
 pub mod config;
 mod connection;
 pub mod data_dir_lock;
@@ -199,6 +200,7 @@ impl Broker {
         let housekeeping = state.spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
         state.spawn(tiered::run(state.clone(), shutdown_rx.clone()));
         state.spawn(scrubber::run(state.clone(), shutdown_rx.clone()));
+        let cleaner = cleaner::start(&state);
         let serving = state.spawn(server::run(
             state.clone(),
             listener,
@@ -211,6 +213,7 @@ impl Broker {
             state,
             shutdown_tx,
             serving,
+            cleaner,
             _data_dir_lock: data_dir_lock,
         })
     }
@@ -326,6 +329,8 @@ pub struct BrokerHandle {
     state: Arc<BrokerState>,
     shutdown_tx: watch::Sender<bool>,
     serving: JoinHandle<()>,
+    /// The log cleaner's threads (stopped before the logs close).
+    cleaner: Option<streamforge_log::LogCleaner>,
     /// Held until the handle is dropped (after shutdown closed every log).
     _data_dir_lock: data_dir_lock::DataDirLock,
 }
@@ -350,6 +355,10 @@ impl BrokerHandle {
     pub async fn shutdown(self) {
         tracing::info!("broker shutting down");
         let _ = self.shutdown_tx.send(true);
+        if let Some(cleaner) = self.cleaner {
+            // Joining waits for a pass to stop; off the async workers.
+            let _ = tokio::task::spawn_blocking(move || drop(cleaner)).await;
+        }
         if let Some(http) = self.http {
             http.shutdown().await;
         }

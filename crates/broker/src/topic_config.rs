@@ -365,9 +365,23 @@ pub fn log_config(defaults: &LogConfig, overrides: &BTreeMap<String, String>) ->
                     TimestampType::CreateTime
                 }
             }
-            "cleanup.policy" => c.compact = v.split(',').any(|p| p.trim() == "compact"),
+            "cleanup.policy" => {
+                c.compact = v.split(',').any(|p| p.trim() == "compact");
+                c.delete = v.split(',').any(|p| p.trim() == "delete");
+            }
+            "delete.retention.ms" => c.delete_retention_ms = num(v),
+            "min.compaction.lag.ms" => c.min_compaction_lag_ms = num(v),
+            "max.compaction.lag.ms" => c.max_compaction_lag_ms = num(v),
+            "min.cleanable.dirty.ratio" => {
+                c.min_cleanable_dirty_ratio = v.trim().parse().unwrap_or(0.5)
+            }
             _ => {}
         }
+    }
+    if c.compact && c.max_compaction_lag_ms > 0 {
+        // As Kafka: the active segment rolls by max.compaction.lag.ms too, so a record
+        // becomes cleanable within it.
+        c.segment_ms = c.segment_ms.min(c.max_compaction_lag_ms);
     }
     if crate::tiered::remote_enabled(overrides) {
         // Tiered topics: the tiering pass owns retention (local copies go only after their

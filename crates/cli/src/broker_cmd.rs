@@ -61,6 +61,21 @@ pub struct Args {
     /// damage at ERROR and counting streamforge_scrub_errors_total (0 = off) [default: 0].
     #[arg(long, env = "STREAMFORGE_LOG_SCRUB_INTERVAL_MS")]
     pub log_scrub_interval_ms: Option<u64>,
+    /// `log.cleaner.enable`: compact `cleanup.policy=compact` topics [default: true].
+    #[arg(long, env = "STREAMFORGE_LOG_CLEANER_ENABLE")]
+    pub log_cleaner_enable: Option<bool>,
+    /// `log.cleaner.backoff.ms`: the cleaner's sleep when no log needs cleaning [default: 15000].
+    #[arg(long, env = "STREAMFORGE_LOG_CLEANER_BACKOFF_MS")]
+    pub log_cleaner_backoff_ms: Option<u64>,
+    /// `log.cleaner.dedupe.buffer.size`: memory of the cleaner's offset maps [default: 134217728].
+    #[arg(long, env = "STREAMFORGE_LOG_CLEANER_DEDUPE_BUFFER_SIZE")]
+    pub log_cleaner_dedupe_buffer_size: Option<usize>,
+    /// `log.cleaner.io.max.bytes.per.second`: the cleaner's read+write limit [default: unlimited].
+    #[arg(long, env = "STREAMFORGE_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND")]
+    pub log_cleaner_io_max_bytes_per_second: Option<f64>,
+    /// `log.cleaner.threads` [default: 1].
+    #[arg(long, env = "STREAMFORGE_LOG_CLEANER_THREADS")]
+    pub log_cleaner_threads: Option<usize>,
     /// Default `max.message.bytes` (largest record batch) [default: 1048588].
     #[arg(long, env = "STREAMFORGE_MAX_MESSAGE_BYTES")]
     pub max_message_bytes: Option<u64>,
@@ -134,6 +149,11 @@ struct FileConfig {
     flush_ms: Option<i64>,
     log_flush_background_ms: Option<u64>,
     log_scrub_interval_ms: Option<u64>,
+    log_cleaner_enable: Option<bool>,
+    log_cleaner_backoff_ms: Option<u64>,
+    log_cleaner_dedupe_buffer_size: Option<usize>,
+    log_cleaner_io_max_bytes_per_second: Option<f64>,
+    log_cleaner_threads: Option<usize>,
     max_message_bytes: Option<u64>,
     socket_request_max_bytes: Option<usize>,
     queued_max_request_bytes: Option<usize>,
@@ -197,6 +217,11 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(flush_ms => c.log_defaults.flush_ms);
     set!(log_flush_background_ms);
     set!(log_scrub_interval_ms);
+    set!(log_cleaner_enable);
+    set!(log_cleaner_backoff_ms => c.log_cleaner.backoff_ms);
+    set!(log_cleaner_dedupe_buffer_size => c.log_cleaner.dedupe_buffer_bytes);
+    set!(log_cleaner_io_max_bytes_per_second => c.log_cleaner.io_max_bytes_per_second);
+    set!(log_cleaner_threads => c.log_cleaner.threads);
     set!(max_message_bytes => c.log_defaults.max_message_bytes);
     set!(socket_request_max_bytes);
     set!(queued_max_request_bytes);

@@ -7,6 +7,7 @@
 
 mod background_flush;
 mod checkpoint;
+pub mod cleaner;
 mod epoch;
 mod group_commit;
 mod index;
@@ -19,6 +20,7 @@ mod recovery;
 mod runtime;
 mod scrub;
 mod segment;
+mod stored_batch;
 #[cfg(test)]
 mod tests;
 
@@ -27,6 +29,7 @@ use streamforge_protocol::ResponseError;
 
 pub use crate::background_flush::MAX_PENDING_BACKGROUND_FLUSHES;
 pub use crate::checkpoint::RecoveryPointAdvance;
+pub use crate::cleaner::{CleanerConfig, CleanerLogs, LockedLog, LogCleaner};
 pub use crate::group_commit::{FlushTicket, GroupCommit};
 pub use crate::log::Log;
 pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};
@@ -69,8 +72,23 @@ pub struct LogConfig {
     pub flush_ms: i64,
     /// `message.timestamp.type`.
     pub timestamp_type: TimestampType,
-    /// `cleanup.policy` contains `compact`: keyless records are rejected (INVALID_RECORD).
+    /// `cleanup.policy` contains `compact`: keyless records are rejected (INVALID_RECORD) and
+    /// the log cleaner keeps only the latest record per key (`crate::cleaner`).
     pub compact: bool,
+    /// `cleanup.policy` contains `delete` (default): `retention.ms` / `retention.bytes` delete
+    /// old segments. `compact` alone never deletes by retention, as in Kafka.
+    pub delete: bool,
+    /// `delete.retention.ms` (default 1 day): how long the cleaner keeps a tombstone after the
+    /// pass that first kept it (its batch's delete horizon).
+    pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio` (default 0.5): dirty bytes / cleanable bytes that make the
+    /// log worth cleaning.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms` (default 0): a segment with a record newer than this stays dirty.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms` (default i64::MAX): a dirty segment older than this is cleaned
+    /// whatever the dirty ratio.
+    pub max_compaction_lag_ms: i64,
     /// `producer.id.expiration.ms` (default 1 day): idempotent-producer state is forgotten
     /// after this long without a write from the producer.
     pub producer_id_expiration_ms: i64,
@@ -101,6 +119,11 @@ impl Default for LogConfig {
             flush_ms: i64::MAX,
             timestamp_type: TimestampType::CreateTime,
             compact: false,
+            delete: true,
+            delete_retention_ms: 24 * 3600 * 1000,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             preallocate_window_bytes: 16 << 20,
             runtime: LogRuntime::process_default(),

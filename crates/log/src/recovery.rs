@@ -61,7 +61,8 @@ fn damaged_checkpoint_as_missing(
 pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, LogError> {
     fs::create_dir_all(dir)?;
     // Files removed, cut or created here: the directory needs an fsync before the open is done.
-    let mut dir_changed = false;
+    // A cleaner swap a crash interrupted is completed first (`cleaner/swap.rs`).
+    let mut dir_changed = crate::cleaner::swap::complete_interrupted_swaps(dir)?;
     let mut bases = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -135,9 +136,9 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         let unflushed = next_base > recovery_point;
         // Indexes rebuilt from the log start out preallocated like an active segment's.
         let mut seg_rebuilt = unflushed;
-        if !crate::segment::index_path(dir, base).exists()
-            || !crate::segment::time_index_path(dir, base).exists()
-        {
+        let index_missing = !crate::segment::index_path(dir, base).exists()
+            || !crate::segment::time_index_path(dir, base).exists();
+        if index_missing {
             // `Segment::open` creates it.
             dir_changed = true;
         }
@@ -170,7 +171,9 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
             seg
         } else {
             let mut seg = Segment::open(dir, base, sizing, false, last, now_ms)?;
-            let problem = seg.check_indexes().err().or_else(|| {
+            // A missing index (a completed cleaner swap removes the old one) is rebuilt.
+            let missing = index_missing.then(|| "index files missing".to_string());
+            let problem = missing.or_else(|| seg.check_indexes().err()).or_else(|| {
                 seg.load_tail().map(|b| {
                     format!(
                         "tail walk failed at byte {} (offset {}): {}",

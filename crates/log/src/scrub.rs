@@ -30,7 +30,7 @@ pub fn verify_segment(segment: &SealedSegment) -> Option<BadBatch> {
     for item in BatchIter::new(&segment.bytes) {
         let checked = item.map_err(|e| e.to_string()).and_then(|(_, batch)| {
             batch.verify_crc().map_err(|e| e.to_string())?;
-            batch.validate_header().map_err(|e| e.to_string())?;
+            crate::stored_batch::validate_stored_header(&batch).map_err(|e| e.to_string())?;
             if batch.base_offset() < expected {
                 return Err(format!(
                     "offset {} does not follow {}",

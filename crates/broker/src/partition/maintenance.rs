@@ -90,3 +90,10 @@ impl LocalLog for Partition {
             .map_err(|e| e.to_string())
     }
 }
+
+/// The log cleaner works on the log under the partition's lock (`crate::cleaner`).
+impl streamforge_log::LockedLog for Partition {
+    fn with_log_locked(&self, f: &mut dyn FnMut(&mut streamforge_log::Log)) -> bool {
+        self.with_log(|log| f(log)).is_ok()
+    }
+}

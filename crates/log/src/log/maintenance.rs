@@ -165,6 +165,11 @@ impl Log {
     /// file's modification time (Kafka's `LogSegment.largestTimestamp`); a segment whose age
     /// cannot be known is never deleted by time.
     fn apply_retention(&mut self, now_ms: i64) -> Result<(), LogError> {
+        if !self.config.delete {
+            // `cleanup.policy=compact` alone: the cleaner removes superseded records; nothing
+            // is deleted by age or size (Kafka's rule).
+            return Ok(());
+        }
         let mut deletable = 0usize;
         let mut size_excess = if self.config.retention_bytes >= 0 {
             self.size_bytes() as i64 - self.config.retention_bytes

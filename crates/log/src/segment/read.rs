@@ -70,7 +70,7 @@ impl Segment {
             )));
         }
         RecordBatch::parse(self.batch_bytes(&pos))
-            .and_then(|v| v.validate_header())
+            .and_then(|v| crate::stored_batch::validate_stored_header(&v))
             .map_err(|e| bad(e.to_string()))?;
         Ok(pos)
     }

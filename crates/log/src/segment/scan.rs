@@ -138,8 +138,10 @@ impl Segment {
                         .populate(position as usize, self.size_bytes as usize);
                     populated = true;
                 }
-                let checked = RecordBatch::parse(self.batch_bytes(&pos))
-                    .and_then(|v| v.verify_crc().and_then(|_| v.validate_header()));
+                let checked = RecordBatch::parse(self.batch_bytes(&pos)).and_then(|v| {
+                    v.verify_crc()
+                        .and_then(|_| crate::stored_batch::validate_stored_header(&v))
+                });
                 if let Err(e) = checked {
                     return ScanOutcome {
                         valid_batches,
@@ -173,7 +175,7 @@ impl Segment {
             let checked = self.header_at(position).and_then(|pos| {
                 let v = RecordBatch::parse(self.batch_bytes(&pos))?;
                 v.verify_crc()?;
-                v.validate_header()?;
+                crate::stored_batch::validate_stored_header(&v)?;
                 Ok(pos)
             });
             match checked {
