@@ -14,6 +14,7 @@
 mod maintenance;
 mod offsets;
 mod read;
+pub mod replica;
 #[cfg(test)]
 mod tests;
 
