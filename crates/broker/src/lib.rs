@@ -6,6 +6,7 @@ pub mod config;
 mod connection;
 pub mod data_dir_lock;
 pub mod dynamic_config;
+pub mod fetcher;
 pub mod frame_pool;
 pub mod group_service;
 pub mod handlers;
@@ -84,6 +85,8 @@ pub struct BrokerState {
     pub request_memory: Arc<tokio::sync::Semaphore>,
     /// Reused buffers for large request frames.
     pub frame_pool: frame_pool::FramePool,
+    /// acks=all Produce requests waiting for their ISR.
+    pub produce_purgatory: partition::purgatory::ProducePurgatory,
     /// Flips to `true` when the broker shuts down (long polls return early).
     pub shutdown: watch::Receiver<bool>,
     /// Tiered storage: uploads, remote reads, tiered retention.
@@ -169,6 +172,7 @@ impl Broker {
             connections: AtomicUsize::new(0),
             request_memory: Arc::new(tokio::sync::Semaphore::new(request_memory_kib)),
             frame_pool: frame_pool::FramePool::default(),
+            produce_purgatory: Default::default(),
             shutdown: shutdown_rx.clone(),
             clock: Arc::clone(&config_clock),
             metrics,
