@@ -6,4 +6,6 @@ pub mod apply;
 pub use apply::{Applied, FetchedPartition, apply, replicate_once, whole_batches};
 
 #[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
 mod tests;

@@ -308,8 +308,10 @@ impl Partition {
         leader_high_watermark: i64,
     ) -> Result<i64, PartitionError> {
         let hw = self.with_follower_log(leader_epoch, |log| {
-            if !batches.is_empty() {
-                log.append_as_follower(batches)?;
+            // One call per run of batches with the same leader epoch: the log records one
+            // epoch start per call (the simulation found epochs lost when a fetch spanned two).
+            for run in epoch_runs(batches) {
+                log.append_as_follower(run)?;
             }
             let hw = leader_high_watermark.min(log.log_end_offset());
             if hw > log.high_watermark() {
@@ -390,6 +392,29 @@ impl Partition {
             Ok(out)
         })?
     }
+}
+
+/// Split whole batches into runs that share a `partitionLeaderEpoch`.
+fn epoch_runs(batches: &[u8]) -> Vec<&[u8]> {
+    use streamforge_protocol::batch::RecordBatchHeader;
+    let mut runs = Vec::new();
+    let (mut start, mut pos, mut epoch) = (0usize, 0usize, None);
+    while pos < batches.len() {
+        let Ok(h) = RecordBatchHeader::parse(&batches[pos..]) else {
+            break;
+        };
+        if epoch.is_some_and(|e| e != h.partition_leader_epoch()) {
+            runs.push(&batches[start..pos]);
+            start = pos;
+        }
+        epoch = Some(h.partition_leader_epoch());
+        pos += h.total_bytes();
+    }
+    // The rest (or a malformed tail, which the log's validation refuses).
+    if start < batches.len() {
+        runs.push(&batches[start..]);
+    }
+    runs
 }
 
 /// Most batches [`Partition::batch_ids`] lists.
