@@ -74,6 +74,14 @@ pub struct FollowerRead {
     pub diverging_epoch: Option<(i32, i64)>,
 }
 
+/// A follower read under the lock: the read, a divergence, an ISR intent and a moved HW.
+type LockedFollowerRead = (
+    ReadResult,
+    Option<(i32, i64)>,
+    Option<(AlterPartitionIntent, IsrChangeSink)>,
+    Option<i64>,
+);
+
 /// Where a follower is: what its next Fetch asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FollowerPosition {
@@ -202,55 +210,7 @@ impl Partition {
             let Some(replica) = serving.replica.as_mut() else {
                 return Err(PartitionError::NotLeaderOrFollower);
             };
-            if let Some(diverging) = diverging_epoch(log, params.fetch_offset, fetch) {
-                let read = ReadResult {
-                    offsets: local_offsets(log),
-                    records: Ok(ReadInfo::default()),
-                };
-                (read, Some(diverging), None, None)
-            } else if params.fetch_offset > log.log_end_offset()
-                || params.fetch_offset < log.log_start_offset()
-            {
-                let records = Err(PartitionError::Log(
-                    streamforge_log::LogError::OffsetOutOfRange {
-                        offset: params.fetch_offset,
-                        log_start: log.log_start_offset(),
-                        log_end: log.log_end_offset(),
-                    },
-                ));
-                let read = ReadResult {
-                    offsets: local_offsets(log),
-                    records,
-                };
-                (read, None, None, None)
-            } else {
-                let outcome = replica
-                    .leader
-                    .on_follower_fetch(
-                        fetch.replica_id,
-                        params.fetch_offset,
-                        log.log_end_offset(),
-                        now_ms,
-                    )
-                    .map_err(|_| PartitionError::NotLeaderOrFollower)?;
-                if let Some(hw) = outcome.high_watermark {
-                    log.set_high_watermark(hw);
-                }
-                let intent = outcome
-                    .isr_change
-                    .map(|c| (self.intent(replica, c), replica.sink.clone()));
-                let offsets = local_offsets(log);
-                let records = log
-                    .read(
-                        params.fetch_offset,
-                        params.max_bytes,
-                        offsets.log_end_offset,
-                        params.min_one_message,
-                    )
-                    .map_err(PartitionError::Log);
-                let read = ReadResult { offsets, records };
-                (read, None, intent, outcome.high_watermark)
-            }
+            self.follower_read_locked(log, replica, params, fetch, now_ms)?
         };
         if let Some(hw) = hw_moved {
             self.hw_tx.send_replace(hw);
@@ -266,6 +226,66 @@ impl Partition {
             },
             diverging_epoch: diverging,
         })
+    }
+
+    /// The part of [`Self::read_for_follower`] under the partition lock.
+    fn follower_read_locked(
+        &self,
+        log: &mut Log,
+        replica: &mut ReplicaSet,
+        params: FetchParams,
+        fetch: FollowerFetch,
+        now_ms: i64,
+    ) -> Result<LockedFollowerRead, PartitionError> {
+        if let Some(diverging) = diverging_epoch(log, params.fetch_offset, fetch) {
+            let read = ReadResult {
+                offsets: local_offsets(log),
+                records: Ok(ReadInfo::default()),
+            };
+            Ok((read, Some(diverging), None, None))
+        } else if params.fetch_offset > log.log_end_offset()
+            || params.fetch_offset < log.log_start_offset()
+        {
+            let records = Err(PartitionError::Log(
+                streamforge_log::LogError::OffsetOutOfRange {
+                    offset: params.fetch_offset,
+                    log_start: log.log_start_offset(),
+                    log_end: log.log_end_offset(),
+                },
+            ));
+            let read = ReadResult {
+                offsets: local_offsets(log),
+                records,
+            };
+            Ok((read, None, None, None))
+        } else {
+            let outcome = replica
+                .leader
+                .on_follower_fetch(
+                    fetch.replica_id,
+                    params.fetch_offset,
+                    log.log_end_offset(),
+                    now_ms,
+                )
+                .map_err(|_| PartitionError::NotLeaderOrFollower)?;
+            if let Some(hw) = outcome.high_watermark {
+                log.set_high_watermark(hw);
+            }
+            let intent = outcome
+                .isr_change
+                .map(|c| (self.intent(replica, c), replica.sink.clone()));
+            let offsets = local_offsets(log);
+            let records = log
+                .read(
+                    params.fetch_offset,
+                    params.max_bytes,
+                    offsets.log_end_offset,
+                    params.min_one_message,
+                )
+                .map_err(PartitionError::Log);
+            let read = ReadResult { offsets, records };
+            Ok((read, None, intent, outcome.high_watermark))
+        }
     }
 
     /// Run `f` on the log if this broker follows in `leader_epoch` (a fetcher's answer from
