@@ -54,6 +54,8 @@ pub struct BrokerConfig {
     pub replica_fetch_max_bytes: usize,
     /// `replica.fetch.response.max.bytes`: response cap for Fetch requests with a replica id.
     pub replica_fetch_response_max_bytes: usize,
+    /// `replica.lag.time.max.ms`: an ISR member that has not caught up for this long is dropped.
+    pub replica_lag_time_max_ms: i64,
     /// Most partitions this broker hosts (all topics); CreateTopics/CreatePartitions and
     /// auto-creation past it fail. `None` = derived from the open-files limit and
     /// `vm.max_map_count` at start-up (`partition_limit::resolve`).
@@ -106,6 +108,7 @@ impl Default for BrokerConfig {
             fetch_max_bytes: 57_671_680,
             replica_fetch_max_bytes: 1024 * 1024,
             replica_fetch_response_max_bytes: 10 * 1024 * 1024,
+            replica_lag_time_max_ms: crate::partition::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
             max_partitions: None,
             log_scrub_interval_ms: 0,
             shutdown_grace_ms: 10_000,

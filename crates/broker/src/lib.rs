@@ -7,6 +7,7 @@ pub mod config;
 mod connection;
 pub mod data_dir_lock;
 pub mod dynamic_config;
+pub mod fetcher;
 pub mod frame_pool;
 pub mod group_service;
 pub mod handlers;
@@ -85,6 +86,10 @@ pub struct BrokerState {
     pub request_memory: Arc<tokio::sync::Semaphore>,
     /// Reused buffers for large request frames.
     pub frame_pool: frame_pool::FramePool,
+    /// acks=all Produce requests waiting for their ISR.
+    pub produce_purgatory: partition::purgatory::ProducePurgatory,
+    /// Follower fetchers, one per source broker.
+    pub fetchers: fetcher::FetcherManager,
     /// Flips to `true` when the broker shuts down (long polls return early).
     pub shutdown: watch::Receiver<bool>,
     /// Tiered storage: uploads, remote reads, tiered retention.
@@ -157,6 +162,11 @@ impl Broker {
         let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let config_clock = Arc::clone(&config.clock);
+        let fetcher_config = fetcher::FetcherConfig {
+            node_id: config.node_id,
+            partition_max_bytes: config.replica_fetch_max_bytes,
+            response_max_bytes: config.replica_fetch_response_max_bytes,
+        };
         let state = Arc::new(BrokerState {
             tiering,
             config,
@@ -170,6 +180,8 @@ impl Broker {
             connections: AtomicUsize::new(0),
             request_memory: Arc::new(tokio::sync::Semaphore::new(request_memory_kib)),
             frame_pool: frame_pool::FramePool::default(),
+            produce_purgatory: Default::default(),
+            fetchers: fetcher::FetcherManager::new(fetcher_config, shutdown_rx.clone()),
             shutdown: shutdown_rx.clone(),
             clock: Arc::clone(&config_clock),
             metrics,

@@ -31,6 +31,8 @@ pub struct FetchPartition {
     pub aborted_transactions: Option<Vec<AbortedTxn>>,
     /// Whole record batches as zero-copy slices of segment files.
     pub records: Vec<Bytes>,
+    /// A follower's log diverges: `(epoch, end offset)` to truncate by (v12+ tagged field 0).
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 /// One topic of a Fetch response.
@@ -107,8 +109,19 @@ pub fn write_fetch_response(
             for slice in &p.records {
                 w.slice(slice.clone());
             }
-            if flexible {
-                w.cur.put_u8(0); // partition tagged fields
+            match (flexible, p.diverging_epoch) {
+                (true, Some((epoch, end_offset))) => {
+                    // One tagged field: tag 0 (DivergingEpoch), 13 bytes: epoch, end offset,
+                    // and the struct's own empty tagged fields.
+                    w.cur.put_u8(1);
+                    w.cur.put_u8(0);
+                    w.cur.put_u8(13);
+                    w.cur.put_i32(epoch);
+                    w.cur.put_i64(end_offset);
+                    w.cur.put_u8(0);
+                }
+                (true, None) => w.cur.put_u8(0), // partition tagged fields
+                (false, _) => {}
             }
         }
         if flexible {
@@ -233,6 +246,7 @@ mod tests {
                             first_offset: 4,
                         }]),
                         records: vec![],
+                        diverging_epoch: Some((3, 17)),
                     },
                 ],
             }],
@@ -270,6 +284,14 @@ mod tests {
             }
             assert_eq!(p1.aborted_transactions.as_ref().unwrap()[0].producer_id, 9);
             assert_eq!(p1.records.as_deref(), Some(&b""[..]));
+            if version >= 12 {
+                let d = &p1.diverging_epoch;
+                assert_eq!((d.epoch, d.end_offset), (3, 17));
+                assert_eq!(
+                    t.partitions[0].diverging_epoch.epoch, -1,
+                    "absent = default"
+                );
+            }
         }
     }
 

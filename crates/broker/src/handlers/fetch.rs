@@ -73,6 +73,10 @@ struct PlannedPartition {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: usize,
+    /// The fetcher's view of the leader epoch (v9+, -1 = not checked).
+    current_leader_epoch: i32,
+    /// A follower's last fetched epoch (v12+, -1 = unknown).
+    last_fetched_epoch: i32,
 }
 
 /// What a Fetch request asks for, with the broker's caps applied and every topic-partition
@@ -116,6 +120,8 @@ impl FetchPlan {
                     partition: p.partition,
                     fetch_offset: p.fetch_offset,
                     partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(partition_cap),
+                    current_leader_epoch: p.current_leader_epoch,
+                    last_fetched_epoch: p.last_fetched_epoch,
                 };
                 match index.get(&(t.topic.0.as_str(), p.partition)) {
                     Some(&(ti, pi)) => topics[ti].1[pi] = planned,
@@ -175,7 +181,17 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                 isolation: plan.isolation,
                 replica_id: plan.replica_id,
             };
-            match partition.read(params).await {
+            let read = if plan.replica_id >= 0 {
+                read_for_follower(state, &partition, params, p, plan.replica_id).map(
+                    |(read, diverging)| {
+                        fp.diverging_epoch = diverging;
+                        read
+                    },
+                )
+            } else {
+                partition.read(params).await
+            };
+            match read {
                 Ok(read) => {
                     fp.high_watermark = read.offsets.high_watermark;
                     fp.last_stable_offset = read.offsets.last_stable_offset;
@@ -203,6 +219,23 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
         out.topics.push(topic);
     }
     out
+}
+
+/// A follower's fetch: its position moves the leader's high watermark and ISR.
+fn read_for_follower(
+    state: &BrokerState,
+    partition: &crate::Partition,
+    params: FetchParams,
+    planned: &PlannedPartition,
+    replica_id: i32,
+) -> Result<(crate::partition::ReadResult, Option<(i32, i64)>), crate::partition::PartitionError> {
+    let fetch = crate::partition::FollowerFetch {
+        replica_id,
+        current_leader_epoch: planned.current_leader_epoch,
+        last_fetched_epoch: planned.last_fetched_epoch,
+    };
+    let read = partition.read_for_follower(params, fetch, state.clock.now_ms())?;
+    Ok((read.read, read.diverging_epoch))
 }
 
 fn respond(req: &RequestFrame, read: FetchPass) -> streamforge_protocol::ResponseFrame {

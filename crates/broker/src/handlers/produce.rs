@@ -18,6 +18,7 @@ use streamforge_protocol::{ErrorCode, RequestFrame};
 
 use crate::BrokerState;
 use crate::handlers::{message, topic_name};
+use crate::partition::replica::Replication;
 use crate::partition::{Acks, AppendParams, Partition, PartitionError};
 use crate::replica_manager::is_internal_topic;
 use crate::router::{HandlerError, HandlerResult};
@@ -83,7 +84,10 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     }
     // Destructuring the temporary drops its other fields (and their slices of the frame) now.
     let ProduceRequest {
-        acks, topic_data, ..
+        acks,
+        timeout_ms,
+        topic_data,
+        ..
     } = req.decode::<ProduceRequest>()?;
     let append_acks = Acks::from_kafka(acks);
     let body_start = req.body.as_ptr() as usize;
@@ -118,6 +122,10 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
 
     let mut any_error = false;
     let mut resp = ProduceResponse::default();
+    // acks=all appends whose ISR has not got them yet: (topic, partition) positions in the
+    // response, and what to wait for.
+    let mut delayed: Vec<(usize, usize)> = Vec::new();
+    let mut delayed_waits: Vec<(Arc<Partition>, i64)> = Vec::new();
     for (name, parts) in topics {
         let mut t = TopicProduceResponse::default();
         t.name = topic_name(&name);
@@ -135,6 +143,16 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             };
             match result {
                 Ok(info) => {
+                    if append_acks == Some(Acks::All)
+                        && let Some(partition) = state.replicas.partition(&name, p.index)
+                        && matches!(
+                            partition.replication(info.last_offset + 1),
+                            Ok(Replication::Pending)
+                        )
+                    {
+                        delayed.push((resp.responses.len(), t.partition_responses.len()));
+                        delayed_waits.push((partition, info.last_offset + 1));
+                    }
                     r.error_code = 0;
                     r.base_offset = info.first_offset;
                     r.log_append_time_ms = info.log_append_time_ms;
@@ -163,6 +181,19 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     }
     if let Body::Owned(buf) = body {
         state.frame_pool.give(buf);
+    }
+    if !delayed_waits.is_empty() {
+        let timeout = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+        let results = state.produce_purgatory.wait(&delayed_waits, timeout).await;
+        for ((ti, pi), result) in delayed.into_iter().zip(results) {
+            if let Err(e) = result {
+                let r = &mut resp.responses[ti].partition_responses[pi];
+                tracing::debug!(partition = r.index, error = %e, "acks=all produce not replicated");
+                r.error_code = e.kafka_code();
+                r.error_message = message(e.to_string());
+                r.base_offset = -1;
+            }
+        }
     }
     crate::request_metrics::count(
         "Produce",

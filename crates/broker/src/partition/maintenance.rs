@@ -16,6 +16,8 @@ impl Partition {
     /// flush (`background_flush_ms`, 0 = off), which only queues the fsync for the log crate's
     /// flusher thread. The checkpoint's fsync runs after the log's lock is released.
     pub fn tick(&self, now_ms: i64, background_flush_ms: u64) {
+        // A leader with followers drops the ones lagging past `replica.lag.time.max.ms`.
+        self.maybe_shrink_isr(now_ms);
         let interval_ms = i64::try_from(background_flush_ms).unwrap_or(i64::MAX);
         let ticked = self.with_log(|log| {
             let r = log.tick_deferred(now_ms);

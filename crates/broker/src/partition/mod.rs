@@ -13,7 +13,10 @@
 
 mod maintenance;
 mod offsets;
+pub mod purgatory;
 mod read;
+pub mod replica;
+mod replication;
 #[cfg(test)]
 mod tests;
 
@@ -31,6 +34,7 @@ use crate::util::now_ms;
 
 pub use offsets::{DELETE_TO_HIGH_WATERMARK, FoundOffset, OffsetSpec};
 pub use read::{FetchIsolation, FetchParams, ReadResult};
+pub use replication::{AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink};
 
 /// Leader epoch of a partition this broker leads from its creation (no elections yet).
 pub const LEADER_EPOCH: i32 = 0;
@@ -117,6 +121,15 @@ pub enum PartitionError {
     },
     #[error("{0}")]
     InvalidRequest(String),
+    /// acks=all before the append: the ISR is smaller than `min.insync.replicas`.
+    #[error("the ISR has {isr} members, fewer than min.insync.replicas {min}")]
+    NotEnoughReplicas { isr: usize, min: usize },
+    /// acks=all: appended and committed, but the ISR shrank below `min.insync.replicas`.
+    #[error("the ISR shrank below min.insync.replicas after the append")]
+    NotEnoughReplicasAfterAppend,
+    /// acks=all: the ISR did not get the batch within the request's `timeout_ms`.
+    #[error("the in-sync replicas did not acknowledge within the request timeout")]
+    RequestTimedOut,
     /// A tiered partition whose remote state is not loaded yet (store unreachable since
     /// start-up): retriable, so a consumer waits instead of resetting its offset.
     #[error("the remote storage of this tiered partition is not loaded yet")]
@@ -139,6 +152,11 @@ impl PartitionError {
             PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch.code(),
             PartitionError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
             PartitionError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
+            PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas.code(),
+            PartitionError::NotEnoughReplicasAfterAppend => {
+                ResponseError::NotEnoughReplicasAfterAppend.code()
+            }
+            PartitionError::RequestTimedOut => ResponseError::RequestTimedOut.code(),
             PartitionError::Remote(e) => e.kafka_code(),
             PartitionError::Log(e) => e.kafka_code(),
         }
@@ -176,6 +194,8 @@ struct Serving {
     leader_epoch: i32,
     /// The leader's broker id while this broker follows.
     leader_id: Option<i32>,
+    /// The followers this leader tracks (`None`: the ISR is this broker alone).
+    replica: Option<replication::ReplicaSet>,
 }
 
 /// One partition hosted by this broker.
@@ -221,6 +241,7 @@ impl Partition {
                     role: PartitionRole::Leader,
                     leader_epoch,
                     leader_id: None,
+                    replica: None,
                 },
             }),
             offline: None,
@@ -259,6 +280,7 @@ impl Partition {
                             role: PartitionRole::Leader,
                             leader_epoch: LEADER_EPOCH,
                             leader_id: None,
+                            replica: None,
                         },
                     }),
                     offline: Some(e.to_string()),
@@ -325,6 +347,10 @@ impl Partition {
             serving.role = PartitionRole::Leader;
             serving.leader_epoch = leader_epoch;
             serving.leader_id = None;
+            serving.replica = None;
+            // Alone in the ISR: everything this log holds is committed.
+            let leo = log.log_end_offset();
+            log.set_high_watermark(leo);
             Ok(log.high_watermark())
         })??;
         self.hw_tx.send_replace(hw);
@@ -345,6 +371,7 @@ impl Partition {
             serving.role = PartitionRole::Follower;
             serving.leader_epoch = leader_epoch;
             serving.leader_id = Some(leader_id);
+            serving.replica = None;
             Ok(log.high_watermark())
         })??;
         self.hw_tx.send_replace(hw);
@@ -359,6 +386,7 @@ impl Partition {
             let mut state = self.state.lock();
             state.serving.role = PartitionRole::None;
             state.serving.leader_id = None;
+            state.serving.replica = None;
             state.log.take()
         };
         self.hw_tx.send_replace(-1);
@@ -433,20 +461,33 @@ impl Partition {
         batches: &mut [u8],
         params: AppendParams,
     ) -> Result<AppendInfo, PartitionError> {
-        // One replica: the ISR is this broker, so every `acks` is met by the local append.
-        // (`min.insync.replicas` and the acks=all wait for followers go here.)
-        let AppendParams { acks: _ } = params;
+        // Without followers the ISR is this broker, so every `acks` is met by the local
+        // append; with followers acks=all first needs `min.insync.replicas` in the ISR, and
+        // the caller waits in the purgatory for the high watermark.
+        let AppendParams { acks } = params;
         let appended = self.with_state(|serving, log| {
             if serving.role != PartitionRole::Leader {
                 return Err(PartitionError::NotLeaderOrFollower);
             }
+            if acks == Acks::All
+                && let Some(replica) = &serving.replica
+            {
+                replica.check_enough_replicas()?;
+            }
             let info = log
                 .append_as_leader(batches, serving.leader_epoch, now_ms())
                 .map_err(PartitionError::Log)?;
-            // One replica: the high watermark follows the log end.
             let leo = log.log_end_offset();
-            log.set_high_watermark(leo);
-            Ok((info, leo))
+            match &mut serving.replica {
+                // One replica: the high watermark follows the log end.
+                None => log.set_high_watermark(leo),
+                Some(replica) => replica.on_local_append(log, leo),
+            }
+            debug_assert!(
+                serving.replica.is_some() || info.last_offset < leo || info.duplicate,
+                "appended below the HW"
+            );
+            Ok((info, log.high_watermark()))
         })?;
         if let Err(PartitionError::Log(e)) = &appended
             && matches!(e, LogError::Io(_) | LogError::Corrupted(_))
@@ -454,10 +495,7 @@ impl Partition {
             crate::storage_errors::record(&self.topic, self.index, e);
         }
         let (info, hw) = appended?;
-        debug_assert!(
-            info.last_offset < hw || info.duplicate,
-            "appended below the HW"
-        );
+        // Also wakes followers' long polls (the log end moved even when the HW did not).
         self.hw_tx.send_replace(hw);
         Ok(info)
     }

@@ -1,0 +1,327 @@
+//! The follower fetchers of one broker: one task (and one connection) per source broker, as
+//! Kafka with `num.replica.fetchers = 1`. Each round sends one Fetch (v12, with this broker's
+//! replica id) for every partition it follows from that broker, bounded by
+//! `replica.fetch.max.bytes` per partition and `replica.fetch.response.max.bytes` in all, and
+//! applies the answer ([`super::apply`]); OFFSET_OUT_OF_RANGE and partial truncations are
+//! resolved with OffsetForLeaderEpoch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{Notify, watch};
+
+use super::apply::{Applied, FetchedPartition, apply};
+use super::connection::{FetcherError, LeaderConnection};
+use crate::partition::Partition;
+
+/// Fetch version the fetcher speaks (the highest we serve: `diverging_epoch` is v12+).
+const FETCH_VERSION: i16 = 12;
+const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
+/// `replica.fetch.wait.max.ms` (Kafka's default 500).
+pub const REPLICA_FETCH_WAIT_MAX_MS: i32 = 500;
+/// `replica.fetch.backoff.ms` (Kafka's default 1000): after an error, before trying again.
+pub const REPLICA_FETCH_BACKOFF_MS: u64 = 1_000;
+/// A call to the leader that takes longer than this (beyond the long poll) is abandoned.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most partitions one fetcher follows (a bound on one request's size).
+pub const FETCHER_PARTITIONS_MAX: usize = 100_000;
+/// Slack above `replica.fetch.response.max.bytes` for the response's own fields.
+const RESPONSE_OVERHEAD_MAX_BYTES: usize = 16 << 20;
+
+/// Bounds of the fetchers (from the broker config).
+#[derive(Debug, Clone, Copy)]
+pub struct FetcherConfig {
+    pub node_id: i32,
+    /// `replica.fetch.max.bytes`.
+    pub partition_max_bytes: usize,
+    /// `replica.fetch.response.max.bytes`.
+    pub response_max_bytes: usize,
+}
+
+type Key = (Arc<str>, i32);
+type Followed = Arc<Mutex<BTreeMap<Key, Arc<Partition>>>>;
+
+struct Fetcher {
+    partitions: Followed,
+    wake: Arc<Notify>,
+}
+
+/// Every fetcher of this broker, keyed by source broker.
+pub struct FetcherManager {
+    config: FetcherConfig,
+    /// Where each broker listens (the metadata image's endpoints, once wired).
+    peers: Arc<RwLock<HashMap<i32, SocketAddr>>>,
+    fetchers: Mutex<HashMap<i32, Fetcher>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl FetcherManager {
+    pub fn new(config: FetcherConfig, shutdown: watch::Receiver<bool>) -> FetcherManager {
+        FetcherManager {
+            config,
+            peers: Arc::default(),
+            fetchers: Mutex::default(),
+            shutdown,
+        }
+    }
+
+    /// Record where broker `id` listens.
+    pub fn set_peer(&self, id: i32, addr: SocketAddr) {
+        self.peers.write().insert(id, addr);
+    }
+
+    /// Follow `partition` from `leader_id` (moving it off any other fetcher).
+    pub fn add(&self, partition: Arc<Partition>, leader_id: i32) {
+        self.remove(&partition.topic, partition.index);
+        let mut fetchers = self.fetchers.lock();
+        let fetcher = fetchers.entry(leader_id).or_insert_with(|| {
+            let fetcher = Fetcher {
+                partitions: Followed::default(),
+                wake: Arc::new(Notify::new()),
+            };
+            let task = FetcherTask {
+                config: self.config,
+                leader_id,
+                peers: self.peers.clone(),
+                partitions: fetcher.partitions.clone(),
+                wake: fetcher.wake.clone(),
+                shutdown: self.shutdown.clone(),
+            };
+            tokio::spawn(task.run());
+            fetcher
+        });
+        let mut followed = fetcher.partitions.lock();
+        if followed.len() < FETCHER_PARTITIONS_MAX {
+            followed.insert((partition.topic.clone(), partition.index), partition);
+        } else {
+            tracing::error!(leader_id, "fetcher partition limit reached; not following");
+        }
+        drop(followed);
+        fetcher.wake.notify_one();
+    }
+
+    /// Stop following `topic`-`index` (it became leader, or was stopped).
+    pub fn remove(&self, topic: &str, index: i32) {
+        for fetcher in self.fetchers.lock().values() {
+            fetcher
+                .partitions
+                .lock()
+                .retain(|(t, i), _| !(&**t == topic && *i == index));
+        }
+    }
+
+    /// Partitions followed from `leader_id`.
+    pub fn followed(&self, leader_id: i32) -> usize {
+        self.fetchers
+            .lock()
+            .get(&leader_id)
+            .map_or(0, |f| f.partitions.lock().len())
+    }
+}
+
+struct FetcherTask {
+    config: FetcherConfig,
+    leader_id: i32,
+    peers: Arc<RwLock<HashMap<i32, SocketAddr>>>,
+    partitions: Followed,
+    wake: Arc<Notify>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl FetcherTask {
+    async fn run(mut self) {
+        let mut connection: Option<LeaderConnection> = None;
+        loop {
+            if *self.shutdown.borrow() {
+                return;
+            }
+            if self.partitions.lock().is_empty() {
+                tokio::select! {
+                    _ = self.wake.notified() => continue,
+                    _ = self.shutdown.changed() => return,
+                }
+            }
+            let result = match connection.as_mut() {
+                Some(c) => self.round(c).await,
+                None => match self.connect().await {
+                    Ok(c) => {
+                        connection = Some(c);
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            if let Err(e) = result {
+                tracing::debug!(leader_id = self.leader_id, error = %e, "replica fetch failed; backing off");
+                connection = None;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(REPLICA_FETCH_BACKOFF_MS)) => {}
+                    _ = self.shutdown.changed() => return,
+                }
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<LeaderConnection, FetcherError> {
+        let addr = self
+            .peers
+            .read()
+            .get(&self.leader_id)
+            .copied()
+            .ok_or(FetcherError::UnknownBroker(self.leader_id))?;
+        let response_max = self.config.response_max_bytes + RESPONSE_OVERHEAD_MAX_BYTES;
+        LeaderConnection::connect(addr, response_max, CALL_TIMEOUT).await
+    }
+
+    /// One Fetch for every followed partition, and what follows from its answer.
+    async fn round(&mut self, connection: &mut LeaderConnection) -> Result<(), FetcherError> {
+        let followed: Vec<Arc<Partition>> = self.partitions.lock().values().cloned().collect();
+        let mut positions = HashMap::new();
+        let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
+        for p in &followed {
+            let Ok(pos) = p.follower_position() else {
+                continue;
+            };
+            positions.insert((p.topic.clone(), p.index), (p.clone(), pos));
+            let mut fp = FetchPartition::default();
+            fp.partition = p.index;
+            fp.current_leader_epoch = pos.leader_epoch;
+            fp.fetch_offset = pos.fetch_offset;
+            fp.last_fetched_epoch = pos.last_fetched_epoch;
+            fp.log_start_offset = -1;
+            fp.partition_max_bytes = clamp_i32(self.config.partition_max_bytes);
+            topics.entry(p.topic.clone()).or_default().push(fp);
+        }
+        let mut request = FetchRequest::default();
+        request.replica_id = BrokerId(self.config.node_id);
+        request.max_wait_ms = REPLICA_FETCH_WAIT_MAX_MS;
+        request.min_bytes = 1;
+        request.max_bytes = clamp_i32(self.config.response_max_bytes);
+        request.session_epoch = -1;
+        request.topics = topics
+            .into_iter()
+            .map(|(name, partitions)| {
+                let mut t = FetchTopic::default();
+                t.topic = TopicName(StrBytes::from_string(name.to_string()));
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        let response: FetchResponse = connection
+            .call(ApiKey::Fetch, FETCH_VERSION, &request, CALL_TIMEOUT)
+            .await?;
+        for t in response.responses {
+            for r in t.partitions {
+                let key: Key = (Arc::from(t.topic.0.as_str()), r.partition_index);
+                let Some((partition, pos)) = positions.get(&key) else {
+                    continue;
+                };
+                let fetched = FetchedPartition {
+                    error_code: r.error_code,
+                    high_watermark: r.high_watermark,
+                    log_start_offset: r.log_start_offset,
+                    records: r.records.unwrap_or_default(),
+                    diverging_epoch: (r.diverging_epoch.end_offset >= 0
+                        || r.diverging_epoch.epoch >= 0)
+                        .then_some((r.diverging_epoch.epoch, r.diverging_epoch.end_offset)),
+                };
+                let applied = apply(partition, pos.leader_epoch, pos.fetch_offset, &fetched);
+                self.follow_up(connection, &key, partition, pos.leader_epoch, applied)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After applying: resolve by epoch, or stop following a partition the leader refuses.
+    async fn follow_up(
+        &mut self,
+        connection: &mut LeaderConnection,
+        key: &Key,
+        partition: &Partition,
+        leader_epoch: i32,
+        applied: Result<Applied, crate::partition::PartitionError>,
+    ) -> Result<(), FetcherError> {
+        match applied {
+            Ok(Applied::Appended { .. } | Applied::Truncated { done: true, .. }) => Ok(()),
+            Ok(Applied::ResolveByEpoch | Applied::Truncated { done: false, .. }) => {
+                self.truncate_by_epoch(connection, partition, leader_epoch)
+                    .await
+            }
+            Ok(Applied::Stop(code)) => {
+                let fenced = code == kafka_protocol::ResponseError::FencedLeaderEpoch.code();
+                tracing::warn!(topic = %key.0, partition = key.1, leader_id = self.leader_id, code, "the leader refused the fetch");
+                if fenced {
+                    // Our epoch is older than the leader's: wait for the metadata.
+                    self.partitions.lock().remove(key);
+                }
+                Ok(())
+            }
+            // This broker's role or epoch changed under the fetch: drop the answer.
+            Err(e) => {
+                tracing::debug!(topic = %key.0, partition = key.1, error = %e, "fetched data not applied");
+                Ok(())
+            }
+        }
+    }
+
+    /// OffsetForLeaderEpoch for the follower's latest epoch, then truncate to its end.
+    async fn truncate_by_epoch(
+        &mut self,
+        connection: &mut LeaderConnection,
+        partition: &Partition,
+        leader_epoch: i32,
+    ) -> Result<(), FetcherError> {
+        let Ok(pos) = partition.follower_position() else {
+            return Ok(());
+        };
+        let mut p = OffsetForLeaderPartition::default();
+        p.partition = partition.index;
+        p.current_leader_epoch = leader_epoch;
+        p.leader_epoch = pos.last_fetched_epoch;
+        let mut t = OffsetForLeaderTopic::default();
+        t.topic = TopicName(StrBytes::from_string(partition.topic.to_string()));
+        t.partitions = vec![p];
+        let mut request = OffsetForLeaderEpochRequest::default();
+        request.replica_id = BrokerId(self.config.node_id);
+        request.topics = vec![t];
+        let response: OffsetForLeaderEpochResponse = connection
+            .call(
+                ApiKey::OffsetForLeaderEpoch,
+                OFFSET_FOR_LEADER_EPOCH_VERSION,
+                &request,
+                CALL_TIMEOUT,
+            )
+            .await?;
+        let Some(end) = response.topics.first().and_then(|t| t.partitions.first()) else {
+            return Err(FetcherError::Decode(
+                "empty OffsetForLeaderEpoch answer".into(),
+            ));
+        };
+        if end.error_code != 0 {
+            return Ok(()); // retried at the next round
+        }
+        if let Err(e) =
+            partition.truncate_by_epoch(leader_epoch, (end.leader_epoch, end.end_offset))
+        {
+            tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "truncation failed");
+        }
+        Ok(())
+    }
+}
+
+fn clamp_i32(v: usize) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}

@@ -1,0 +1,211 @@
+//! The replica protocol between two `Partition`s in process (leader 1, follower 2): acks=all
+//! waits for the ISR, stale epochs are fenced, divergent tails are truncated by epoch, a
+//! lagging follower leaves the ISR and comes back.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::ResponseError;
+use parking_lot::Mutex;
+use streamforge_log::LogConfig;
+use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
+
+use super::*;
+use crate::partition::purgatory::ProducePurgatory;
+use crate::partition::replica::{LeaderAndIsr, ReplicaConfig};
+use crate::partition::{
+    Acks, AlterPartitionIntent, AppendParams, IsrChangeSink, Partition, RemoteTier,
+};
+
+const LAG_MS: i64 = 10_000;
+const ALL: AppendParams = AppendParams { acks: Acks::All };
+const MAX_BYTES: usize = 1 << 20;
+
+fn open(dir: &Path) -> Arc<Partition> {
+    let topic: Arc<str> = Arc::from("t");
+    let config = LogConfig {
+        segment_bytes: 8192,
+        ..LogConfig::default()
+    };
+    Arc::new(Partition::create(&topic, 0, dir, config, RemoteTier::default()).unwrap())
+}
+
+/// A sink that keeps the intents for the test to answer.
+fn sink() -> (IsrChangeSink, Arc<Mutex<Vec<AlterPartitionIntent>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    (Arc::new(move |i| s.lock().push(i)), seen)
+}
+
+fn lead(p: &Partition, epoch: i32, isr: &[i32], min_isr: usize, sink: IsrChangeSink) {
+    lead_as(1, p, epoch, isr, min_isr, sink)
+}
+
+fn lead_as(id: i32, p: &Partition, epoch: i32, isr: &[i32], min_isr: usize, sink: IsrChangeSink) {
+    let state = LeaderAndIsr {
+        leader_epoch: epoch,
+        partition_epoch: 0,
+        replicas: vec![1, 2],
+        isr: isr.to_vec(),
+    };
+    let config = ReplicaConfig {
+        replica_lag_time_max_ms: LAG_MS,
+        min_insync_replicas: min_isr,
+    };
+    p.make_leader_replicated(id, state, config, sink, 0)
+        .unwrap();
+}
+
+fn produce(p: &Partition, records: usize) -> i64 {
+    let batch = &mut build_simple(BatchSpec::default(), records, 50);
+    p.append(batch, ALL).unwrap().last_offset + 1
+}
+
+#[tokio::test]
+async fn acks_all_waits_until_the_follower_has_the_batch() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 1, &[1, 2], 2, sink().0);
+    follower.make_follower(1, 1).unwrap();
+    let end = produce(&leader, 10);
+    assert_eq!(
+        leader.offsets().unwrap().high_watermark,
+        0,
+        "not committed yet"
+    );
+    let purgatory = ProducePurgatory::default();
+    let waits = vec![(leader.clone(), end)];
+    let timed_out = purgatory.wait(&waits, Duration::from_millis(20)).await;
+    assert_eq!(
+        timed_out[0].as_ref().unwrap_err().kafka_code(),
+        ResponseError::RequestTimedOut.code()
+    );
+    // The follower fetches (gets the batch), then fetches again (acknowledging it).
+    let wait = tokio::spawn(async move {
+        ProducePurgatory::default()
+            .wait(&waits, Duration::from_secs(10))
+            .await
+    });
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 1).unwrap();
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 2).unwrap();
+    assert!(wait.await.unwrap()[0].is_ok());
+    assert_eq!(leader.offsets().unwrap().high_watermark, end);
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 3).unwrap();
+    assert_eq!(follower.offsets().unwrap().high_watermark, end);
+    assert_eq!(
+        leader.batch_ids(end).unwrap(),
+        follower.batch_ids(end).unwrap()
+    );
+    // Consumers of the leader see only committed records.
+    let pending = produce(&leader, 5);
+    let o = leader.offsets().unwrap();
+    assert_eq!((o.high_watermark, o.log_end_offset), (end, pending));
+}
+
+#[test]
+fn a_follower_with_a_stale_epoch_is_fenced() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 3, &[1, 2], 1, sink().0);
+    follower.make_follower(2, 1).unwrap();
+    let e = replicate_once(&leader, &follower, 2, MAX_BYTES, 0).unwrap();
+    assert_eq!(e, Applied::Stop(ResponseError::FencedLeaderEpoch.code()));
+    // A newer epoch than the leader knows: UNKNOWN_LEADER_EPOCH.
+    follower.make_follower(4, 1).unwrap();
+    let e = replicate_once(&leader, &follower, 2, MAX_BYTES, 0).unwrap();
+    assert_eq!(e, Applied::Stop(ResponseError::UnknownLeaderEpoch.code()));
+}
+
+#[test]
+fn a_divergent_tail_is_truncated_by_epoch_after_a_leader_change() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (p1, p2) = (open(a.path()), open(b.path()));
+    // Epoch 1: broker 2 leads, both have 10 records.
+    lead_as(2, &p2, 1, &[1, 2], 1, sink().0);
+    p1.make_follower(1, 2).unwrap();
+    produce(&p2, 10);
+    for _ in 0..2 {
+        let applied = replicate_once(&p2, &p1, 1, MAX_BYTES, 0).unwrap();
+        assert!(matches!(applied, Applied::Appended { .. }), "{applied:?}");
+    }
+    assert_eq!(p2.offsets().unwrap().high_watermark, 10);
+    // Broker 2 appends 5 more nobody gets (never acknowledged), then loses leadership.
+    produce(&p2, 5);
+    assert_eq!(p2.offsets().unwrap().log_end_offset, 15);
+    lead(&p1, 2, &[1, 2], 1, sink().0);
+    produce(&p1, 3);
+    p2.make_follower(2, 1).unwrap();
+    // Broker 2 truncates its epoch-1 tail to where epoch 1 ended on the new leader, then
+    // replicates epoch 2.
+    let first = replicate_once(&p1, &p2, 2, MAX_BYTES, 1).unwrap();
+    assert_eq!(
+        first,
+        Applied::Truncated {
+            log_end_offset: 10,
+            done: true
+        }
+    );
+    for now in 2..5 {
+        replicate_once(&p1, &p2, 2, MAX_BYTES, now).unwrap();
+    }
+    let end = p1.offsets().unwrap().log_end_offset;
+    assert_eq!(p1.offsets().unwrap().high_watermark, end);
+    assert_eq!(p1.batch_ids(end).unwrap(), p2.batch_ids(end).unwrap());
+}
+
+#[tokio::test]
+async fn a_lagging_follower_leaves_the_isr_and_comes_back_when_caught_up() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    let (sink, intents) = sink();
+    lead(&leader, 1, &[1, 2], 2, sink);
+    follower.make_follower(1, 1).unwrap();
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 0).unwrap();
+    let end = produce(&leader, 10);
+    // The follower stops fetching; after the lag time the leader proposes dropping it.
+    leader.maybe_shrink_isr(LAG_MS / 2);
+    assert!(intents.lock().is_empty());
+    leader.maybe_shrink_isr(LAG_MS + 1);
+    let intent = intents.lock().pop().unwrap();
+    assert_eq!(intent.change.new_isr, vec![1]);
+    // Until the controller accepts, acks=all is still allowed; once it does, the waiting
+    // batch is committed (HW = the leader alone) but with too few replicas.
+    leader.complete_isr_change(Some((intent.change.new_isr, 1)));
+    let waits = vec![(leader.clone(), end)];
+    let r = ProducePurgatory::default()
+        .wait(&waits, Duration::from_secs(5))
+        .await;
+    assert_eq!(
+        r[0].as_ref().unwrap_err().kafka_code(),
+        ResponseError::NotEnoughReplicasAfterAppend.code()
+    );
+    let batch = &mut build_simple(BatchSpec::default(), 1, 10);
+    let e = leader.append(batch, ALL).unwrap_err();
+    assert_eq!(e.kafka_code(), ResponseError::NotEnoughReplicas.code());
+    // acks=1 still works.
+    let batch = &mut build_simple(BatchSpec::default(), 1, 10);
+    leader
+        .append(batch, AppendParams { acks: Acks::Leader })
+        .unwrap();
+    // The follower comes back, catches up to the high watermark and is proposed again.
+    for now in 0..3 {
+        replicate_once(&leader, &follower, 2, MAX_BYTES, LAG_MS + 10 + now).unwrap();
+    }
+    let intent = intents.lock().pop().unwrap();
+    assert_eq!(intent.change.new_isr, vec![1, 2]);
+    leader.complete_isr_change(Some((intent.change.new_isr, 2)));
+    assert_eq!(leader.replica_status().unwrap().1, vec![1, 2]);
+    let batch = &mut build_simple(BatchSpec::default(), 1, 10);
+    leader.append(batch, ALL).unwrap();
+}
+
+#[test]
+fn a_response_cut_inside_a_batch_keeps_only_whole_batches() {
+    let one = build_simple(BatchSpec::default(), 3, 20);
+    let mut two = one.clone();
+    two.extend_from_slice(&one);
+    assert_eq!(whole_batches(&two).len(), two.len());
+    assert_eq!(whole_batches(&two[..two.len() - 1]).len(), one.len());
+    assert_eq!(whole_batches(&two[..5]).len(), 0);
+}

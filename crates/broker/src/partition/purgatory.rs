@@ -1,0 +1,91 @@
+//! The acks=all wait ("produce purgatory", keyed by partition): a Produce response waits until
+//! the high watermark of each partition it appended to passes its batches, or the request's
+//! `timeout_ms` ends (REQUEST_TIMED_OUT, never a hang). Each partition's high-watermark watch
+//! is its key: a follower's fetch that moves the high watermark wakes exactly the waits on
+//! that partition. The number of waiting requests is bounded; past the bound a request waits
+//! for a slot within its own deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::replica::Replication;
+use super::{Partition, PartitionError};
+
+/// Most Produce requests waiting for their ISR at once (Kafka's purgatory has no bound; ours
+/// does, so a stuck follower cannot grow memory without limit).
+pub const DELAYED_PRODUCE_MAX: usize = 10_000;
+
+/// Waiting acks=all Produce requests.
+pub struct ProducePurgatory {
+    slots: Arc<Semaphore>,
+}
+
+impl Default for ProducePurgatory {
+    fn default() -> Self {
+        ProducePurgatory {
+            slots: Arc::new(Semaphore::new(DELAYED_PRODUCE_MAX)),
+        }
+    }
+}
+
+impl ProducePurgatory {
+    /// Requests waiting now.
+    pub fn waiting(&self) -> usize {
+        DELAYED_PRODUCE_MAX - self.slots.available_permits()
+    }
+
+    /// Wait until every `(partition, required offset)` is replicated to the ISR or `timeout`
+    /// passes; one result per entry, in order.
+    pub async fn wait(
+        &self,
+        waits: &[(Arc<Partition>, i64)],
+        timeout: Duration,
+    ) -> Vec<Result<(), PartitionError>> {
+        let deadline = Instant::now() + timeout;
+        let pending = waits
+            .iter()
+            .any(|(p, offset)| matches!(p.replication(*offset), Ok(Replication::Pending)));
+        // Everything already committed (a lone leader): answer without taking a slot.
+        let _slot = if pending {
+            match tokio::time::timeout_at(deadline, self.slots.clone().acquire_owned()).await {
+                Ok(Ok(slot)) => Some(slot),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let mut results = Vec::with_capacity(waits.len());
+        for (partition, offset) in waits {
+            results.push(wait_one(partition, *offset, deadline).await);
+        }
+        results
+    }
+}
+
+/// Wait on one partition's high-watermark watch until `required_offset` is committed.
+async fn wait_one(
+    partition: &Partition,
+    required_offset: i64,
+    deadline: Instant,
+) -> Result<(), PartitionError> {
+    let mut watch = partition.watch_high_watermark();
+    loop {
+        // Subscribed before the check, so a change in between is not missed.
+        match partition.replication(required_offset)? {
+            Replication::Done => return Ok(()),
+            Replication::NotEnoughReplicasAfterAppend => {
+                return Err(PartitionError::NotEnoughReplicasAfterAppend);
+            }
+            Replication::Pending => {}
+        }
+        match tokio::time::timeout_at(deadline, watch.changed()).await {
+            Ok(Ok(())) => {}
+            // The partition went away: the next check says how.
+            Ok(Err(_)) => return partition.replication(required_offset).map(|_| ()),
+            Err(_) => return Err(PartitionError::RequestTimedOut),
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! The leader's view of its followers, as a sans-io state machine (Kafka's `Partition` ISR
+//! and high-watermark rules): events in (a follower fetched, the leader appended, time passed,
+//! the controller answered an ISR change), decisions out (a new high watermark, an ISR change
+//! to propose). It never reads a clock and does no I/O; [`super::Partition`] feeds it under
+//! the partition lock and carries out what it returns.
+//!
+//! Rules (each has a unit test below):
+//! - a follower's log end offset is the `fetch_offset` of its latest Fetch;
+//! - a follower is caught up at a fetch that reaches the leader's log end offset, or one that
+//!   reaches the log end offset the leader had at the follower's previous fetch (Kafka's
+//!   `lastCaughtUpTimeMs`);
+//! - the high watermark is the smallest log end offset over the *maximal* ISR (the committed
+//!   ISR plus a pending expansion), and never moves backwards;
+//! - an ISR member that is not at the leader's log end and has not caught up for
+//!   `replica.lag.time.max.ms` is proposed for removal; a replica outside the ISR whose log end
+//!   reaches the high watermark (and the start of this leader epoch) is proposed for addition;
+//! - the ISR changes only when the controller accepts the proposal (partition epoch checked
+//!   there); one proposal is in flight at a time;
+//! - acks=all needs `min.insync.replicas` members in the committed ISR before the append
+//!   (NOT_ENOUGH_REPLICAS) and when the high watermark passes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+
+use std::collections::BTreeMap;
+
+/// A broker id.
+pub type BrokerId = i32;
+
+/// Kafka's default `replica.lag.time.max.ms`.
+pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: i64 = 30_000;
+/// Most replicas of one partition (a named bound on every per-partition list here).
+pub const REPLICAS_MAX: usize = 64;
+
+/// Settings of the leader-side rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// `replica.lag.time.max.ms`.
+    pub replica_lag_time_max_ms: i64,
+    /// `min.insync.replicas` (topic config).
+    pub min_insync_replicas: usize,
+}
+
+impl Default for ReplicaConfig {
+    fn default() -> Self {
+        ReplicaConfig {
+            replica_lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            min_insync_replicas: 1,
+        }
+    }
+}
+
+impl ReplicaConfig {
+    /// `min.insync.replicas` from a topic's config overrides (1 when unset or invalid).
+    pub fn with_topic_configs(
+        mut self,
+        configs: &std::collections::BTreeMap<String, String>,
+    ) -> ReplicaConfig {
+        if let Some(v) = configs.get("min.insync.replicas")
+            && let Ok(n) = v.trim().parse::<usize>()
+        {
+            self.min_insync_replicas = n.max(1);
+        }
+        self
+    }
+}
+
+/// What the metadata says about a partition this broker leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderAndIsr {
+    pub leader_epoch: i32,
+    /// Bumped by the controller on every change; an ISR change must name the current one.
+    pub partition_epoch: i32,
+    /// The assignment (this broker included).
+    pub replicas: Vec<BrokerId>,
+    /// The committed in-sync replicas (this broker included).
+    pub isr: Vec<BrokerId>,
+}
+
+/// An ISR change the leader asks the controller for (AlterPartition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrChange {
+    pub new_isr: Vec<BrokerId>,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+/// How far an acks=all append is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// The high watermark has not reached the batch yet.
+    Pending,
+    /// Every ISR member has it, and the ISR is large enough.
+    Done,
+    /// Committed, but the ISR shrank below `min.insync.replicas` meanwhile.
+    NotEnoughReplicasAfterAppend,
+}
+
+/// Why the leader refused a follower's fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicaError {
+    #[error("broker {0} is not a replica of this partition")]
+    NotAReplica(BrokerId),
+    #[error("the ISR has {isr} members, fewer than min.insync.replicas {min}")]
+    NotEnoughReplicas { isr: usize, min: usize },
+}
+
+/// What the leader knows of one follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerState {
+    /// -1 until its first fetch in this leader epoch.
+    pub log_end_offset: i64,
+    pub last_caught_up_ms: i64,
+    pub last_fetch_ms: i64,
+    /// The leader's log end offset when this follower last fetched.
+    pub leader_end_at_last_fetch: i64,
+}
+
+/// What a follower's fetch changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FetchOutcome {
+    /// The high watermark moved to this offset.
+    pub high_watermark: Option<i64>,
+    /// Propose this ISR change (expansion).
+    pub isr_change: Option<IsrChange>,
+}
+
+/// The leader-side replica state of one partition.
+#[derive(Debug, Clone)]
+pub struct LeaderState {
+    local_id: BrokerId,
+    config: ReplicaConfig,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    /// The log end offset when this leader epoch began: a replica joins the ISR only once it
+    /// has everything of earlier epochs.
+    epoch_start_offset: i64,
+    replicas: Vec<BrokerId>,
+    isr: Vec<BrokerId>,
+    /// The ISR proposed to the controller and not answered yet.
+    pending_isr: Option<Vec<BrokerId>>,
+    followers: BTreeMap<BrokerId, FollowerState>,
+    high_watermark: i64,
+    local_end_offset: i64,
+}
+
+impl LeaderState {
+    /// Become leader: followers are unknown until they fetch; ISR members count as caught up
+    /// now (Kafka resets their state to the leadership's start).
+    pub fn new(
+        local_id: BrokerId,
+        state: LeaderAndIsr,
+        config: ReplicaConfig,
+        log_end_offset: i64,
+        high_watermark: i64,
+        now_ms: i64,
+    ) -> LeaderState {
+        let mut replicas = state.replicas;
+        replicas.truncate(REPLICAS_MAX);
+        if !replicas.contains(&local_id) {
+            replicas.push(local_id);
+        }
+        let mut isr: Vec<BrokerId> = state
+            .isr
+            .into_iter()
+            .filter(|r| replicas.contains(r))
+            .collect();
+        if !isr.contains(&local_id) {
+            isr.push(local_id);
+        }
+        let followers = replicas
+            .iter()
+            .filter(|&&r| r != local_id)
+            .map(|&r| {
+                let in_isr = isr.contains(&r);
+                let state = FollowerState {
+                    log_end_offset: -1,
+                    last_caught_up_ms: if in_isr { now_ms } else { 0 },
+                    last_fetch_ms: 0,
+                    leader_end_at_last_fetch: -1,
+                };
+                (r, state)
+            })
+            .collect();
+        let mut leader = LeaderState {
+            local_id,
+            config,
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            epoch_start_offset: log_end_offset,
+            replicas,
+            isr,
+            pending_isr: None,
+            followers,
+            high_watermark: high_watermark.min(log_end_offset),
+            local_end_offset: log_end_offset,
+        };
+        leader.advance_high_watermark();
+        leader
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+    pub fn isr(&self) -> &[BrokerId] {
+        &self.isr
+    }
+    pub fn replicas(&self) -> &[BrokerId] {
+        &self.replicas
+    }
+    pub fn partition_epoch(&self) -> i32 {
+        self.partition_epoch
+    }
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+    pub fn pending_isr(&self) -> Option<&[BrokerId]> {
+        self.pending_isr.as_deref()
+    }
+    pub fn follower(&self, id: BrokerId) -> Option<&FollowerState> {
+        self.followers.get(&id)
+    }
+    pub fn config(&self) -> ReplicaConfig {
+        self.config
+    }
+
+    /// The committed ISR plus a pending expansion: the replicas the high watermark waits for.
+    fn maximal_isr(&self) -> impl Iterator<Item = BrokerId> + '_ {
+        let extra = self
+            .pending_isr
+            .iter()
+            .flatten()
+            .filter(|r| !self.isr.contains(r));
+        self.isr.iter().chain(extra).copied()
+    }
+
+    fn end_offset_of(&self, id: BrokerId) -> i64 {
+        if id == self.local_id {
+            self.local_end_offset
+        } else {
+            self.followers.get(&id).map_or(-1, |f| f.log_end_offset)
+        }
+    }
+
+    /// Move the high watermark to the smallest log end offset of the maximal ISR, forward only.
+    fn advance_high_watermark(&mut self) -> Option<i64> {
+        let min_end = self
+            .maximal_isr()
+            .map(|r| self.end_offset_of(r))
+            .min()
+            .unwrap_or(self.local_end_offset);
+        let candidate = min_end.min(self.local_end_offset);
+        if candidate > self.high_watermark {
+            self.high_watermark = candidate;
+            Some(candidate)
+        } else {
+            None
+        }
+    }
+
+    /// acks=all, before the append: is the committed ISR large enough?
+    pub fn check_enough_replicas(&self) -> Result<(), ReplicaError> {
+        let (isr, min) = (self.isr.len(), self.config.min_insync_replicas);
+        if isr < min {
+            return Err(ReplicaError::NotEnoughReplicas { isr, min });
+        }
+        Ok(())
+    }
+
+    /// acks=all, after the append: has every ISR member got `required_offset - 1`?
+    pub fn replication(&self, required_offset: i64) -> Replication {
+        if self.high_watermark < required_offset {
+            Replication::Pending
+        } else if self.isr.len() < self.config.min_insync_replicas {
+            Replication::NotEnoughReplicasAfterAppend
+        } else {
+            Replication::Done
+        }
+    }
+
+    /// The leader appended: its log end offset is now `log_end_offset`.
+    pub fn on_local_append(&mut self, log_end_offset: i64) -> Option<i64> {
+        debug_assert!(log_end_offset >= self.local_end_offset, "leader log shrank");
+        self.local_end_offset = log_end_offset;
+        self.advance_high_watermark()
+    }
+
+    /// A follower fetched from `fetch_offset` while the leader's log ends at
+    /// `leader_end_offset`.
+    pub fn on_follower_fetch(
+        &mut self,
+        id: BrokerId,
+        fetch_offset: i64,
+        leader_end_offset: i64,
+        now_ms: i64,
+    ) -> Result<FetchOutcome, ReplicaError> {
+        self.local_end_offset = leader_end_offset;
+        let f = self
+            .followers
+            .get_mut(&id)
+            .ok_or(ReplicaError::NotAReplica(id))?;
+        if fetch_offset >= leader_end_offset {
+            f.last_caught_up_ms = now_ms;
+        } else if fetch_offset >= f.leader_end_at_last_fetch && f.leader_end_at_last_fetch >= 0 {
+            f.last_caught_up_ms = f.last_caught_up_ms.max(f.last_fetch_ms);
+        }
+        f.log_end_offset = fetch_offset.min(leader_end_offset);
+        f.last_fetch_ms = now_ms;
+        f.leader_end_at_last_fetch = leader_end_offset;
+        let high_watermark = self.advance_high_watermark();
+        let isr_change = self.maybe_expand(id);
+        // An expansion counts for the high watermark at once (maximal ISR).
+        let high_watermark = self.advance_high_watermark().or(high_watermark);
+        Ok(FetchOutcome {
+            high_watermark,
+            isr_change,
+        })
+    }
+
+    /// Propose adding `id` once its log reaches the high watermark and this epoch's start.
+    fn maybe_expand(&mut self, id: BrokerId) -> Option<IsrChange> {
+        if self.pending_isr.is_some() || self.isr.contains(&id) {
+            return None;
+        }
+        let end = self.end_offset_of(id);
+        if end < self.high_watermark || end < self.epoch_start_offset {
+            return None;
+        }
+        let mut new_isr = self.isr.clone();
+        new_isr.push(id);
+        Some(self.propose(new_isr))
+    }
+
+    /// Time passed: propose removing ISR members that lag more than `replica.lag.time.max.ms`.
+    pub fn maybe_shrink(&mut self, now_ms: i64) -> Option<IsrChange> {
+        if self.pending_isr.is_some() {
+            return None;
+        }
+        let lag_max = self.config.replica_lag_time_max_ms;
+        let out_of_sync = |id: &BrokerId| {
+            self.followers.get(id).is_some_and(|f| {
+                f.log_end_offset != self.local_end_offset && now_ms - f.last_caught_up_ms > lag_max
+            })
+        };
+        if !self.isr.iter().any(out_of_sync) {
+            return None;
+        }
+        let new_isr: Vec<BrokerId> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| !out_of_sync(r))
+            .collect();
+        Some(self.propose(new_isr))
+    }
+
+    fn propose(&mut self, new_isr: Vec<BrokerId>) -> IsrChange {
+        debug_assert!(new_isr.contains(&self.local_id), "the leader left its ISR");
+        self.pending_isr = Some(new_isr.clone());
+        IsrChange {
+            new_isr,
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+        }
+    }
+
+    /// The controller accepted an ISR change (the committed `isr` with its partition epoch),
+    /// or refused it (`None`: propose again later). Returns a high watermark that moved (a
+    /// shrink can let it advance).
+    pub fn on_isr_change_result(&mut self, accepted: Option<(Vec<BrokerId>, i32)>) -> Option<i64> {
+        self.pending_isr = None;
+        let (isr, partition_epoch) = accepted?;
+        if partition_epoch <= self.partition_epoch {
+            // An answer older than what we know: ignore it.
+            return None;
+        }
+        self.isr = isr
+            .into_iter()
+            .filter(|r| self.replicas.contains(r))
+            .collect();
+        if !self.isr.contains(&self.local_id) {
+            self.isr.push(self.local_id);
+        }
+        self.partition_epoch = partition_epoch;
+        self.advance_high_watermark()
+    }
+}
+
+/// Where a follower truncates to when the leader says its log diverges: Kafka's
+/// `getOffsetTruncationState`. `leader` is the leader's `(epoch, end offset)` for the
+/// follower's epoch (OffsetForLeaderEpoch, or Fetch's `diverging_epoch`); `local_end_for`
+/// gives the follower's own `(epoch, end offset)` for an epoch. Returns the offset to truncate
+/// to and whether truncation is complete (else ask again with the smaller epoch).
+pub fn truncation_offset(
+    leader: (i32, i64),
+    local_end_for: impl Fn(i32) -> Option<(i32, i64)>,
+    local_end_offset: i64,
+    high_watermark: i64,
+) -> (i64, bool) {
+    let (leader_epoch, leader_end) = leader;
+    if leader_end < 0 {
+        // The leader knows no epochs: keep what is committed.
+        return (high_watermark.min(local_end_offset), true);
+    }
+    if leader_epoch < 0 {
+        return (leader_end.min(local_end_offset), true);
+    }
+    match local_end_for(leader_epoch) {
+        Some((epoch, end)) if epoch != leader_epoch => (end.min(local_end_offset), false),
+        Some((_, end)) => (leader_end.min(end).min(local_end_offset), true),
+        None => (leader_end.min(local_end_offset), true),
+    }
+}
+
+#[cfg(test)]
+#[path = "replica_tests.rs"]
+mod tests;

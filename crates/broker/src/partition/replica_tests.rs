@@ -1,0 +1,233 @@
+//! One test per rule of the leader-side replica state, with an explicit clock (`now_ms`).
+
+use super::*;
+
+const LAG: i64 = 10_000;
+
+fn config(min_isr: usize) -> ReplicaConfig {
+    ReplicaConfig {
+        replica_lag_time_max_ms: LAG,
+        min_insync_replicas: min_isr,
+    }
+}
+
+/// Broker 1 leads replicas [1, 2, 3] with the given ISR, its log ending at `leo`.
+fn leader(isr: &[BrokerId], leo: i64, min_isr: usize) -> LeaderState {
+    let state = LeaderAndIsr {
+        leader_epoch: 5,
+        partition_epoch: 7,
+        replicas: vec![1, 2, 3],
+        isr: isr.to_vec(),
+    };
+    LeaderState::new(1, state, config(min_isr), leo, 0, 0)
+}
+
+#[test]
+fn the_high_watermark_is_the_smallest_log_end_of_the_isr() {
+    let mut l = leader(&[1, 2, 3], 0, 1);
+    assert_eq!(l.on_local_append(10), None, "followers not heard from");
+    l.on_follower_fetch(2, 10, 10, 1).unwrap();
+    assert_eq!(l.high_watermark(), 0, "follower 3 has nothing yet");
+    let out = l.on_follower_fetch(3, 6, 10, 1).unwrap();
+    assert_eq!(out.high_watermark, Some(6));
+    let out = l.on_follower_fetch(3, 10, 10, 2).unwrap();
+    assert_eq!((out.high_watermark, l.high_watermark()), (Some(10), 10));
+}
+
+#[test]
+fn replicas_outside_the_isr_do_not_hold_the_high_watermark_back() {
+    // Epoch starts at 10: replica 3 at 0 is not eligible to join.
+    let mut l = leader(&[1, 2], 10, 1);
+    l.on_follower_fetch(3, 0, 10, 1).unwrap();
+    let out = l.on_follower_fetch(2, 10, 10, 1).unwrap();
+    assert_eq!(out.high_watermark, Some(10));
+}
+
+#[test]
+fn the_high_watermark_never_moves_backwards() {
+    let mut l = leader(&[1, 2], 0, 1);
+    l.on_local_append(10);
+    l.on_follower_fetch(2, 8, 10, 1).unwrap();
+    assert_eq!(l.high_watermark(), 8);
+    // A follower that restarted and fetches from an older offset.
+    l.on_follower_fetch(2, 3, 10, 2).unwrap();
+    assert_eq!(l.high_watermark(), 8);
+    // A new leader that starts with a checkpointed high watermark keeps it.
+    let state = LeaderAndIsr {
+        leader_epoch: 6,
+        partition_epoch: 8,
+        replicas: vec![1, 2],
+        isr: vec![1, 2],
+    };
+    let l = LeaderState::new(1, state, config(1), 10, 8, 0);
+    assert_eq!(l.high_watermark(), 8);
+}
+
+#[test]
+fn a_lone_leader_commits_on_append() {
+    let mut l = leader(&[1], 0, 1);
+    assert_eq!(l.on_local_append(4), Some(4));
+    assert_eq!(l.replication(4), Replication::Done);
+}
+
+#[test]
+fn a_follower_at_the_log_end_is_caught_up_now() {
+    let mut l = leader(&[1, 2], 10, 1);
+    l.on_follower_fetch(2, 10, 10, 5_000).unwrap();
+    assert_eq!(l.follower(2).unwrap().last_caught_up_ms, 5_000);
+}
+
+#[test]
+fn a_follower_that_reached_the_previous_log_end_was_caught_up_at_its_previous_fetch() {
+    let mut l = leader(&[1, 2], 10, 1);
+    l.on_follower_fetch(2, 4, 10, 1_000).unwrap();
+    // The leader appended meanwhile: 10 is no longer the end, but it was at the last fetch.
+    l.on_follower_fetch(2, 10, 20, 3_000).unwrap();
+    assert_eq!(l.follower(2).unwrap().last_caught_up_ms, 1_000);
+}
+
+#[test]
+fn a_lagging_isr_member_is_proposed_for_removal_after_the_lag_time_and_not_before() {
+    let mut l = leader(&[1, 2, 3], 10, 1);
+    l.on_follower_fetch(2, 10, 10, 0).unwrap();
+    l.on_follower_fetch(3, 10, 10, 0).unwrap();
+    l.on_local_append(20);
+    l.on_follower_fetch(2, 20, 20, LAG).unwrap();
+    assert_eq!(
+        l.maybe_shrink(LAG),
+        None,
+        "exactly the lag time is not more"
+    );
+    let change = l.maybe_shrink(LAG + 1).unwrap();
+    assert_eq!(
+        change,
+        IsrChange {
+            new_isr: vec![1, 2],
+            leader_epoch: 5,
+            partition_epoch: 7
+        }
+    );
+    // Until the controller answers, the ISR is unchanged and nothing else is proposed.
+    assert_eq!(l.isr(), &[1, 2, 3]);
+    assert_eq!(l.maybe_shrink(LAG * 5), None);
+}
+
+#[test]
+fn a_follower_at_the_log_end_is_never_out_of_sync() {
+    let mut l = leader(&[1, 2], 10, 1);
+    l.on_follower_fetch(2, 10, 10, 0).unwrap();
+    // No appends, no fetches for a long time: it still has everything.
+    assert_eq!(l.maybe_shrink(LAG * 10), None);
+}
+
+#[test]
+fn the_isr_changes_only_when_the_controller_accepts() {
+    let mut l = leader(&[1, 2, 3], 10, 1);
+    l.on_follower_fetch(2, 10, 10, 0).unwrap();
+    l.on_follower_fetch(3, 10, 10, 0).unwrap();
+    l.on_local_append(20);
+    l.on_follower_fetch(2, 20, 20, 1).unwrap();
+    assert_eq!(l.high_watermark(), 10, "3 holds it back");
+    let change = l.maybe_shrink(LAG + 1).unwrap();
+    // Refused (e.g. INVALID_UPDATE_VERSION): nothing changes; the next tick proposes again.
+    assert_eq!(l.on_isr_change_result(None), None);
+    assert_eq!(l.isr(), &[1, 2, 3]);
+    assert_eq!(l.maybe_shrink(LAG + 2), Some(change.clone()));
+    // Accepted with the next partition epoch: the shrink lets the high watermark advance.
+    assert_eq!(l.on_isr_change_result(Some((vec![1, 2], 8))), Some(20));
+    assert_eq!((l.isr(), l.partition_epoch()), (&[1, 2][..], 8));
+    // A stale answer (older partition epoch) is ignored.
+    l.maybe_shrink(0);
+    assert_eq!(l.on_isr_change_result(Some((vec![1], 8))), None);
+    assert_eq!(l.isr(), &[1, 2]);
+}
+
+#[test]
+fn a_replica_that_reaches_the_high_watermark_is_proposed_for_the_isr() {
+    let mut l = leader(&[1, 2], 0, 1);
+    l.on_local_append(10);
+    l.on_follower_fetch(2, 10, 10, 1).unwrap();
+    let out = l.on_follower_fetch(3, 5, 10, 1).unwrap();
+    assert_eq!(out.isr_change, None, "below the high watermark");
+    let out = l.on_follower_fetch(3, 10, 10, 2).unwrap();
+    assert_eq!(out.isr_change.unwrap().new_isr, vec![1, 2, 3]);
+    // Pending expansion counts for the high watermark (maximal ISR).
+    l.on_local_append(15);
+    l.on_follower_fetch(2, 15, 15, 3).unwrap();
+    assert_eq!(l.high_watermark(), 10, "3 is in the maximal ISR");
+    l.on_follower_fetch(3, 15, 15, 3).unwrap();
+    assert_eq!(l.high_watermark(), 15);
+    l.on_isr_change_result(Some((vec![1, 2, 3], 8)));
+    assert_eq!(l.isr(), &[1, 2, 3]);
+}
+
+#[test]
+fn a_replica_joins_only_once_it_has_the_start_of_this_leader_epoch() {
+    // A new leader whose log ends at 10 but whose high watermark is still 4.
+    let state = LeaderAndIsr {
+        leader_epoch: 5,
+        partition_epoch: 7,
+        replicas: vec![1, 2],
+        isr: vec![1],
+    };
+    let mut l = LeaderState::new(1, state, config(1), 10, 4, 0);
+    assert_eq!(l.high_watermark(), 10, "alone in the ISR");
+    let out = l.on_follower_fetch(2, 6, 10, 1).unwrap();
+    assert_eq!(out.isr_change, None, "6 < the epoch start 10");
+    let out = l.on_follower_fetch(2, 10, 10, 2).unwrap();
+    assert!(out.isr_change.is_some());
+}
+
+#[test]
+fn a_fetch_from_a_broker_outside_the_assignment_is_refused() {
+    let mut l = leader(&[1, 2], 0, 1);
+    assert_eq!(
+        l.on_follower_fetch(9, 0, 0, 0),
+        Err(ReplicaError::NotAReplica(9))
+    );
+}
+
+#[test]
+fn min_insync_replicas_is_checked_before_and_after_the_append() {
+    let mut l = leader(&[1, 2], 0, 2);
+    assert_eq!(l.check_enough_replicas(), Ok(()));
+    l.on_local_append(10);
+    assert_eq!(l.replication(10), Replication::Pending);
+    // The ISR shrinks to the leader before the follower got the batch.
+    l.maybe_shrink(LAG + 1).unwrap();
+    l.on_isr_change_result(Some((vec![1], 8)));
+    assert_eq!(l.replication(10), Replication::NotEnoughReplicasAfterAppend);
+    assert_eq!(
+        l.check_enough_replicas(),
+        Err(ReplicaError::NotEnoughReplicas { isr: 1, min: 2 })
+    );
+}
+
+#[test]
+fn min_insync_replicas_comes_from_the_topic_config() {
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())].into();
+    assert_eq!(
+        ReplicaConfig::default()
+            .with_topic_configs(&configs)
+            .min_insync_replicas,
+        2
+    );
+}
+
+#[test]
+fn truncation_follows_the_leaders_epoch_end() {
+    // Follower epochs: 1 from 0, 3 from 10; log end 15. Leader: epoch 3 ended at 12.
+    let local = |e: i32| match e {
+        0..=2 => Some((1, 10)),
+        3 => Some((3, 15)),
+        _ => None,
+    };
+    assert_eq!(truncation_offset((3, 12), local, 15, 5), (12, true));
+    // Leader never had epoch 3: it answers its largest epoch below, 2, ending at 8. The
+    // follower has no epoch 2 (its floor is 1), so it truncates to epoch 1's end and asks again.
+    assert_eq!(truncation_offset((2, 8), local, 15, 5), (10, false));
+    // An end beyond the follower's log truncates nothing.
+    assert_eq!(truncation_offset((3, 40), local, 15, 5), (15, true));
+    // The leader knows no epochs: keep only what was committed.
+    assert_eq!(truncation_offset((-1, -1), local, 15, 5), (5, true));
+}
