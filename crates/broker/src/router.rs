@@ -12,8 +12,8 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    admin, api_versions, cluster, configs, fetch, group_protocol, groups, metadata, offsets,
-    produce, producer,
+    admin, api_versions, cluster, configs, fetch, group_protocol, groups, log_dirs, metadata,
+    offsets, produce, producer,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -88,6 +88,7 @@ pub static ROUTES: &[Route] = &[
         configs::handle_incremental_alter_configs
     ),
     route!(DescribeCluster, 0, 1, cluster::handle_describe_cluster),
+    route!(DescribeLogDirs, 1, 4, log_dirs::handle_describe_log_dirs),
     // Consumer groups (classic protocol). OffsetCommit/OffsetFetch v10 need topic ids.
     route!(OffsetCommit, 2, 9, groups::handle_offset_commit),
     route!(OffsetFetch, 1, 9, groups::handle_offset_fetch),
