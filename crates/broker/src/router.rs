@@ -54,7 +54,14 @@ macro_rules! route {
             api_key: ApiKey::$key,
             min_version: $min,
             max_version: $max,
-            handler: |state, req| Box::pin($handler(state, req)),
+            handler: |state, req| {
+                let api = req.api_key;
+                Box::pin(async move {
+                    let result = $handler(state, req).await;
+                    crate::request_metrics::count_response(api, &result);
+                    result
+                })
+            },
         }
     };
 }
@@ -137,6 +144,8 @@ mod tests {
                 "{:?} routed twice",
                 r.api_key
             );
+            // The `api` label of the error metrics is one name per routed API.
+            assert_ne!(streamforge_protocol::frame::api_name(r.api_key), "Other");
             let codec = r.api_key.valid_versions();
             assert!(r.max_version <= codec.max, "{:?} beyond codec", r.api_key);
             assert!(r.min_version <= r.max_version);
