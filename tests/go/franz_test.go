@@ -199,8 +199,8 @@ func TestFranzBadInput(t *testing.T) {
 		t.Fatalf("the broker keeps serving: %v", err)
 	}
 	// An unserved API key: Kafka closes the connection, and so do we; then a healthy request.
-	if _, closed, _ := rawRequest(shared.addr, 35, 0); !closed {
-		t.Fatal("DescribeLogDirs v0 (not served) should close the connection")
+	if _, closed, _ := rawRequest(shared.addr, 34, 1); !closed {
+		t.Fatal("AlterReplicaLogDirs (not served) should close the connection")
 	}
 	if code, closed, err := rawRequest(shared.addr, 18, 99); err != nil || closed || code != 35 {
 		t.Fatalf("ApiVersions v99: code %d closed %v err %v, want UNSUPPORTED_VERSION (35)", code, closed, err)

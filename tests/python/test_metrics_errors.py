@@ -91,3 +91,74 @@ def test_every_family_has_help_and_internal_topics_are_one_series(broker_factory
     # One series per per-partition family (size, start, end, high watermark), not 50 each.
     assert offsets and all('partition="all"' in l or "partition=" not in l for l in offsets), offsets
     assert len(offsets) <= 8, offsets
+
+
+def test_errors_of_every_api_family_are_counted(broker_factory, topic_name):
+    """Every routed API counts its error codes (top level, per resource, per partition) under
+    its own name: topic admin, configs, offsets, groups; each error once (no double count)."""
+    from confluent_kafka.admin import NewTopic
+
+    b = broker_factory(http=True)
+    create_topic(b.bootstrap, topic_name, partitions=1)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    # CreateTopics with an illegal name: INVALID_TOPIC_EXCEPTION (17).
+    fut = admin.create_topics([NewTopic("bad name!", 1, 1)], request_timeout=T_S)["bad name!"]
+    try:
+        fut.result(timeout=T_S)
+        raise AssertionError("an illegal topic name was accepted")
+    except KafkaException:
+        pass
+    # DeleteTopics of a topic that does not exist: UNKNOWN_TOPIC_OR_PARTITION (3).
+    missing = topic_name + "-missing"
+    try:
+        admin.delete_topics([missing], request_timeout=T_S)[missing].result(timeout=T_S)
+        raise AssertionError("deleted a topic that does not exist")
+    except KafkaException:
+        pass
+
+    # DescribeConfigs of a topic that does not exist: UNKNOWN_TOPIC_OR_PARTITION, per resource.
+    res = ConfigResource(ConfigResource.Type.TOPIC, missing)
+    try:
+        admin.describe_configs([res], request_timeout=T_S)[res].result(timeout=T_S)
+        raise AssertionError("described a topic that does not exist")
+    except KafkaException:
+        pass
+
+    sock = wire.connect(b.port)
+    try:
+        # ListOffsets v1 of a partition the topic does not have: UNKNOWN_TOPIC_OR_PARTITION.
+        body = wire.i32(-1) + wire.i32(1) + wire.string(topic_name) + wire.i32(1) + wire.i32(5) + wire.i64(-1)
+        wire.send_request(sock, 2, 1, body, correlation_id=21)
+        wire.recv_frame(sock)
+        # JoinGroup v0 with a session timeout below group.min.session.timeout.ms:
+        # INVALID_SESSION_TIMEOUT (26).
+        body = (wire.string("metrics-join") + wire.i32(1) + wire.string("") + wire.string("consumer")
+                + wire.i32(1) + wire.string("range") + wire.i32(0))
+        wire.send_request(sock, 11, 0, body, correlation_id=22)
+        wire.recv_frame(sock)
+    finally:
+        sock.close()
+
+    want = {
+        ("CreateTopics", "INVALID_TOPIC_EXCEPTION"),
+        ("DeleteTopics", "UNKNOWN_TOPIC_OR_PARTITION"),
+        ("ListOffsets", "UNKNOWN_TOPIC_OR_PARTITION"),
+        ("JoinGroup", "INVALID_SESSION_TIMEOUT"),
+        ("DescribeConfigs", "UNKNOWN_TOPIC_OR_PARTITION"),
+    }
+    deadline = time.monotonic() + T_S
+    while True:
+        text = scrape(b)
+        seen = {(m[0], m[1]) for m in re.findall(
+            r'^streamforge_request_errors_total\{api="([^"]+)",error="([^"]+)"\} [1-9]', text, re.M)}
+        if want <= seen or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert want <= seen, sorted(seen)
+    for api, error in want:
+        assert value(text, f'streamforge_request_errors_total{{api="{api}",error="{error}"}}') == 1, (api, error)
+    # Bounded labels: every api is a routed API name, never "Other".
+    assert all(api != "Other" for api, _ in seen), seen
+    typed = re.findall(r"^# TYPE (\S+) ", text, re.M)
+    helped = set(re.findall(r"^# HELP (\S+) ", text, re.M))
+    assert [t for t in typed if t not in helped] == [], "families without # HELP"

@@ -5,6 +5,11 @@
 //! Cardinality is bounded by construction: `api` is one of the routed API names and `error` one
 //! of Kafka's error names (an unknown code is `UNKNOWN`); no label carries a topic or a client.
 
+use kafka_protocol::messages::ApiKey;
+use streamforge_protocol::frame::api_name;
+
+use crate::router::HandlerResult;
+
 /// Errors in responses, by `api` and Kafka `error` name (one per partition or resource).
 pub const REQUEST_ERRORS: &str = "streamforge_request_errors_total";
 /// Produce requests with at least one partition error.
@@ -41,18 +46,26 @@ fn screaming_snake(camel: &str) -> String {
     out
 }
 
-/// Count every non-zero code of one response; `failed` (if given) once when there was any.
-/// Returns whether there was an error.
+/// Count every error code of a handler's response under its API: the one place
+/// `streamforge_request_errors_total` is counted, for every routed API (the router calls it).
+/// A response that is not sent (Produce acks=0) is not counted.
+pub fn count_response(api: ApiKey, result: &HandlerResult) {
+    if let Ok(Some(frame)) = result {
+        for code in &frame.error_codes {
+            metrics::counter!(REQUEST_ERRORS, "api" => api_name(api), "error" => error_name(*code))
+                .increment(1);
+        }
+    }
+}
+
+/// Count `failed` once when one response has any non-zero code (the per-code counts are
+/// the router's, `count_response`). Returns whether there was an error.
 pub fn count(
-    api: &'static str,
+    _api: &'static str,
     codes: impl IntoIterator<Item = i16>,
     failed: Option<&'static str>,
 ) -> bool {
-    let mut any = false;
-    for code in codes.into_iter().filter(|c| *c != 0) {
-        any = true;
-        metrics::counter!(REQUEST_ERRORS, "api" => api, "error" => error_name(code)).increment(1);
-    }
+    let any = codes.into_iter().any(|c| c != 0);
     if any && let Some(name) = failed {
         metrics::counter!(name).increment(1);
     }

@@ -12,8 +12,8 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    admin, api_versions, cluster, configs, fetch, group_protocol, groups, metadata, offsets,
-    produce, producer,
+    admin, api_versions, cluster, configs, fetch, group_protocol, groups, log_dirs, metadata,
+    offsets, produce, producer,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -54,7 +54,14 @@ macro_rules! route {
             api_key: ApiKey::$key,
             min_version: $min,
             max_version: $max,
-            handler: |state, req| Box::pin($handler(state, req)),
+            handler: |state, req| {
+                let api = req.api_key;
+                Box::pin(async move {
+                    let result = $handler(state, req).await;
+                    crate::request_metrics::count_response(api, &result);
+                    result
+                })
+            },
         }
     };
 }
@@ -88,6 +95,7 @@ pub static ROUTES: &[Route] = &[
         configs::handle_incremental_alter_configs
     ),
     route!(DescribeCluster, 0, 1, cluster::handle_describe_cluster),
+    route!(DescribeLogDirs, 1, 4, log_dirs::handle_describe_log_dirs),
     // Consumer groups (classic protocol). OffsetCommit/OffsetFetch v10 need topic ids.
     route!(OffsetCommit, 2, 9, groups::handle_offset_commit),
     route!(OffsetFetch, 1, 9, groups::handle_offset_fetch),
@@ -136,6 +144,8 @@ mod tests {
                 "{:?} routed twice",
                 r.api_key
             );
+            // The `api` label of the error metrics is one name per routed API.
+            assert_ne!(streamforge_protocol::frame::api_name(r.api_key), "Other");
             let codec = r.api_key.valid_versions();
             assert!(r.max_version <= codec.max, "{:?} beyond codec", r.api_key);
             assert!(r.min_version <= r.max_version);

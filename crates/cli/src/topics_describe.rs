@@ -1,5 +1,6 @@
 //! `streamforge topics describe`: each topic's configs and, per partition (as
-//! `rpk topic describe -p`), leader, epoch, replicas, ISR, log start offset and high watermark.
+//! `rpk topic describe -p`), leader, epoch, replicas, ISR, log start offset, high watermark and
+//! size on disk (DescribeLogDirs of the leader).
 use std::collections::HashMap;
 
 use serde_json::json;
@@ -20,6 +21,9 @@ pub async fn print(
 ) -> anyhow::Result<()> {
     let starts = offsets_at(admin, topics, EARLIEST).await;
     let ends = offsets_at(admin, topics, LATEST).await;
+    // A broker without DescribeLogDirs leaves the sizes out ("-") rather than failing.
+    let sizes = admin.partition_sizes(topics).await.unwrap_or_default();
+    let size = |t: &str, p: i32| sizes.get(&(t.to_string(), p)).copied();
     let offset = |m: &HashMap<TopicPartition, OffsetAndTimestamp>, t: &str, p: i32| {
         m.get(&(t.to_string(), p)).map(|o| o.offset)
     };
@@ -44,6 +48,7 @@ pub async fn print(
                         "error_code": p.error_code,
                         "log_start_offset": offset(&starts, &t.name, p.partition),
                         "high_watermark": offset(&ends, &t.name, p.partition),
+                        "size_bytes": size(&t.name, p.partition),
                     })
                 })
                 .collect();
@@ -85,6 +90,7 @@ pub async fn print(
                     join_ids(&p.isr),
                     dash(offset(&starts, &t.name, p.partition)),
                     dash(offset(&ends, &t.name, p.partition)),
+                    dash(size(&t.name, p.partition)),
                 ]
             })
             .collect();
@@ -97,6 +103,7 @@ pub async fn print(
                 "ISR",
                 "LOG-START-OFFSET",
                 "HIGH-WATERMARK",
+                "SIZE",
             ],
             &rows,
         );

@@ -312,6 +312,22 @@ fn produce_from_stdin_and_consume_back() {
     ))
     .unwrap();
     assert_eq!(desc[0]["partitions"].as_array().unwrap().len(), 4);
+    // Each partition's size on disk (DescribeLogDirs): bytes exactly where there are records,
+    // and the 500 records of about 20 bytes each are all somewhere.
+    let parts = desc[0]["partitions"].as_array().unwrap();
+    for p in parts {
+        let size = p["size_bytes"].as_i64().unwrap();
+        let hw = p["high_watermark"].as_i64().unwrap();
+        assert_eq!(size > 0, hw > 0, "{p}");
+    }
+    assert_eq!(parts[3]["size_bytes"], 0, "the new partition is empty");
+    let total: i64 = parts
+        .iter()
+        .map(|p| p["size_bytes"].as_i64().unwrap())
+        .sum();
+    assert!(total > 500 * 20, "{total}");
+    let human = ok(&["topics", "describe", "lines", "--bootstrap", bs], None);
+    assert!(human.contains("HIGH-WATERMARK  SIZE"), "{human}");
 
     // dump-log works offline on the data dir once the broker is stopped.
     b.stop();

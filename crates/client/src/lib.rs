@@ -14,6 +14,7 @@ pub mod conn;
 pub mod consumer;
 pub mod error;
 pub mod group;
+mod log_dirs;
 pub mod offsets;
 pub mod partitioner;
 pub mod producer;

@@ -131,7 +131,17 @@ pub fn write_fetch_response(
     if flexible {
         w.cur.put_u8(0); // top-level tagged fields
     }
-    w.finish(correlation_id, flexible)
+    let mut frame = w.finish(correlation_id, flexible);
+    frame.error_codes = std::iter::once(parts.error_code)
+        .chain(
+            parts
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+        )
+        .filter(|c| *c != 0)
+        .collect();
+    frame
 }
 
 #[derive(Default)]
@@ -196,6 +206,7 @@ impl ChunkWriter {
         self.chunks[0] = head.freeze();
         ResponseFrame {
             chunks: self.chunks,
+            error_codes: Vec::new(),
         }
     }
 }

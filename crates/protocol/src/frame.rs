@@ -7,6 +7,7 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::error::ProtocolError;
+use crate::error_codes::{ErrorCodes, nonzero_error_codes};
 use crate::guarded_buf::{GuardError, decode_guarded};
 
 /// Bytes of the length prefix in front of every request and response.
@@ -118,7 +119,10 @@ impl RequestFrame {
     }
 
     /// Encode `body` as this request's response (header version chosen per Kafka's rules).
-    pub fn respond<T: Encodable>(&self, body: &T) -> Result<ResponseFrame, ProtocolError> {
+    pub fn respond<T: Encodable + ErrorCodes>(
+        &self,
+        body: &T,
+    ) -> Result<ResponseFrame, ProtocolError> {
         encode_response(self.api_key, self.api_version, self.correlation_id, body)
     }
 }
@@ -187,6 +191,8 @@ fn skip_tagged_fields(buf: &mut Bytes) -> Result<(), ProtocolError> {
 #[derive(Debug, Clone, Default)]
 pub struct ResponseFrame {
     pub chunks: Vec<Bytes>,
+    /// The non-zero error codes the response carries (for the broker's error metrics).
+    pub error_codes: Vec<i16>,
 }
 
 impl ResponseFrame {
@@ -207,7 +213,7 @@ pub fn response_header_version(api_key: ApiKey, api_version: i16) -> i16 {
 }
 
 /// Encode a complete response frame (length prefix + header + body) into one buffer.
-pub fn encode_response<T: Encodable>(
+pub fn encode_response<T: Encodable + ErrorCodes>(
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
@@ -237,6 +243,7 @@ pub fn encode_response<T: Encodable>(
     debug_assert_eq!(buf.len(), FRAME_PREFIX_BYTES + total);
     Ok(ResponseFrame {
         chunks: vec![buf.freeze()],
+        error_codes: nonzero_error_codes(body),
     })
 }
 
@@ -275,6 +282,8 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::OffsetDelete => "OffsetDelete",
         ApiKey::DescribeCluster => "DescribeCluster",
         ApiKey::DescribeProducers => "DescribeProducers",
+        ApiKey::DescribeLogDirs => "DescribeLogDirs",
+        ApiKey::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",
         _ => "Other",
     }
 }

@@ -8,6 +8,7 @@ pub mod batch;
 pub mod clock;
 pub mod decompress;
 pub mod error;
+pub mod error_codes;
 pub mod fetch_writer;
 pub mod frame;
 pub mod guarded_buf;

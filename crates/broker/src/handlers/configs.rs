@@ -140,11 +140,6 @@ pub async fn handle_describe_configs(state: Arc<BrokerState>, req: RequestFrame)
         }
         resp.results.push(r);
     }
-    crate::request_metrics::count(
-        "DescribeConfigs",
-        resp.results.iter().map(|r| r.error_code),
-        None,
-    );
     Ok(Some(req.respond(&resp)?))
 }
 
@@ -270,11 +265,6 @@ pub async fn handle_alter_configs(state: Arc<BrokerState>, req: RequestFrame) ->
         r.resource_name = res.resource_name;
         resp.responses.push(r);
     }
-    crate::request_metrics::count(
-        "AlterConfigs",
-        resp.responses.iter().map(|r| r.error_code),
-        None,
-    );
     Ok(Some(req.respond(&resp)?))
 }
 
@@ -297,11 +287,6 @@ pub async fn handle_incremental_alter_configs(
         r.resource_name = res.resource_name;
         resp.responses.push(r);
     }
-    crate::request_metrics::count(
-        "IncrementalAlterConfigs",
-        resp.responses.iter().map(|r| r.error_code),
-        None,
-    );
     Ok(Some(req.respond(&resp)?))
 }
 

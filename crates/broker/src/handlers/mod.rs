@@ -9,6 +9,7 @@ pub mod configs;
 pub mod fetch;
 pub mod group_protocol;
 pub mod groups;
+pub mod log_dirs;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;

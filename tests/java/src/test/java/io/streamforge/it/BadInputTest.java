@@ -90,9 +90,9 @@ class BadInputTest {
 
     @Test
     void unservedApiKeyClosesTheConnection() throws Exception {
-        // DescribeLogDirs (35) v0 is not served: Kafka closes a connection whose request it cannot
+        // AlterReplicaLogDirs (34) is not served: Kafka closes a connection whose request it cannot
         // parse; so do we. The next connection is served.
-        Broker.Wire.Reply r = Broker.Wire.request(B.port(), (short) 35, (short) 0);
+        Broker.Wire.Reply r = Broker.Wire.request(B.port(), (short) 34, (short) 1);
         assertTrue(r.closed(), "connection closed for an unserved api key");
         Broker.Wire.Reply bogus = Broker.Wire.request(B.port(), (short) 9999, (short) 0);
         assertTrue(bogus.closed(), "connection closed for an unknown api key");

@@ -1,7 +1,6 @@
 package io.streamforge.it;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.file.Files;
@@ -144,17 +143,27 @@ class ToolsTest {
         String out = Tool.ok(API_VERSIONS, null, "--bootstrap-server", BS).out();
         assertTrue(out.contains("Produce(0): 0 to 11 [usable: 11]"), out);
         assertTrue(out.contains("Fetch(1): 4 to 12 [usable: 12]"), out);
-        assertTrue(out.contains("DescribeLogDirs(35): UNSUPPORTED"), out);
+        assertTrue(out.contains("DescribeLogDirs(35): 1 to 4 [usable: 4]"), out);
     }
 
     @Test
-    void logDirsIsNotServed() {
-        // DescribeLogDirs is not served yet (docs/BROKER.md): the tool fails with the client's
-        // UnsupportedVersionException instead of hanging, and the broker keeps serving.
-        Tool.Result r = Tool.run(LOG_DIRS, null, "--bootstrap-server", BS, "--describe");
-        assertNotEquals(0, r.exit(), r.toString());
-        assertTrue((r.out() + r.err()).contains("UnsupportedVersionException"), r.toString());
-        Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--list");
+    void logDirsCommand() {
+        // kafka-log-dirs --describe: the one log dir (the data dir) with each partition's size.
+        String t = Util.unique("cli-logdirs");
+        Util.createTopic(B, t, 2);
+        Tool.ok(CONSOLE_PRODUCER, "a\nb\nc\n", "--bootstrap-server", BS, "--topic", t,
+                "--property", "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner");
+        String out = Tool.ok(LOG_DIRS, null, "--bootstrap-server", BS, "--describe", "--topic-list", t).out();
+        assertTrue(out.contains("\"logDir\":\"/"), out);
+        assertTrue(out.contains("\"error\":null"), out);
+        Matcher m = Pattern.compile("\"partition\":\"" + Pattern.quote(t) + "-(\\d)\",\"size\":(\\d+),"
+                + "\"offsetLag\":0,\"isFuture\":false").matcher(out);
+        Map<String, Long> sizes = new HashMap<>();
+        while (m.find()) {
+            sizes.put(m.group(1), Long.parseLong(m.group(2)));
+        }
+        assertEquals(Set.of("0", "1"), sizes.keySet(), out);
+        assertTrue(sizes.values().stream().mapToLong(Long::longValue).sum() > 0, out);
     }
 
     @Test
