@@ -51,6 +51,12 @@ pub struct Args {
     /// `sasl.enabled.mechanisms`: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 [default: SCRAM-SHA-256,SCRAM-SHA-512].
     #[arg(long, env = "STREAMFORGE_SASL_MECHANISMS")]
     pub sasl_mechanisms: Option<String>,
+    /// A TLS handshake must complete within this many ms [default: 10000].
+    #[arg(long, env = "STREAMFORGE_SSL_HANDSHAKE_TIMEOUT_MS")]
+    pub ssl_handshake_timeout_ms: Option<u64>,
+    /// SASL listeners: authentication must succeed within this many ms of accept [default: 10000].
+    #[arg(long, env = "STREAMFORGE_SASL_HANDSHAKE_TIMEOUT_MS")]
+    pub sasl_handshake_timeout_ms: Option<u64>,
     /// `connections.max.reauth.ms` (KIP-368): SASL sessions last this long, 0 = forever [default: 0].
     #[arg(long, env = "STREAMFORGE_CONNECTIONS_MAX_REAUTH_MS")]
     pub connections_max_reauth_ms: Option<u64>,
@@ -162,6 +168,8 @@ struct FileConfig {
     ssl_reload_interval_ms: Option<u64>,
     sasl_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
+    ssl_handshake_timeout_ms: Option<u64>,
+    sasl_handshake_timeout_ms: Option<u64>,
     advertised_listener: Option<String>,
     data_dir: Option<PathBuf>,
     node_id: Option<i32>,
@@ -352,6 +360,18 @@ fn security_settings(
             !sec.sasl_mechanisms.is_empty(),
             "--sasl-mechanisms is empty"
         );
+    }
+    if let Some(v) = args
+        .ssl_handshake_timeout_ms
+        .or(file.ssl_handshake_timeout_ms)
+    {
+        sec.ssl_handshake_timeout_ms = v;
+    }
+    if let Some(v) = args
+        .sasl_handshake_timeout_ms
+        .or(file.sasl_handshake_timeout_ms)
+    {
+        sec.sasl_handshake_timeout_ms = v;
     }
     if let Some(v) = args
         .connections_max_reauth_ms
