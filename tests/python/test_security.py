@@ -325,3 +325,33 @@ def scram_client_final(server_first: bytes, tamper: str) -> bytes:
     if tamper == "proof":
         proof = bytes([proof[0] ^ 1]) + proof[1:]
     return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def test_a_replaced_certificate_is_served_without_restart(tmp_path, certs):
+    live = tmp_path / "live"
+    live.mkdir()
+    for f in ("broker.pem", "broker.key", "ca.pem"):
+        (live / f).write_bytes((certs / f).read_bytes())
+    b = start_secure(tmp_path, live, extra=["--ssl-reload-interval-ms", "300"])
+    try:
+        fresh = tmp_path / "fresh"
+        subprocess.run([str(REPO_ROOT / "scripts" / "gen-certs"), str(fresh)], check=True,
+                       capture_output=True, timeout=60)
+        # Key first, then certificate: a reload may see the pair half-written and must keep
+        # the old one until both match.
+        (live / "broker.key").write_bytes((fresh / "broker.key").read_bytes())
+        (live / "broker.pem").write_bytes((fresh / "broker.pem").read_bytes())
+        deadline = time.time() + 10
+        while "TLS certificate reloaded" not in b.proc.log_path.read_text():
+            assert time.time() < deadline, "no reload logged"
+            time.sleep(0.2)
+        new_ca = ssl.create_default_context(cafile=str(fresh / "ca.pem"))
+        with socket.create_connection(("127.0.0.1", b.ports["SSL"]), timeout=5) as raw:
+            with new_ca.wrap_socket(raw, server_hostname="localhost") as s:
+                assert s.version() in ("TLSv1.2", "TLSv1.3")
+        old_ca = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        with socket.create_connection(("127.0.0.1", b.ports["SSL"]), timeout=5) as raw:
+            with pytest.raises(ssl.SSLCertVerificationError):
+                old_ca.wrap_socket(raw, server_hostname="localhost")
+    finally:
+        b.proc.stop()
