@@ -30,6 +30,7 @@ pub struct Args {
 enum UsersCommand {
     /// Create a user, or set a new password (SCRAM-SHA-256 and SCRAM-SHA-512 by default).
     Create {
+        /// The user name (the SASL username clients log in with).
         name: String,
         /// The password (also STREAMFORGE_USER_PASSWORD).
         #[arg(long, env = "STREAMFORGE_USER_PASSWORD", hide_env_values = true)]
@@ -43,7 +44,9 @@ enum UsersCommand {
     },
     /// Delete a user's credentials (every SCRAM mechanism unless --mechanisms).
     Delete {
+        /// The user name.
         name: String,
+        /// Comma-separated SCRAM mechanisms to delete.
         #[arg(long, default_value = "SCRAM-SHA-256,SCRAM-SHA-512")]
         mechanisms: String,
     },

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
@@ -97,63 +98,34 @@ pub async fn handle_describe(state: Arc<BrokerState>, req: RequestFrame) -> Hand
 
 type Upsert = (String, Mechanism, ScramCredential);
 
+/// Per-user failures of one AlterUserScramCredentials request.
+type UserErrors = BTreeMap<String, (ResponseError, String)>;
+
 pub async fn handle_alter(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: AlterUserScramCredentialsRequest = req.decode()?;
-    let mut errors: BTreeMap<String, (ResponseError, String)> = BTreeMap::new();
-    let mut seen: BTreeSet<(String, i8)> = BTreeSet::new();
-    let mut dup = |user: &str, m: i8, errors: &mut BTreeMap<_, _>| {
-        if !seen.insert((user.to_string(), m)) {
-            errors.entry(user.to_string()).or_insert((
-                ResponseError::DuplicateResource,
-                "A user credential cannot be altered twice in the same request".to_string(),
-            ));
-        }
-    };
     let store = state.security.credentials.clone();
+    let mut errors = UserErrors::new();
+    duplicates(&request, &mut errors);
     let mut deletions = Vec::new();
     for d in &request.deletions {
         let user = d.name.to_string();
-        dup(&user, d.mechanism, &mut errors);
         match check(&user, d.mechanism) {
-            Err(e) => {
-                errors.entry(user).or_insert(e);
-            }
-            Ok(m) if store.get(&user, m).is_none() => {
+            Ok(m) if store.get(&user, m).is_some() => deletions.push((user, m)),
+            Ok(_) => {
                 errors.entry(user).or_insert((
                     ResponseError::ResourceNotFound,
                     "Attempt to delete a user credential that does not exist".into(),
                 ));
             }
-            Ok(m) => deletions.push((user, m)),
+            Err(e) => {
+                errors.entry(user).or_insert(e);
+            }
         }
     }
     let mut upserts: Vec<Upsert> = Vec::new();
     for u in &request.upsertions {
         let user = u.name.to_string();
-        dup(&user, u.mechanism, &mut errors);
-        let cred = check(&user, u.mechanism).and_then(|m| {
-            if u.salt.is_empty() || u.salted_password.is_empty() {
-                return Err((
-                    ResponseError::UnacceptableCredential,
-                    "Salt and salted password must not be empty".into(),
-                ));
-            }
-            let iterations = u32::try_from(u.iterations).unwrap_or(0);
-            scram::credential_from_salted(m, &u.salted_password, &u.salt, iterations)
-                .map(|c| (m, c))
-                .map_err(|_| {
-                    let which = if iterations < ITERATIONS_MIN {
-                        "few"
-                    } else {
-                        "many"
-                    };
-                    (
-                        ResponseError::UnacceptableCredential,
-                        format!("Too {which} iterations ({ITERATIONS_MIN}..={ITERATIONS_MAX})"),
-                    )
-                })
-        });
-        match cred {
+        match upsertion(&user, u) {
             Ok((m, c)) => upserts.push((user, m, c)),
             Err(e) => {
                 errors.entry(user).or_insert(e);
@@ -186,6 +158,58 @@ pub async fn handle_alter(state: Arc<BrokerState>, req: RequestFrame) -> Handler
         resp.results.push(r);
     }
     Ok(Some(req.respond(&resp)?))
+}
+
+/// The same (user, mechanism) twice in one request is DUPLICATE_RESOURCE for that user.
+fn duplicates(request: &AlterUserScramCredentialsRequest, errors: &mut UserErrors) {
+    let mut seen: BTreeSet<(String, i8)> = BTreeSet::new();
+    let pairs = request
+        .deletions
+        .iter()
+        .map(|d| (d.name.to_string(), d.mechanism))
+        .chain(
+            request
+                .upsertions
+                .iter()
+                .map(|u| (u.name.to_string(), u.mechanism)),
+        );
+    for (user, m) in pairs {
+        if !seen.insert((user.clone(), m)) {
+            errors.entry(user).or_insert((
+                ResponseError::DuplicateResource,
+                "A user credential cannot be altered twice in the same request".to_string(),
+            ));
+        }
+    }
+}
+
+/// The stored credential for one upsertion (computed from its salted password).
+fn upsertion(
+    user: &str,
+    u: &ScramCredentialUpsertion,
+) -> Result<(Mechanism, ScramCredential), (ResponseError, String)> {
+    let m = check(user, u.mechanism)?;
+    if u.salt.is_empty() || u.salted_password.is_empty() {
+        return Err((
+            ResponseError::UnacceptableCredential,
+            "Salt and salted password must not be empty".into(),
+        ));
+    }
+    let iterations = u32::try_from(u.iterations).unwrap_or(0);
+    let cred = scram::credential_from_salted(m, &u.salted_password, &u.salt, iterations).map_err(
+        |_| {
+            let which = if iterations < ITERATIONS_MIN {
+                "few"
+            } else {
+                "many"
+            };
+            (
+                ResponseError::UnacceptableCredential,
+                format!("Too {which} iterations ({ITERATIONS_MIN}..={ITERATIONS_MAX})"),
+            )
+        },
+    )?;
+    Ok((m, cred))
 }
 
 fn check(user: &str, mechanism: i8) -> Result<Mechanism, (ResponseError, String)> {
