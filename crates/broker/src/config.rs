@@ -86,6 +86,8 @@ pub struct BrokerConfig {
     /// default hub, installed as the `metrics` global recorder, when the dashboard is on (the
     /// binary's case); nothing is recorded when it is off.
     pub metrics: Option<Arc<MetricsHub>>,
+    /// Listeners with security protocols, TLS and SASL (`listeners` overrides `listen`).
+    pub security: crate::security::SecurityConfig,
 }
 
 impl Default for BrokerConfig {
@@ -121,6 +123,7 @@ impl Default for BrokerConfig {
             tiered: None,
             clock: SystemClock::shared(),
             metrics: None,
+            security: Default::default(),
         }
     }
 }

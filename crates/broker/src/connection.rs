@@ -20,14 +20,18 @@ use kafka_protocol::messages::ApiKey;
 use streamforge_protocol::api_versions::unsupported_api_versions_response;
 use streamforge_protocol::frame::{FRAME_PREFIX_BYTES, HeaderPrefix, api_name, frame_len};
 use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use crate::router::{self, HandlerError, HandlerResult};
+use crate::security::SASL_RECEIVE_BYTES_MAX;
+use crate::security::gate::{self, Gate};
+use crate::security::sasl::SaslSession;
 use crate::{BrokerState, ms};
 
+/// Read buffer of a connection: small requests arrive in one read; the buffer is all that is
+/// read ahead of a frame's memory reservation. Larger reads bypass it.
+pub const READ_BUFFER_BYTES: usize = 16 * 1024;
 /// IoSlices per `write_vectored` call (Linux IOV_MAX is 1024).
 const IOV_CHUNKS_MAX: usize = 512;
 /// Request memory (`queued.max.request.bytes`) a frame reserves before its first body byte is
@@ -53,23 +57,40 @@ enum ReadError {
     Io(#[from] std::io::Error),
 }
 
-pub async fn serve(
+/// What the connection knows about itself beyond its socket.
+pub struct ConnectionInfo {
+    pub peer: SocketAddr,
+    /// Index of the listener it came in on (see `SecurityState::endpoints`).
+    pub listener: usize,
+    /// The SASL state on SASL listeners; `None` elsewhere (every request is served).
+    pub sasl: Option<SaslSession>,
+    /// SASL listeners: authentication must succeed by this time.
+    pub auth_deadline: Option<tokio::time::Instant>,
+}
+
+/// Serve one connection over any stream halves (a `TcpStream`'s, or a TLS stream's).
+pub async fn serve<R, W>(
     state: Arc<BrokerState>,
-    stream: TcpStream,
-    peer: SocketAddr,
+    rd: R,
+    mut wr: W,
+    mut info: ConnectionInfo,
     mut shutdown: watch::Receiver<bool>,
-) {
-    let _ = stream.set_nodelay(true);
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let peer = info.peer;
     tracing::debug!(%peer, "connection opened");
-    let (mut rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let mut out: VecDeque<Bytes> = VecDeque::new();
     loop {
         if *shutdown.borrow() {
             break;
         }
+        let limits = read_limits(&state, &info);
         let frame = tokio::select! {
             _ = shutdown.changed() => break,
-            f = read_frame(&state, &mut rd) => f,
+            f = read_frame(&state, &mut rd, limits) => f,
         };
         let (frame, permit) = match frame {
             Ok(Some(f)) => f,
@@ -79,19 +100,44 @@ pub async fn serve(
                 break;
             }
         };
-        match handle(&state, frame, permit, peer).await {
-            Some(Some(response)) => match check_response_frame(&response) {
-                Ok(()) => out.extend(response.chunks),
-                Err(e) => {
-                    tracing::error!(%peer, error = %e, "response frame is malformed, closing connection");
-                    break;
-                }
-            },
-            Some(None) => continue, // no response (acks=0 Produce)
-            None => break,
+        let mut close_after = None;
+        match gate::check(&mut info.sasl, &frame, peer).await {
+            Gate::Pass => {}
+            Gate::Reply(resp) => out.extend(resp.chunks),
+            Gate::ReplyAndClose(resp, reason) => {
+                out.extend(resp.chunks);
+                close_after = Some(reason);
+            }
+            Gate::Close(reason) => {
+                tracing::warn!(%peer, reason, "closing connection");
+                break;
+            }
+        }
+        if out.is_empty() {
+            match handle(&state, frame, permit, peer, info.listener).await {
+                Some(Some(response)) => match check_response_frame(&response) {
+                    Ok(()) => out.extend(response.chunks),
+                    Err(e) => {
+                        tracing::error!(%peer, error = %e, "response frame is malformed, closing connection");
+                        break;
+                    }
+                },
+                Some(None) => continue, // no response (acks=0 Produce)
+                None => break,
+            }
+        } else if info
+            .sasl
+            .as_ref()
+            .is_some_and(SaslSession::is_authenticated)
+        {
+            info.auth_deadline = None;
         }
         if let Err(e) = write_all_vectored(&mut wr, &mut out).await {
             tracing::debug!(%peer, error = %e, "write failed");
+            break;
+        }
+        if let Some(reason) = close_after {
+            tracing::warn!(%peer, reason, "SASL authentication failed, closing connection");
             break;
         }
     }
@@ -99,13 +145,40 @@ pub async fn serve(
     tracing::debug!(%peer, "connection closed");
 }
 
+/// How large a frame may be and how long to wait for one: before SASL authentication a frame
+/// is at most `SASL_RECEIVE_BYTES_MAX` and must come before the authentication deadline.
+struct ReadLimits {
+    frame_bytes_max: usize,
+    idle: std::time::Duration,
+}
+
+fn read_limits(state: &BrokerState, info: &ConnectionInfo) -> ReadLimits {
+    let idle = ms(state.config.connections_max_idle_ms);
+    let authenticated = info.sasl.as_ref().is_none_or(SaslSession::is_authenticated);
+    match info.auth_deadline {
+        Some(deadline) if !authenticated => ReadLimits {
+            frame_bytes_max: SASL_RECEIVE_BYTES_MAX.min(state.config.socket_request_max_bytes),
+            idle: idle.min(deadline.saturating_duration_since(tokio::time::Instant::now())),
+        },
+        _ => ReadLimits {
+            frame_bytes_max: if info.sasl.as_ref().is_some_and(|s| s.expects_raw_token()) {
+                SASL_RECEIVE_BYTES_MAX
+            } else {
+                state.config.socket_request_max_bytes
+            },
+            idle,
+        },
+    }
+}
+
 /// Read one frame: `Ok(None)` on EOF before a new frame starts.
-async fn read_frame(
+async fn read_frame<R: AsyncRead + Unpin>(
     state: &BrokerState,
-    rd: &mut OwnedReadHalf,
+    rd: &mut BufReader<R>,
+    limits: ReadLimits,
 ) -> Result<Option<(Bytes, OwnedSemaphorePermit)>, ReadError> {
     let mut prefix = [0u8; FRAME_PREFIX_BYTES];
-    let idle = ms(state.config.connections_max_idle_ms);
+    let idle = limits.idle;
     // The first read waits up to the idle timeout and takes as much of the length prefix as
     // has arrived (usually all of it: one syscall, not two).
     let first = tokio::time::timeout(idle, rd.read(&mut prefix))
@@ -119,7 +192,7 @@ async fn read_frame(
         rd.read_exact(&mut prefix[first..])
             .await
             .map_err(eof_as_truncated)?;
-        let len = frame_len(prefix, state.config.socket_request_max_bytes)?;
+        let len = frame_len(prefix, limits.frame_bytes_max)?;
         read_body(state, rd, len).await.map(Some)
     })
     .await
@@ -130,9 +203,9 @@ async fn read_frame(
 /// (see `FRAME_RESERVE_FIRST_BYTES`, `FRAME_RESERVE_CHUNK_BYTES_MAX`), each further chunk only
 /// once more bytes are readable. A peer that announces a large frame and stalls holds 64 KiB,
 /// not the frame's length (which let 11 connections of 44 bytes stall every other client).
-async fn read_body(
+async fn read_body<R: AsyncRead + Unpin>(
     state: &BrokerState,
-    rd: &mut OwnedReadHalf,
+    rd: &mut BufReader<R>,
     len: usize,
 ) -> Result<(Bytes, OwnedSemaphorePermit), ReadError> {
     // One buffer of at least the frame's size if the pool has one (reused for large frames:
@@ -156,8 +229,11 @@ async fn read_body(
             break;
         }
         if body.len() == reserved {
-            // Do not hold a reservation for bytes that have not been sent yet.
-            rd.readable().await?;
+            // Do not hold a reservation for bytes that have not been sent yet (the wait
+            // buffers at most READ_BUFFER_BYTES).
+            if rd.fill_buf().await?.is_empty() {
+                return Err(ReadError::Truncated);
+            }
             let chunk = (len - reserved).min(reserved.min(FRAME_RESERVE_CHUNK_BYTES_MAX));
             permit.merge(reserve(state, chunk).await?);
             reserved += chunk;
@@ -191,6 +267,7 @@ async fn handle(
     frame: Bytes,
     permit: OwnedSemaphorePermit,
     peer: SocketAddr,
+    listener: usize,
 ) -> Option<Option<ResponseFrame>> {
     let prefix = match HeaderPrefix::parse(&frame) {
         Ok(p) => p,
@@ -200,7 +277,7 @@ async fn handle(
         }
     };
     let (api_key, correlation_id) = (prefix.api_key, prefix.correlation_id);
-    let result = match route(frame, prefix, peer) {
+    let result = match route(frame, prefix, peer, listener) {
         Ok(Routed::Ready(api_key, result)) => (api_key, result),
         Ok(Routed::Handler(api_key, handler, req)) => {
             let started = Instant::now();
@@ -243,7 +320,12 @@ enum Routed {
 }
 
 /// Find the request's route and check its version.
-fn route(frame: Bytes, prefix: HeaderPrefix, peer: SocketAddr) -> Result<Routed, HandlerError> {
+fn route(
+    frame: Bytes,
+    prefix: HeaderPrefix,
+    peer: SocketAddr,
+    listener: usize,
+) -> Result<Routed, HandlerError> {
     let api_key = ApiKey::try_from(prefix.api_key)
         .ok()
         .filter(|k| router::find(*k).is_some())
@@ -273,6 +355,7 @@ fn route(frame: Bytes, prefix: HeaderPrefix, peer: SocketAddr) -> Result<Routed,
     }
     let mut req = RequestFrame::parse(frame)?;
     req.client_addr = Some(peer.ip());
+    req.listener = listener;
     Ok(Routed::Handler(api_key, route.handler, req))
 }
 
@@ -309,8 +392,8 @@ fn check_response_frame(response: &ResponseFrame) -> Result<(), String> {
     Ok(())
 }
 
-async fn write_all_vectored(
-    wr: &mut OwnedWriteHalf,
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    wr: &mut W,
     chunks: &mut VecDeque<Bytes>,
 ) -> std::io::Result<()> {
     while !chunks.is_empty() {
@@ -338,5 +421,6 @@ async fn write_all_vectored(
             }
         }
     }
-    Ok(())
+    // A TLS stream holds the last records until flushed (a no-op for TCP).
+    wr.flush().await
 }

@@ -22,6 +22,7 @@ pub mod replica_manager;
 pub mod request_metrics;
 pub mod router;
 mod scrubber;
+pub mod security;
 mod server;
 mod storage_errors;
 pub mod tiered;
@@ -98,6 +99,8 @@ pub struct BrokerState {
     pub clock: SharedClock,
     /// This broker's metrics hub (see `BrokerConfig::metrics`).
     pub metrics: Option<Arc<MetricsHub>>,
+    /// Listeners' endpoints, TLS acceptor, SCRAM credentials.
+    pub security: security::SecurityState,
 }
 
 impl BrokerState {
@@ -145,8 +148,10 @@ impl Broker {
     /// connection is accepted (the accept loop starts last) before the logs are recovered.
     pub async fn start(mut config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
         let metrics = own_runtime(&mut config);
-        let (listener, kafka_addr) = bind_kafka(config.listen).await?;
-        let (advertised_host, advertised_port) = advertised(&config, kafka_addr)?;
+        let (listeners, bound) = bind_listeners(&config).await?;
+        let kafka_addr = bound[0].1;
+        // Before any file is created: a bad certificate or listener list fails here.
+        let security = security_state(&config, &bound)?;
         let http_listener = match config.http_listen {
             Some(addr) => Some(bind_http(addr).await?),
             None => None,
@@ -159,6 +164,10 @@ impl Broker {
         );
         let (replicas, cluster_id, groups, producer_ids, dynamic) =
             open_storage(&config, tiering.clone()).await?;
+        let (advertised_host, advertised_port) = {
+            let first = &security.endpoints[0];
+            (first.host.clone(), first.port)
+        };
         let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let config_clock = Arc::clone(&config.clock);
@@ -185,6 +194,7 @@ impl Broker {
             shutdown: shutdown_rx.clone(),
             clock: Arc::clone(&config_clock),
             metrics,
+            security,
         });
         let partitions_max = partition_limit::resolve(state.config.max_partitions);
         state.replicas.set_partitions_max(partitions_max);
@@ -213,9 +223,17 @@ impl Broker {
         state.spawn(tiered::run(state.clone(), shutdown_rx.clone()));
         state.spawn(scrubber::run(state.clone(), shutdown_rx.clone()));
         let cleaner = cleaner::start(&state);
+        if let Some(tls) = &state.security.tls {
+            let interval_ms = state.config.security.ssl_reload_interval_ms;
+            state.spawn(security::tls::run_reloader(
+                tls.clone(),
+                interval_ms,
+                shutdown_rx.clone(),
+            ));
+        }
         let serving = state.spawn(server::run(
             state.clone(),
-            listener,
+            listeners,
             shutdown_rx,
             housekeeping,
         ));
@@ -254,6 +272,57 @@ fn log_listening(state: &BrokerState, kafka_addr: SocketAddr, partitions_max: us
         data_dir = %state.config.data_dir.display(),
         "broker listening"
     );
+}
+
+type BoundListeners = (
+    Vec<TcpListener>,
+    Vec<(security::SecurityProtocol, SocketAddr)>,
+);
+
+/// Bind every Kafka listener (`listeners`, or `listen` as one PLAINTEXT listener).
+async fn bind_listeners(config: &BrokerConfig) -> Result<BoundListeners, BrokerError> {
+    let mut listeners = Vec::new();
+    let mut bound = Vec::new();
+    for spec in security::listener_specs(&config.security, config.listen) {
+        let (l, addr) = bind_kafka(spec.addr).await?;
+        listeners.push(l);
+        bound.push((spec.protocol, addr));
+    }
+    Ok((listeners, bound))
+}
+
+/// The TLS acceptor (when a listener speaks TLS), the principal mapping, the advertised
+/// endpoints and the SCRAM credentials (read from the data dir, which is locked by now).
+fn security_state(
+    config: &BrokerConfig,
+    bound: &[(security::SecurityProtocol, SocketAddr)],
+) -> Result<security::SecurityState, BrokerError> {
+    let cfg = &config.security;
+    let tls = if bound.iter().any(|(p, _)| p.is_tls()) {
+        Some(security::tls::TlsSource::load(cfg).map_err(|e| BrokerError::Config(e.to_string()))?)
+    } else {
+        None
+    };
+    let principal_mapper =
+        security::principal::PrincipalMapper::parse(&cfg.ssl_principal_mapping_rules)
+            .map_err(|e| BrokerError::Config(e.to_string()))?;
+    let legacy = match &config.advertised_listener {
+        Some(_) => Some(advertised(config, bound[0].1)?),
+        None => None,
+    };
+    let credentials =
+        security::credentials::CredentialStore::open(&config.data_dir).map_err(|e| {
+            BrokerError::Storage {
+                path: config.data_dir.clone(),
+                message: e.to_string(),
+            }
+        })?;
+    Ok(security::SecurityState {
+        endpoints: security::endpoints(cfg, bound, legacy),
+        credentials: Arc::new(credentials),
+        tls,
+        principal_mapper,
+    })
 }
 
 async fn bind_kafka(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), BrokerError> {
@@ -351,6 +420,16 @@ impl BrokerHandle {
     /// The address the Kafka listener is bound to (the real port when 0 was asked for).
     pub fn kafka_addr(&self) -> SocketAddr {
         self.kafka_addr
+    }
+
+    /// Every Kafka listener with its protocol and bound address, in `listeners` order.
+    pub fn listener_addrs(&self) -> Vec<(security::SecurityProtocol, SocketAddr)> {
+        self.state
+            .security
+            .endpoints
+            .iter()
+            .map(|e| (e.protocol, e.bound))
+            .collect()
     }
 
     /// The address the dashboard is bound to, when it is on.

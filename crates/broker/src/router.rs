@@ -13,7 +13,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use crate::BrokerState;
 use crate::handlers::{
     admin, api_versions, cluster, configs, fetch, group_protocol, groups, log_dirs, metadata,
-    offsets, produce, producer,
+    offsets, produce, producer, scram_users,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -118,6 +118,22 @@ pub static ROUTES: &[Route] = &[
     // Idempotent producers.
     route!(InitProducerId, 0, 5, producer::handle_init_producer_id),
     route!(DescribeProducers, 0, 0, producer::handle_describe_producers),
+    // Security: on SASL listeners `security::gate` answers these two first; advertised only
+    // when a SASL listener exists (`api_ranges_for`).
+    route!(SaslHandshake, 0, 1, scram_users::handle_sasl_handshake),
+    route!(
+        SaslAuthenticate,
+        0,
+        2,
+        scram_users::handle_sasl_authenticate
+    ),
+    route!(
+        DescribeUserScramCredentials,
+        0,
+        0,
+        scram_users::handle_describe
+    ),
+    route!(AlterUserScramCredentials, 0, 0, scram_users::handle_alter),
 ];
 
 /// The route serving `api_key`, if any.
@@ -125,9 +141,19 @@ pub fn find(api_key: ApiKey) -> Option<&'static Route> {
     ROUTES.iter().find(|r| r.api_key == api_key)
 }
 
-/// What ApiVersions advertises, sorted by api key.
+/// Every route's range, sorted by api key.
 pub fn api_ranges() -> Vec<ApiRange> {
-    let mut ranges: Vec<ApiRange> = ROUTES.iter().map(Route::range).collect();
+    api_ranges_for(true)
+}
+
+/// What ApiVersions advertises: SaslHandshake and SaslAuthenticate only when `sasl` (a SASL
+/// listener exists), sorted by api key.
+pub fn api_ranges_for(sasl: bool) -> Vec<ApiRange> {
+    let mut ranges: Vec<ApiRange> = ROUTES
+        .iter()
+        .filter(|r| sasl || !matches!(r.api_key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate))
+        .map(Route::range)
+        .collect();
     ranges.sort_by_key(|r| r.api_key as i16);
     ranges
 }

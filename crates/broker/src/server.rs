@@ -1,20 +1,43 @@
 //! The accept loop (connection limit, graceful shutdown) and the housekeeping timer.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::{BrokerState, connection, ms};
+use crate::connection::{self, ConnectionInfo};
+use crate::security::sasl::SaslSession;
+use crate::{BrokerState, ms};
 
-/// Accept connections until shutdown; then drain connections and close the logs.
+/// Accept connections on every listener until shutdown; then drain connections and close the
+/// logs.
 pub async fn run(
     state: Arc<BrokerState>,
-    listener: TcpListener,
-    mut shutdown: watch::Receiver<bool>,
+    listeners: Vec<TcpListener>,
+    shutdown: watch::Receiver<bool>,
     housekeeping: JoinHandle<()>,
+) {
+    let loops = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(index, l)| accept_and_drain(state.clone(), l, index, shutdown.clone()));
+    futures::future::join_all(loops).await;
+    let _ = housekeeping.await;
+    let st = state.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || st.replicas.close_all()).await {
+        tracing::error!(error = %e, "closing logs failed");
+    }
+}
+
+/// One listener's accept loop, then the drain of its connections (within the grace period).
+async fn accept_and_drain(
+    state: Arc<BrokerState>,
+    listener: TcpListener,
+    index: usize,
+    mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
     let hub = state.metrics.clone();
@@ -32,10 +55,9 @@ pub async fn run(
                         continue;
                     }
                     let guard = ConnectionGuard::new(state.clone());
-                    let state = state.clone();
-                    let shutdown = shutdown.clone();
+                    let task = serve_accepted(state.clone(), stream, peer, index, shutdown.clone());
                     let task = async move {
-                        connection::serve(state, stream, peer, shutdown).await;
+                        task.await;
                         drop(guard);
                     };
                     match &hub {
@@ -54,6 +76,7 @@ pub async fn run(
     drop(listener);
     tracing::info!(
         connections = conns.len(),
+        listener = index,
         "stopped accepting; finishing in-flight requests"
     );
     let grace = ms(state.config.shutdown_grace_ms);
@@ -67,11 +90,72 @@ pub async fn run(
         );
         conns.shutdown().await;
     }
-    let _ = housekeeping.await;
-    let st = state.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || st.replicas.close_all()).await {
-        tracing::error!(error = %e, "closing logs failed");
+}
+
+/// Serve one accepted socket by its listener's protocol: the TLS handshake first on SSL and
+/// SASL_SSL listeners, a SASL session on SASL ones.
+async fn serve_accepted(
+    state: Arc<BrokerState>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: usize,
+    shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let security = &state.security;
+    let protocol = security.endpoint(listener).protocol;
+    let sec = &state.config.security;
+    let info = ConnectionInfo {
+        peer,
+        listener,
+        sasl: protocol.is_sasl().then(|| {
+            SaslSession::new(
+                sec.sasl_mechanisms.clone(),
+                security.credentials.clone(),
+                sec.connections_max_reauth_ms,
+            )
+        }),
+        auth_deadline: protocol
+            .is_sasl()
+            .then(|| tokio::time::Instant::now() + ms(sec.sasl_handshake_timeout_ms)),
+    };
+    if !protocol.is_tls() {
+        let (rd, wr) = stream.into_split();
+        return connection::serve(state.clone(), rd, wr, info, shutdown).await;
     }
+    let Some(tls) = &security.tls else {
+        tracing::error!(%peer, "TLS listener without a TLS configuration");
+        return;
+    };
+    let handshake = tls.acceptor().accept(stream);
+    let tls_stream = match tokio::time::timeout(ms(sec.ssl_handshake_timeout_ms), handshake).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "TLS handshake failed, closing connection");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, timeout_ms = sec.ssl_handshake_timeout_ms, "TLS handshake timed out, closing connection");
+            return;
+        }
+    };
+    let cert = tls_stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec());
+    if let Some(der) = cert {
+        match security.principal_mapper.principal(&der) {
+            Ok(p) => tracing::debug!(%peer, principal = %p, "TLS client authenticated"),
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "no principal for the client certificate, closing connection");
+                return;
+            }
+        }
+    }
+    let (rd, wr) = tokio::io::split(tls_stream);
+    connection::serve(state.clone(), rd, wr, info, shutdown).await;
 }
 
 /// Counts a connection while it lives.

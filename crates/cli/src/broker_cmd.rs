@@ -23,6 +23,43 @@ pub struct Args {
     /// HOST:PORT clients are told to connect to [default: the listen address; 127.0.0.1 for 0.0.0.0].
     #[arg(long, env = "STREAMFORGE_ADVERTISED_LISTENER")]
     pub advertised_listener: Option<String>,
+    /// Kafka listeners with a security protocol each, comma-separated
+    /// `PROTOCOL://HOST:PORT` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); replaces --listen.
+    #[arg(long, env = "STREAMFORGE_LISTENERS")]
+    pub listeners: Option<String>,
+    /// What clients are told per listener, same form (`SASL_SSL://kafka.example:9094,...`).
+    #[arg(long, env = "STREAMFORGE_ADVERTISED_LISTENERS")]
+    pub advertised_listeners: Option<String>,
+    /// TLS certificate chain (PEM) of SSL and SASL_SSL listeners; reloaded when it changes.
+    #[arg(long, env = "STREAMFORGE_SSL_CERT")]
+    pub ssl_cert: Option<PathBuf>,
+    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "STREAMFORGE_SSL_KEY")]
+    pub ssl_key: Option<PathBuf>,
+    /// CA bundle (PEM) client certificates must chain to (mutual TLS).
+    #[arg(long, env = "STREAMFORGE_SSL_CA")]
+    pub ssl_ca: Option<PathBuf>,
+    /// `ssl.client.auth`: none, requested or required [default: none].
+    #[arg(long, env = "STREAMFORGE_SSL_CLIENT_AUTH")]
+    pub ssl_client_auth: Option<String>,
+    /// `ssl.principal.mapping.rules`: `RULE:pattern/replacement/[LU],...,DEFAULT` [default: DEFAULT].
+    #[arg(long, env = "STREAMFORGE_SSL_PRINCIPAL_MAPPING_RULES")]
+    pub ssl_principal_mapping_rules: Option<String>,
+    /// How often the PEM files are checked for changes, 0 = never [default: 10000].
+    #[arg(long, env = "STREAMFORGE_SSL_RELOAD_INTERVAL_MS")]
+    pub ssl_reload_interval_ms: Option<u64>,
+    /// `sasl.enabled.mechanisms`: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 [default: SCRAM-SHA-256,SCRAM-SHA-512].
+    #[arg(long, env = "STREAMFORGE_SASL_MECHANISMS")]
+    pub sasl_mechanisms: Option<String>,
+    /// A TLS handshake must complete within this many ms [default: 10000].
+    #[arg(long, env = "STREAMFORGE_SSL_HANDSHAKE_TIMEOUT_MS")]
+    pub ssl_handshake_timeout_ms: Option<u64>,
+    /// SASL listeners: authentication must succeed within this many ms of accept [default: 10000].
+    #[arg(long, env = "STREAMFORGE_SASL_HANDSHAKE_TIMEOUT_MS")]
+    pub sasl_handshake_timeout_ms: Option<u64>,
+    /// `connections.max.reauth.ms` (KIP-368): SASL sessions last this long, 0 = forever [default: 0].
+    #[arg(long, env = "STREAMFORGE_CONNECTIONS_MAX_REAUTH_MS")]
+    pub connections_max_reauth_ms: Option<u64>,
     /// Data directory [default: ./data].
     #[arg(long, env = "STREAMFORGE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -136,6 +173,18 @@ pub struct Args {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<String>,
+    listeners: Option<String>,
+    advertised_listeners: Option<String>,
+    ssl_cert: Option<PathBuf>,
+    ssl_key: Option<PathBuf>,
+    ssl_ca: Option<PathBuf>,
+    ssl_client_auth: Option<String>,
+    ssl_principal_mapping_rules: Option<String>,
+    ssl_reload_interval_ms: Option<u64>,
+    sasl_mechanisms: Option<String>,
+    connections_max_reauth_ms: Option<u64>,
+    ssl_handshake_timeout_ms: Option<u64>,
+    sasl_handshake_timeout_ms: Option<u64>,
     advertised_listener: Option<String>,
     data_dir: Option<PathBuf>,
     node_id: Option<i32>,
@@ -189,6 +238,7 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         None => FileConfig::default(),
     };
     let mut c = BrokerConfig::default();
+    security_settings(&mut c.security, &args, &file)?;
     macro_rules! set {
         ($field:ident) => {
             if let Some(v) = args.$field.or(file.$field) {
@@ -205,6 +255,13 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         c.listen = parse_listen(&l).with_context(|| format!("--listen {l}"))?;
     }
     c.advertised_listener = args.advertised_listener.or(file.advertised_listener);
+    if let [only] = c.security.listeners.as_slice()
+        && only.protocol == streamforge_broker::security::SecurityProtocol::Plaintext
+    {
+        // One PLAINTEXT listener is what --listen has always meant.
+        c.listen = only.addr;
+        c.security.listeners.clear();
+    }
     set!(data_dir);
     set!(node_id);
     set!(num_partitions);
@@ -282,6 +339,72 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         "segment-bytes must be at least 14"
     );
     Ok(c)
+}
+
+/// The listener, TLS and SASL settings (flags over the file).
+fn security_settings(
+    sec: &mut streamforge_broker::security::SecurityConfig,
+    args: &Args,
+    file: &FileConfig,
+) -> anyhow::Result<()> {
+    use streamforge_broker::security::listeners::{parse_advertised, parse_listeners};
+    let pick = |a: &Option<String>, f: &Option<String>| a.clone().or_else(|| f.clone());
+    if let Some(l) = pick(&args.listeners, &file.listeners) {
+        sec.listeners = parse_listeners(&l)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("--listeners {l}"))?;
+    }
+    if let Some(a) = pick(&args.advertised_listeners, &file.advertised_listeners) {
+        sec.advertised_listeners = parse_advertised(&a)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("--advertised-listeners {a}"))?;
+    }
+    sec.ssl_cert = args.ssl_cert.clone().or_else(|| file.ssl_cert.clone());
+    sec.ssl_key = args.ssl_key.clone().or_else(|| file.ssl_key.clone());
+    sec.ssl_ca = args.ssl_ca.clone().or_else(|| file.ssl_ca.clone());
+    if let Some(v) = pick(&args.ssl_client_auth, &file.ssl_client_auth) {
+        sec.ssl_client_auth = v.parse().map_err(anyhow::Error::msg)?;
+    }
+    if let Some(v) = pick(
+        &args.ssl_principal_mapping_rules,
+        &file.ssl_principal_mapping_rules,
+    ) {
+        sec.ssl_principal_mapping_rules = v;
+    }
+    if let Some(v) = args.ssl_reload_interval_ms.or(file.ssl_reload_interval_ms) {
+        sec.ssl_reload_interval_ms = v;
+    }
+    if let Some(v) = pick(&args.sasl_mechanisms, &file.sasl_mechanisms) {
+        sec.sasl_mechanisms = v
+            .split(',')
+            .filter(|m| !m.trim().is_empty())
+            .map(|m| m.parse().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()
+            .with_context(|| format!("--sasl-mechanisms {v}"))?;
+        anyhow::ensure!(
+            !sec.sasl_mechanisms.is_empty(),
+            "--sasl-mechanisms is empty"
+        );
+    }
+    if let Some(v) = args
+        .ssl_handshake_timeout_ms
+        .or(file.ssl_handshake_timeout_ms)
+    {
+        sec.ssl_handshake_timeout_ms = v;
+    }
+    if let Some(v) = args
+        .sasl_handshake_timeout_ms
+        .or(file.sasl_handshake_timeout_ms)
+    {
+        sec.sasl_handshake_timeout_ms = v;
+    }
+    if let Some(v) = args
+        .connections_max_reauth_ms
+        .or(file.connections_max_reauth_ms)
+    {
+        sec.connections_max_reauth_ms = v;
+    }
+    Ok(())
 }
 
 /// A listener address as Kafka's `listeners` accepts it: `HOST:PORT`, `:PORT` (every

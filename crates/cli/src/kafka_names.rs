@@ -10,8 +10,12 @@ use streamforge_broker::BrokerConfig;
 
 /// Kafka name → our key. Only settings with the same meaning are mapped.
 const KAFKA_NAMES: &[(&str, &str)] = &[
-    ("listeners", "listen"),
-    ("advertised.listeners", "advertised_listener"),
+    ("listeners", "listeners"),
+    ("advertised.listeners", "advertised_listeners"),
+    ("ssl.client.auth", "ssl_client_auth"),
+    ("ssl.principal.mapping.rules", "ssl_principal_mapping_rules"),
+    ("sasl.enabled.mechanisms", "sasl_mechanisms"),
+    ("connections.max.reauth.ms", "connections_max_reauth_ms"),
     ("log.dirs", "data_dir"),
     ("log.dir", "data_dir"),
     ("node.id", "node_id"),
@@ -88,7 +92,7 @@ fn flatten(prefix: &str, table: toml::Table, out: &mut Vec<(String, toml::Value)
 /// Kafka spells some values differently: lists of listeners/dirs (one is supported here).
 fn kafka_value(key: &str, value: toml::Value) -> anyhow::Result<toml::Value> {
     match (key, value) {
-        ("listeners" | "advertised.listeners" | "log.dirs", toml::Value::String(s)) => {
+        ("log.dirs", toml::Value::String(s)) => {
             let items: Vec<&str> = s
                 .split(',')
                 .map(str::trim)
@@ -100,6 +104,65 @@ fn kafka_value(key: &str, value: toml::Value) -> anyhow::Result<toml::Value> {
             }
         }
         (_, v) => Ok(v),
+    }
+}
+
+/// The listener, TLS and SASL settings that differ from "one PLAINTEXT listener".
+fn print_security(
+    sec: &streamforge_broker::security::SecurityConfig,
+    put: &mut impl FnMut(&str, toml::Value),
+) {
+    let string = |v: String| toml::Value::String(v);
+    let join = |items: Vec<String>| items.join(",");
+    if !sec.listeners.is_empty() {
+        let l = sec
+            .listeners
+            .iter()
+            .map(|l| format!("{}://{}", l.protocol.name(), l.addr));
+        put("listeners", string(join(l.collect())));
+    }
+    if !sec.advertised_listeners.is_empty() {
+        let a = sec.advertised_listeners.iter().map(|a| {
+            let host = if a.host.contains(':') {
+                format!("[{}]", a.host)
+            } else {
+                a.host.clone()
+            };
+            format!("{}://{host}:{}", a.protocol.name(), a.port)
+        });
+        put("advertised_listeners", string(join(a.collect())));
+    }
+    for (key, path) in [
+        ("ssl_cert", &sec.ssl_cert),
+        ("ssl_key", &sec.ssl_key),
+        ("ssl_ca", &sec.ssl_ca),
+    ] {
+        if let Some(p) = path {
+            put(key, string(p.display().to_string()));
+        }
+    }
+    if !sec.listeners.is_empty() {
+        put(
+            "ssl_client_auth",
+            string(format!("{:?}", sec.ssl_client_auth).to_lowercase()),
+        );
+        put(
+            "ssl_principal_mapping_rules",
+            string(sec.ssl_principal_mapping_rules.clone()),
+        );
+        put(
+            "sasl_mechanisms",
+            string(join(
+                sec.sasl_mechanisms
+                    .iter()
+                    .map(|m| m.name().to_string())
+                    .collect(),
+            )),
+        );
+        put(
+            "connections_max_reauth_ms",
+            toml::Value::Integer(sec.connections_max_reauth_ms as i64),
+        );
     }
 }
 
@@ -117,6 +180,7 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
     if let Some(a) = &c.advertised_listener {
         put("advertised_listener", toml::Value::String(a.clone()));
     }
+    print_security(&c.security, &mut put);
     put(
         "data_dir",
         toml::Value::String(c.data_dir.display().to_string()),
@@ -195,7 +259,7 @@ mod tests {
         let out = normalize(table).unwrap();
         assert_eq!(out["data_dir"].as_str(), Some("/var/lib/sf"));
         assert_eq!(out["num_partitions"].as_integer(), Some(3));
-        assert_eq!(out["listen"].as_str(), Some("PLAINTEXT://:9092"));
+        assert_eq!(out["listeners"].as_str(), Some("PLAINTEXT://:9092"));
         assert_eq!(out["node_id"].as_integer(), Some(4));
         assert!(out["tiered"].is_table());
     }

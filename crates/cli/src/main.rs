@@ -16,6 +16,7 @@ mod produce_cmd;
 mod record_format;
 mod topics_cmd;
 mod topics_describe;
+mod users_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +46,8 @@ enum Command {
     Cluster(cluster_cmd::Args),
     /// Print the batches, records and index entries of a segment file (offline).
     DumpLog(dump_log_cmd::Args),
+    /// Create, delete and list SASL/SCRAM users.
+    Users(users_cmd::Args),
     /// Benchmark a broker (an embedded one unless --bootstrap is given).
     Bench(bench_cmd::Args),
 }
@@ -89,6 +92,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster(a) => cluster_cmd::run(a),
         Command::DumpLog(a) => dump_log_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
+        Command::Users(a) => users_cmd::run(a),
     }
 }
 

@@ -36,6 +36,8 @@ top_level!(
     ListGroupsResponse,
     InitProducerIdResponse,
     ConsumerGroupHeartbeatResponse,
+    SaslHandshakeResponse,
+    SaslAuthenticateResponse,
 );
 
 codes!(ProduceResponse, r => r.responses.iter().flat_map(|t| {
@@ -119,3 +121,6 @@ mod tests {
         assert!(nonzero_error_codes(&HeartbeatResponse::default()).is_empty());
     }
 }
+codes!(DescribeUserScramCredentialsResponse, r => std::iter::once(r.error_code)
+    .chain(r.results.iter().map(|u| u.error_code)));
+codes!(AlterUserScramCredentialsResponse, r => r.results.iter().map(|u| u.error_code));

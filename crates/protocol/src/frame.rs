@@ -70,6 +70,9 @@ pub struct RequestFrame {
     pub client_id: Option<String>,
     /// The client's IP address, set by the connection (group members report it as host).
     pub client_addr: Option<std::net::IpAddr>,
+    /// Index of the broker listener the request came in on (Metadata answers with that
+    /// listener's advertised endpoint); 0, the first listener, unless the connection sets it.
+    pub listener: usize,
     /// The body, a zero-copy slice of the frame.
     pub body: Bytes,
 }
@@ -98,6 +101,7 @@ impl RequestFrame {
             correlation_id: prefix.correlation_id,
             client_id,
             client_addr: None,
+            listener: 0,
             body: frame,
         })
     }
@@ -284,6 +288,12 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::DescribeProducers => "DescribeProducers",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
+        ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
+        ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
+        ApiKey::DescribeTransactions => "DescribeTransactions",
+        ApiKey::ListTransactions => "ListTransactions",
+        ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
         _ => "Other",
     }
 }

@@ -7,9 +7,9 @@ use streamforge_protocol::api_versions::api_versions_body;
 use streamforge_protocol::{RequestFrame, ResponseError};
 
 use crate::BrokerState;
-use crate::router::{HandlerResult, api_ranges};
+use crate::router::{HandlerResult, api_ranges_for};
 
-pub async fn handle(_state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     if req.api_version >= 3 {
         // v3+ carries client software name/version; an undecodable body closes the connection
         // like any other bad request, an illegal name or version is INVALID_REQUEST.
@@ -23,7 +23,8 @@ pub async fn handle(_state: Arc<BrokerState>, req: RequestFrame) -> HandlerResul
             return Ok(Some(req.respond(&resp)?));
         }
     }
-    Ok(Some(req.respond(&api_versions_body(&api_ranges()))?))
+    let ranges = api_ranges_for(state.config.security.serves_sasl());
+    Ok(Some(req.respond(&api_versions_body(&ranges))?))
 }
 
 /// Kafka's `SOFTWARE_NAME_VERSION_PATTERN`: `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`.

@@ -36,8 +36,9 @@ pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame)
     }
     let mut b = DescribeClusterBroker::default();
     b.broker_id = BrokerId(state.node_id());
-    b.host = StrBytes::from_string(state.advertised_host.clone());
-    b.port = state.advertised_port;
+    let endpoint = state.security.endpoint(req.listener);
+    b.host = StrBytes::from_string(endpoint.host.clone());
+    b.port = endpoint.port;
     resp.brokers = vec![b];
     resp.error_code = 0;
     Ok(Some(req.respond(&resp)?))

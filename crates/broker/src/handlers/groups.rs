@@ -84,12 +84,12 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
         resp.error_message = error_message;
         resp.node_id = BrokerId(if error_code == 0 { state.node_id() } else { -1 });
         resp.host = s(if error_code == 0 {
-            &state.advertised_host
+            &state.security.endpoint(req.listener).host
         } else {
             ""
         });
         resp.port = if error_code == 0 {
-            state.advertised_port
+            state.security.endpoint(req.listener).port
         } else {
             -1
         };
@@ -106,12 +106,12 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
             c.error_message = error_message;
             c.node_id = BrokerId(if error_code == 0 { state.node_id() } else { -1 });
             c.host = s(if error_code == 0 {
-                &state.advertised_host
+                &state.security.endpoint(req.listener).host
             } else {
                 ""
             });
             c.port = if error_code == 0 {
-                state.advertised_port
+                state.security.endpoint(req.listener).port
             } else {
                 -1
             };

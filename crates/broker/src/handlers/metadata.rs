@@ -27,7 +27,7 @@ pub const AUTO_CREATE_TOPICS_PER_REQUEST_MAX: usize = 100;
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: MetadataRequest = req.decode()?;
     let mut resp = MetadataResponse::default();
-    resp.brokers = vec![broker_entry(&state)];
+    resp.brokers = vec![broker_entry(&state, req.listener)];
     resp.cluster_id = Some(StrBytes::from_string(state.cluster_id.clone()));
     resp.controller_id = BrokerId(state.node_id());
     resp.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
@@ -129,11 +129,12 @@ async fn lookup_or_create(
     }
 }
 
-pub(crate) fn broker_entry(state: &BrokerState) -> MetadataResponseBroker {
+pub(crate) fn broker_entry(state: &BrokerState, listener: usize) -> MetadataResponseBroker {
+    let endpoint = state.security.endpoint(listener);
     let mut b = MetadataResponseBroker::default();
     b.node_id = BrokerId(state.node_id());
-    b.host = StrBytes::from_string(state.advertised_host.clone());
-    b.port = state.advertised_port;
+    b.host = StrBytes::from_string(endpoint.host.clone());
+    b.port = endpoint.port;
     b.rack = None;
     b
 }

@@ -14,6 +14,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 pub mod producer;
+pub mod scram_users;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

@@ -95,7 +95,8 @@ public final class Broker implements AutoCloseable {
                 "--data-dir", workDir.resolve("data").toString(),
                 "--http-listen", "off",
                 "--group-initial-rebalance-delay-ms", "0"));
-        cmd.addAll(extraArgs);
+        // `{port}` in a flag stands for this broker's PLAINTEXT port (for --listeners).
+        extraArgs.forEach(a -> cmd.add(a.replace("{port}", String.valueOf(port))));
         ProcessBuilder pb = new ProcessBuilder(cmd)
                 .redirectErrorStream(true)
                 .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));

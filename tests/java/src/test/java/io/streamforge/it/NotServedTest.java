@@ -47,10 +47,10 @@ class NotServedTest {
     }
 
     @Test
-    void aclsQuotasScramTokens() {
+    void aclsQuotasTokens() {
         assertUnsupported("DescribeAcls", () -> A.describeAcls(AclBindingFilter.ANY).values());
         assertUnsupported("DescribeClientQuotas", () -> A.describeClientQuotas(ClientQuotaFilter.all()).entities());
-        assertUnsupported("DescribeUserScramCredentials", () -> A.describeUserScramCredentials().all());
+        // DescribeUserScramCredentials is served now (SecurityTest).
         assertUnsupported("DescribeDelegationToken", () -> A.describeDelegationToken().delegationTokens());
     }
 

@@ -1,0 +1,147 @@
+"""Produce and consume throughput and broker CPU over PLAINTEXT, SSL and SASL_SSL (SCRAM-SHA-256)
+in one run against one broker, and the SCRAM connection set-up rate.
+
+    STREAMFORGE_BIN=target/release/streamforge python3 tests/python/bench_tls.py \
+        --messages 300000 --rounds 2
+
+Clients: confluent-kafka (librdkafka) for throughput; a raw-socket SCRAM client (salted password
+computed once, as a real client caches it) for the set-up rate, which then measures the broker's
+TLS-free SASL cost plus one TCP connect per login. Everything talks to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import hmac
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import wire  # noqa: E402
+from harness import REPO_ROOT, BrokerProcess, find_binary, free_port  # noqa: E402
+
+PASSWORD = "bench-secret"
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def produce_consume(conf: dict, pid: int, messages: int, size: int) -> tuple[float, float, float]:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    payload = b"x" * size
+    p = Producer({**conf, "linger.ms": 5, "batch.num.messages": 2000,
+                  "queue.buffering.max.messages": 1000000, "acks": 1})
+    cpu0, t0 = cpu_s(pid), time.perf_counter()
+    for _ in range(messages):
+        while True:
+            try:
+                p.produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(120) == 0
+    produce_rate = messages / (time.perf_counter() - t0)
+    c = Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest",
+                  "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join in the timing
+    got, t1 = 0, time.perf_counter()
+    while got < messages:
+        batch = c.consume(10000, 1.0)
+        got += sum(1 for m in batch if not m.error())
+        if time.perf_counter() - t1 > 300:
+            raise RuntimeError(f"consumed {got}/{messages}")
+    consume_rate = messages / (time.perf_counter() - t1)
+    c.close()
+    return produce_rate, consume_rate, cpu_s(pid) - cpu0
+
+
+def scram_logins(port: int, count: int) -> float:
+    salted = None
+    t0 = time.perf_counter()
+    for i in range(count):
+        with wire.connect(port) as s:
+            wire.send_request(s, 17, 1, wire.string("SCRAM-SHA-256"), correlation_id=1)
+            wire.recv_frame(s)
+            first_bare = f"n=bench,r=c{i}"
+            server_first = auth(s, f"n,,{first_bare}".encode(), 2).decode()
+            attrs = dict(a.split("=", 1) for a in server_first.split(","))
+            if salted is None:
+                salted = hashlib.pbkdf2_hmac("sha256", PASSWORD.encode(),
+                                             base64.b64decode(attrs["s"]), int(attrs["i"]))
+            client_key = hmac.digest(salted, b"Client Key", "sha256")
+            stored = hashlib.sha256(client_key).digest()
+            without_proof = f"c=biws,r={attrs['r']}"
+            msg = f"{first_bare},{server_first},{without_proof}".encode()
+            sig = hmac.digest(stored, msg, "sha256")
+            proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, sig))).decode()
+            assert auth(s, f"{without_proof},p={proof}".encode(), 3).startswith(b"v=")
+    return count / (time.perf_counter() - t0)
+
+
+def auth(sock, token: bytes, corr: int) -> bytes:
+    wire.send_request(sock, 36, 1, wire.i32(len(token)) + token, correlation_id=corr)
+    r = wire.Reader(wire.recv_frame(sock))
+    r.i32()
+    code = r.i16()
+    message = r.string()
+    assert code == 0, (code, message)
+    return r.take(r.i32())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=300000)
+    ap.add_argument("--size-bytes", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--logins", type=int, default=300)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-tls-"))
+    certs = work / "certs"
+    subprocess.run([str(REPO_ROOT / "scripts" / "gen-certs"), str(certs)], check=True,
+                   capture_output=True)
+    b = BrokerProcess(work)
+    ports = {"PLAINTEXT": b.port, "SSL": free_port(), "SASL_PLAINTEXT": free_port(),
+             "SASL_SSL": free_port()}
+    b.extra_args = ["--listeners", ",".join(f"{p}://127.0.0.1:{n}" for p, n in ports.items()),
+                    "--ssl-cert", str(certs / "broker.pem"), "--ssl-key", str(certs / "broker.key")]
+    b.start()
+    try:
+        subprocess.run([str(find_binary()), "users", "-b", b.bootstrap, "create", "bench",
+                        "--password", PASSWORD, "--mechanisms", "SCRAM-SHA-256"], check=True,
+                       capture_output=True)
+        tls = {"ssl.ca.location": str(certs / "ca.pem")}
+        confs = {
+            "PLAINTEXT": {"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"},
+            "SSL": {"bootstrap.servers": f"127.0.0.1:{ports['SSL']}", "security.protocol": "SSL",
+                    **tls},
+            "SASL_SSL/SCRAM-SHA-256": {
+                "bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}",
+                "security.protocol": "SASL_SSL", **tls, "sasl.mechanisms": "SCRAM-SHA-256",
+                "sasl.username": "bench", "sasl.password": PASSWORD},
+        }
+        print(f"{args.messages} x {args.size_bytes} B, confluent-kafka, acks=1, "
+              f"binary {find_binary()}")
+        for r in range(args.rounds):
+            for name, conf in confs.items():
+                prod, cons, cpu = produce_consume(conf, b.pid, args.messages, args.size_bytes)
+                print(f"round {r + 1} {name:24} produce {prod:>10,.0f} msg/s  "
+                      f"consume {cons:>10,.0f} msg/s  broker CPU {cpu:.2f} s", flush=True)
+        rate = scram_logins(ports["SASL_PLAINTEXT"], args.logins)
+        print(f"SCRAM-SHA-256 logins (connect + handshake + 2 tokens), sequential: {rate:,.0f}/s")
+    finally:
+        b.stop()
+
+
+if __name__ == "__main__":
+    main()
