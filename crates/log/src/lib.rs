@@ -21,6 +21,9 @@ mod scrub;
 mod segment;
 #[cfg(test)]
 mod tests;
+mod txn_index;
+#[cfg(test)]
+mod txn_tests;
 
 use bytes::Bytes;
 use streamforge_protocol::ResponseError;
@@ -28,11 +31,12 @@ use streamforge_protocol::ResponseError;
 pub use crate::background_flush::MAX_PENDING_BACKGROUND_FLUSHES;
 pub use crate::checkpoint::RecoveryPointAdvance;
 pub use crate::group_commit::{FlushTicket, GroupCommit};
-pub use crate::log::Log;
-pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};
+pub use crate::log::{Log, TxnMarker};
+pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, NO_TXN, ProducerEntry};
 pub use crate::runtime::LogRuntime;
 pub use crate::scrub::{SealedSegment, verify_segment};
 pub use crate::segment::{BadBatch, file_stem};
+pub use crate::txn_index::AbortedTxn;
 
 /// `message.timestamp.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
