@@ -94,7 +94,7 @@ pub async fn handle_describe_producers(
                         ps.last_sequence = e.last_seq();
                         ps.last_timestamp = e.last_timestamp;
                         ps.coordinator_epoch = -1;
-                        ps.current_txn_start_offset = -1;
+                        ps.current_txn_start_offset = e.current_txn_first_offset;
                         pr.active_producers.push(ps);
                     }
                 }
