@@ -13,7 +13,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use crate::BrokerState;
 use crate::handlers::{
     admin, api_versions, cluster, configs, fetch, group_protocol, groups, metadata, offsets,
-    produce, producer,
+    produce, producer, txn,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -110,6 +110,12 @@ pub static ROUTES: &[Route] = &[
     // Idempotent producers.
     route!(InitProducerId, 0, 5, producer::handle_init_producer_id),
     route!(DescribeProducers, 0, 0, producer::handle_describe_producers),
+    // Transactions (KIP-98, transaction protocol v1): AddPartitionsToTxn v4+ carries the
+    // brokers' verify-only batches (KIP-890 part 1); EndTxn v5 / TxnOffsetCommit v5 are v2.
+    route!(AddPartitionsToTxn, 0, 5, txn::handle_add_partitions),
+    route!(AddOffsetsToTxn, 0, 4, txn::handle_add_offsets),
+    route!(EndTxn, 0, 4, txn::handle_end_txn),
+    route!(TxnOffsetCommit, 0, 4, txn::handle_txn_offset_commit),
 ];
 
 /// The route serving `api_key`, if any.

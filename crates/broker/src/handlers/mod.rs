@@ -13,6 +13,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 pub mod producer;
+pub mod txn;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

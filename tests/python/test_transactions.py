@@ -1,0 +1,178 @@
+"""Transactions (KIP-98) with a real client (confluent-kafka / librdkafka), through the real
+binary: commit and abort seen by read_committed and read_uncommitted consumers, zombie fencing,
+the proactive abort of a transaction past transaction.timeout.ms, a consume-transform-produce
+loop with send_offsets_to_transaction, and a SIGKILL of the broker in the middle of a
+transaction."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+# Bound on every wait in these tests.
+WAIT_S = 60.0
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(timeout=30)
+
+
+def txn_producer(bootstrap: str, tid: str, **extra) -> Producer:
+    conf = {"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5}
+    conf.update(extra)
+    p = Producer(conf)
+    p.init_transactions(30)
+    return p
+
+
+def read_all(bootstrap: str, topic: str, isolation: str, partitions: int = 1, idle_s: float = 3.0) -> list[str]:
+    """Every value a consumer with `isolation` reads from the start, until idle."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"reader-{topic}-{isolation}-{time.monotonic_ns()}",
+        "isolation.level": isolation,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[str] = []
+    deadline = time.monotonic() + WAIT_S
+    last = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise KafkaException(m.error())
+        out.append(m.value().decode())
+        last = time.monotonic()
+    c.close()
+    return out
+
+
+def test_commit_and_abort_as_read_committed_and_uncommitted_see_them(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name)
+    p = txn_producer(broker.bootstrap, "tx-basic")
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic_name, f"c{i}".encode())
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic_name, f"a{i}".encode())
+    p.flush(30)
+    # Before the abort: the open transaction holds read_committed back.
+    assert read_all(broker.bootstrap, topic_name, "read_committed", idle_s=2) == [f"c{i}" for i in range(10)]
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic_name, b"last")
+    p.commit_transaction(30)
+    committed = read_all(broker.bootstrap, topic_name, "read_committed")
+    assert committed == [f"c{i}" for i in range(10)] + ["last"]
+    uncommitted = read_all(broker.bootstrap, topic_name, "read_uncommitted")
+    assert uncommitted == [f"c{i}" for i in range(10)] + [f"a{i}" for i in range(5)] + ["last"]
+
+
+def test_a_new_producer_fences_the_zombie_and_aborts_its_transaction(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name)
+    zombie = txn_producer(broker.bootstrap, "tx-fence")
+    zombie.begin_transaction()
+    zombie.produce(topic_name, b"zombie")
+    zombie.flush(30)
+    successor = txn_producer(broker.bootstrap, "tx-fence")
+    with pytest.raises(KafkaException) as info:
+        zombie.commit_transaction(30)
+    err = info.value.args[0]
+    assert err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), err
+    successor.begin_transaction()
+    successor.produce(topic_name, b"successor")
+    successor.commit_transaction(30)
+    assert read_all(broker.bootstrap, topic_name, "read_committed") == ["successor"]
+
+
+def test_a_transaction_past_its_timeout_is_aborted(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name)
+    p = txn_producer(broker.bootstrap, "tx-timeout", **{"transaction.timeout.ms": 2000})
+    p.begin_transaction()
+    p.produce(topic_name, b"late")
+    p.flush(30)
+    time.sleep(4)
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)
+    # The LSO moved past the aborted records: read_committed sees nothing and does not hang.
+    assert read_all(broker.bootstrap, topic_name, "read_committed", idle_s=2) == []
+    assert read_all(broker.bootstrap, topic_name, "read_uncommitted", idle_s=2) == ["late"]
+
+
+def test_consume_transform_produce_with_offsets_in_the_transaction(broker, topic_name):
+    src, dst, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-app"
+    create_topic(broker.bootstrap, src)
+    create_topic(broker.bootstrap, dst)
+    feeder = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(300):
+        feeder.produce(src, f"m{i}".encode())
+    feeder.flush(30)
+
+    def run(stop_after: int | None, abort_last: bool) -> int:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                      "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False})
+        c.subscribe([src])
+        p = txn_producer(broker.bootstrap, f"{group}-tx")
+        done = 0
+        deadline = time.monotonic() + WAIT_S
+        idle_since = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - idle_since < 4:
+            msgs = c.consume(50, 0.5)
+            msgs = [m for m in msgs if not m.error()]
+            if not msgs:
+                continue
+            idle_since = time.monotonic()
+            p.begin_transaction()
+            for m in msgs:
+                p.produce(dst, m.value().upper())
+            p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+            done += len(msgs)
+            if stop_after is not None and done >= stop_after:
+                if abort_last:
+                    p.abort_transaction(30)
+                c.close()
+                return done
+            p.commit_transaction(30)
+        c.close()
+        return done
+
+    # A first run aborts its last transaction: those inputs must be processed again.
+    run(stop_after=120, abort_last=True)
+    run(stop_after=None, abort_last=False)
+    out = read_all(broker.bootstrap, dst, "read_committed")
+    assert sorted(out) == sorted(f"M{i}" for i in range(300)), (len(out), len(set(out)))
+
+
+def test_broker_killed_mid_transaction_recovers_exactly_the_committed_ones(broker, topic_name):
+    create_topic(broker.bootstrap, topic_name)
+    p = txn_producer(broker.bootstrap, "tx-crash")
+    p.begin_transaction()
+    for i in range(20):
+        p.produce(topic_name, f"ok{i}".encode())
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(20):
+        p.produce(topic_name, f"open{i}".encode())
+    p.flush(30)
+    broker.restart(hard=True)
+    # The open transaction survives the restart as open (the LSO holds), until the producer's
+    # successor fences and aborts it.
+    assert read_all(broker.bootstrap, topic_name, "read_committed", idle_s=2) == [f"ok{i}" for i in range(20)]
+    q = txn_producer(broker.bootstrap, "tx-crash")
+    q.begin_transaction()
+    q.produce(topic_name, b"after")
+    q.commit_transaction(30)
+    assert read_all(broker.bootstrap, topic_name, "read_committed") == [f"ok{i}" for i in range(20)] + ["after"]
