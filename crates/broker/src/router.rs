@@ -13,7 +13,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use crate::BrokerState;
 use crate::handlers::{
     admin, api_versions, cluster, configs, fetch, group_protocol, groups, metadata, offsets,
-    produce, producer, txn,
+    produce, producer, txn, txn_admin,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -116,6 +116,9 @@ pub static ROUTES: &[Route] = &[
     route!(AddOffsetsToTxn, 0, 4, txn::handle_add_offsets),
     route!(EndTxn, 0, 4, txn::handle_end_txn),
     route!(TxnOffsetCommit, 0, 4, txn::handle_txn_offset_commit),
+    route!(DescribeTransactions, 0, 0, txn_admin::handle_describe),
+    // v2's transactional-id pattern is not applied yet.
+    route!(ListTransactions, 0, 1, txn_admin::handle_list),
 ];
 
 /// The route serving `api_key`, if any.

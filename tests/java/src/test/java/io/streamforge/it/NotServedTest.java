@@ -71,12 +71,6 @@ class NotServedTest {
     }
 
     @Test
-    void transactions() {
-        // The transactional producer is served (TransactionsTest); the admin views are not yet.
-        assertUnsupported("ListTransactions", () -> A.listTransactions().all());
-    }
-
-    @Test
     void brokerStillServesAfterUnservedCalls() throws Exception {
         assertUnsupported("DescribeLogDirs", () -> A.describeLogDirs(List.of(nodeId())).allDescriptions());
         assertEquals(1, A.describeCluster().nodes().get(30, TimeUnit.SECONDS).size());
