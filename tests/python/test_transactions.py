@@ -176,3 +176,33 @@ def test_broker_killed_mid_transaction_recovers_exactly_the_committed_ones(broke
     q.produce(topic_name, b"after")
     q.commit_transaction(30)
     assert read_all(broker.bootstrap, topic_name, "read_committed") == [f"ok{i}" for i in range(20)] + ["after"]
+
+
+def test_the_cli_lists_describes_and_aborts_a_hanging_transaction(broker, topic_name, broker_bin):
+    import json
+    import subprocess
+
+    def cli(*args: str) -> str:
+        out = subprocess.run([str(broker_bin), "transactions", "-b", broker.bootstrap, *args],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    create_topic(broker.bootstrap, topic_name)
+    p = txn_producer(broker.bootstrap, "tx-cli")
+    p.begin_transaction()
+    p.produce(topic_name, b"hanging")
+    p.flush(30)
+    listed = json.loads(cli("list", "--json"))
+    assert {"transactional_id": "tx-cli", "state": "Ongoing"}.items() <= next(
+        t for t in listed if t["transactional_id"] == "tx-cli").items()
+    described = json.loads(cli("describe", "--transactional-id", "tx-cli", "--json"))
+    assert described["state"] == "Ongoing" and described["partitions"] == [f"{topic_name}-0"]
+    assert "Aborted the transaction" in cli("abort", "--topic", topic_name, "--partition", "0")
+    # The LSO moved past the aborted record: a read_committed consumer is not held back.
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{topic_name}-lso",
+                  "isolation.level": "read_committed"})
+    lo, hi = c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
+    c.close()
+    assert (lo, hi) == (0, 2)
+    assert read_all(broker.bootstrap, topic_name, "read_committed", idle_s=2) == []

@@ -119,6 +119,7 @@ pub static ROUTES: &[Route] = &[
     route!(DescribeTransactions, 0, 0, txn_admin::handle_describe),
     // v2's transactional-id pattern is not applied yet.
     route!(ListTransactions, 0, 1, txn_admin::handle_list),
+    route!(WriteTxnMarkers, 0, 1, txn_admin::handle_write_markers),
 ];
 
 /// The route serving `api_key`, if any.

@@ -100,3 +100,51 @@ pub async fn handle_list(state: Arc<BrokerState>, req: RequestFrame) -> HandlerR
     });
     Ok(Some(req.respond(&resp)?))
 }
+
+/// WriteTxnMarkers (27): markers written on request. Kafka's coordinators send it to partition
+/// leaders; here the coordinator writes its markers in-process, and this serves
+/// `kafka-transactions.sh abort` / `streamforge transactions abort` for a hanging transaction.
+pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    use kafka_protocol::messages::write_txn_markers_response::{
+        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+    };
+    use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+    use streamforge_log::TxnMarker;
+    use streamforge_protocol::control::ControlType;
+
+    let request: WriteTxnMarkersRequest = req.decode()?;
+    let mut resp = WriteTxnMarkersResponse::default();
+    for m in &request.markers {
+        let mut mr = WritableTxnMarkerResult::default();
+        mr.producer_id = m.producer_id;
+        let marker = TxnMarker {
+            producer_id: m.producer_id.0,
+            producer_epoch: m.producer_epoch,
+            coordinator_epoch: m.coordinator_epoch,
+            kind: if m.transaction_result {
+                ControlType::Commit
+            } else {
+                ControlType::Abort
+            },
+        };
+        for t in &m.topics {
+            let mut tr = WritableTxnMarkerTopicResult::default();
+            tr.name = t.name.clone();
+            for &index in &t.partition_indexes {
+                let mut pr = WritableTxnMarkerPartitionResult::default();
+                pr.partition_index = index;
+                pr.error_code = match state.replicas.partition(&t.name.0, index) {
+                    None => ResponseError::UnknownTopicOrPartition.code(),
+                    Some(p) => p
+                        .write_txn_marker(marker)
+                        .err()
+                        .map_or(0, |e| e.kafka_code()),
+                };
+                tr.partitions.push(pr);
+            }
+            mr.topics.push(tr);
+        }
+        resp.markers.push(mr);
+    }
+    Ok(Some(req.respond(&resp)?))
+}
