@@ -206,3 +206,23 @@ def test_the_cli_lists_describes_and_aborts_a_hanging_transaction(broker, topic_
     c.close()
     assert (lo, hi) == (0, 2)
     assert read_all(broker.bootstrap, topic_name, "read_committed", idle_s=2) == []
+
+
+def test_offsets_sent_to_a_transaction_survive_a_broker_kill(broker, topic_name):
+    """TxnOffsetCommit's pending offsets are durable: after a SIGKILL and restart, the same
+    producer commits its open transaction and the offsets become the group's."""
+    src, dst, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-g"
+    create_topic(broker.bootstrap, src)
+    create_topic(broker.bootstrap, dst)
+    p = txn_producer(broker.bootstrap, "tx-pending")
+    p.begin_transaction()
+    p.produce(dst, b"x")
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 17)], c.consumer_group_metadata(), 30)
+    p.flush(30)
+    broker.restart(hard=True)
+    p.commit_transaction(60)
+    committed = c.committed([TopicPartition(src, 0)], timeout=30)
+    c.close()
+    assert committed[0].offset == 17
+    assert read_all(broker.bootstrap, dst, "read_committed") == ["x"]

@@ -25,6 +25,7 @@ mod storage_errors;
 pub mod tiered;
 pub mod topic_config;
 pub mod topic_store;
+mod txn_pending;
 pub mod txn_service;
 pub mod util;
 

@@ -37,7 +37,7 @@ const STATE_SEGMENT_BYTES: u64 = 16 << 20;
 struct Inner {
     coordinator: TxnCoordinator,
     /// TxnOffsetCommit offsets by (group, producer id), visible on the COMMIT marker.
-    pending_offsets: HashMap<(String, i64), BTreeMap<(String, i32), TxnOffset>>,
+    pending_offsets: PendingOffsets,
 }
 
 /// The broker's transaction coordinator service.
@@ -83,6 +83,7 @@ impl TxnService {
         // An existing topic keeps its partition count: placement depends on it.
         config.state_partitions = topic.partitions.len() as i32;
         let mut coordinator = TxnCoordinator::new(config);
+        let mut pending_offsets = HashMap::new();
         let mut records = 0usize;
         for partition in &topic.partitions {
             if let Some(why) = partition.offline_reason() {
@@ -93,7 +94,7 @@ impl TxnService {
                 );
                 continue;
             }
-            records += replay_partition(&mut coordinator, partition)?;
+            records += replay_partition(&mut coordinator, &mut pending_offsets, partition)?;
         }
         tracing::info!(
             records,
@@ -103,7 +104,7 @@ impl TxnService {
         Ok(TxnService {
             inner: Mutex::new(Inner {
                 coordinator,
-                pending_offsets: HashMap::new(),
+                pending_offsets,
             }),
             partitions: topic.partitions.clone(),
             timer_wakeup: Notify::new(),
@@ -142,11 +143,13 @@ impl TxnService {
     /// TxnOffsetCommit: hold `offsets` until the transaction ends.
     pub fn add_pending_offsets(
         &self,
+        transactional_id: &str,
         group: &str,
         producer_id: i64,
         offsets: Vec<TxnOffset>,
     ) -> Result<(), ResponseError> {
         let mut inner = self.inner.lock();
+        let partition = inner.coordinator.partition_for(transactional_id);
         let key = (group.to_string(), producer_id);
         if !inner.pending_offsets.contains_key(&key)
             && inner.pending_offsets.len() >= PENDING_OFFSET_SETS_MAX
@@ -157,7 +160,12 @@ impl TxnService {
         for o in offsets {
             set.insert((o.topic.clone(), o.partition), o);
         }
-        Ok(())
+        // Durable before the answer: the record holds every pending offset of the group.
+        let record = crate::txn_pending::record(transactional_id, group, producer_id, set.values());
+        self.append_record(partition, &record).map_err(|e| {
+            tracing::error!(error = %e, "appending pending offsets to {TRANSACTION_STATE_TOPIC} failed");
+            ResponseError::CoordinatorNotAvailable
+        })
     }
 
     /// Appends first; each marker request's completion may append again (a bounded loop: a
@@ -180,7 +188,7 @@ impl TxnService {
                 return true;
             }
             for m in markers {
-                if write_markers(state, inner, &m) {
+                if self.write_markers(state, inner, &m) {
                     inner
                         .coordinator
                         .markers_written(&m.transactional_id, now_ms(), &mut out);
@@ -220,65 +228,84 @@ impl TxnService {
     }
 }
 
-/// Write one transaction's markers; true when every partition has its marker (a partition
-/// that no longer exists counts as written: nothing there can become visible).
-fn write_markers(state: &BrokerState, inner: &mut Inner, m: &MarkerRequest) -> bool {
-    let kind = if m.commit {
-        ControlType::Commit
-    } else {
-        ControlType::Abort
-    };
-    let mut all = true;
-    for (topic, index) in &m.partitions {
-        if topic == OFFSETS_TOPIC {
-            complete_offsets(state, inner, m, *index);
-            continue;
-        }
-        let Some(partition) = state.replicas.partition(topic, *index) else {
-            tracing::warn!(
-                topic,
-                partition = index,
-                "transaction partition is gone; no marker"
-            );
-            continue;
+impl TxnService {
+    /// Write one transaction's markers; true when every partition has its marker (a partition
+    /// that no longer exists counts as written: nothing there can become visible).
+    fn write_markers(&self, state: &BrokerState, inner: &mut Inner, m: &MarkerRequest) -> bool {
+        let kind = if m.commit {
+            ControlType::Commit
+        } else {
+            ControlType::Abort
         };
-        let marker = TxnMarker {
-            producer_id: m.producer_id,
-            producer_epoch: m.producer_epoch,
-            coordinator_epoch: 0,
-            kind,
-        };
-        if let Err(e) = partition.write_txn_marker(marker) {
-            tracing::warn!(topic, partition = index, transactional_id = %m.transactional_id, error = %e, "writing a transaction marker failed; retrying later");
-            all = false;
+        let mut all = true;
+        for (topic, index) in &m.partitions {
+            if topic == OFFSETS_TOPIC {
+                all &= self.complete_offsets(state, inner, m, *index);
+                continue;
+            }
+            let Some(partition) = state.replicas.partition(topic, *index) else {
+                tracing::warn!(
+                    topic,
+                    partition = index,
+                    "transaction partition is gone; no marker"
+                );
+                continue;
+            };
+            let marker = TxnMarker {
+                producer_id: m.producer_id,
+                producer_epoch: m.producer_epoch,
+                coordinator_epoch: 0,
+                kind,
+            };
+            if let Err(e) = partition.write_txn_marker(marker) {
+                tracing::warn!(topic, partition = index, transactional_id = %m.transactional_id, error = %e, "writing a transaction marker failed; retrying later");
+                all = false;
+            }
         }
+        all
     }
-    all
-}
 
-/// The marker of a `__consumer_offsets` partition: the pending offsets of the transaction's
-/// groups on that partition become committed offsets (COMMIT) or are dropped (ABORT).
-fn complete_offsets(state: &BrokerState, inner: &mut Inner, m: &MarkerRequest, index: i32) {
-    let groups = state.groups.offsets_partitions();
-    let keys: Vec<(String, i64)> = inner
-        .pending_offsets
-        .keys()
-        .filter(|(g, pid)| {
-            *pid == m.producer_id
-                && streamforge_coordinator::partition_for_group(g, groups) == index
-        })
-        .cloned()
-        .collect();
-    for key in keys {
-        let Some(set) = inner.pending_offsets.remove(&key) else {
-            continue;
-        };
-        if m.commit {
-            let offsets: Vec<TxnOffset> = set.into_values().collect();
-            state
-                .groups
-                .with_coordinator(|c, now, out| c.commit_txn_offsets(now, &key.0, &offsets, out));
+    /// The marker of a `__consumer_offsets` partition: the pending offsets of the transaction's
+    /// groups on that partition become committed offsets (COMMIT) or are dropped (ABORT).
+    fn complete_offsets(
+        &self,
+        state: &BrokerState,
+        inner: &mut Inner,
+        m: &MarkerRequest,
+        index: i32,
+    ) -> bool {
+        let groups = state.groups.offsets_partitions();
+        let keys: Vec<(String, i64)> = inner
+            .pending_offsets
+            .keys()
+            .filter(|(g, pid)| {
+                *pid == m.producer_id
+                    && streamforge_coordinator::partition_for_group(g, groups) == index
+            })
+            .cloned()
+            .collect();
+        let state_partition = inner.coordinator.partition_for(&m.transactional_id);
+        for key in keys {
+            if m.commit {
+                let offsets: Vec<TxnOffset> =
+                    inner.pending_offsets[&key].values().cloned().collect();
+                let ((), durable) = state.groups.with_coordinator_durable(|c, now, out| {
+                    c.commit_txn_offsets(now, &key.0, &offsets, out)
+                });
+                if !durable {
+                    // Kept pending: the marker is retried on the next tick.
+                    return false;
+                }
+            }
+            // Once the offsets are committed (or dropped), the pending record goes.
+            let tombstone = crate::txn_pending::tombstone(&m.transactional_id, &key.0);
+            if let Err(e) = self.append_record(state_partition, &tombstone) {
+                tracing::warn!(error = %e, "removing pending offsets failed; retrying later");
+                return false;
+            }
+            inner.pending_offsets.remove(&key);
         }
+        true
     }
 }
 
@@ -299,8 +326,11 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
     }
 }
 
+type PendingOffsets = HashMap<(String, i64), BTreeMap<(String, i32), TxnOffset>>;
+
 fn replay_partition(
     coordinator: &mut TxnCoordinator,
+    pending: &mut PendingOffsets,
     partition: &Partition,
 ) -> Result<usize, TxnServiceError> {
     let error = |message: String| TxnServiceError::Replay {
@@ -310,6 +340,8 @@ fn replay_partition(
     let offsets = partition.offsets().map_err(|e| error(e.to_string()))?;
     let (mut offset, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
     let mut count = 0usize;
+    // Which producer's offsets a (transactional id, group) record holds.
+    let mut owners: HashMap<(String, String), i64> = HashMap::new();
     // Each step advances by at least one batch, so the loop is bounded by the record count.
     while offset < end {
         let params = FetchParams {
@@ -333,6 +365,21 @@ fn replay_partition(
             for (record_offset, record) in records {
                 next = next.max(record_offset + 1);
                 if record_offset < offset {
+                    continue;
+                }
+                if let Some(((tid, group), offsets)) = crate::txn_pending::decode(&record) {
+                    // Later records win: a tombstone removes (tid, group)'s pending offsets.
+                    if let Some(pid) = owners.remove(&(tid.clone(), group.clone())) {
+                        pending.remove(&(group.clone(), pid));
+                    }
+                    if let Some((pid, offsets)) = offsets {
+                        owners.insert((tid, group.clone()), pid);
+                        let set = pending.entry((group, pid)).or_default();
+                        for o in offsets {
+                            set.insert((o.topic.clone(), o.partition), o);
+                        }
+                    }
+                    count += 1;
                     continue;
                 }
                 match coordinator.replay(&record) {

@@ -191,11 +191,12 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     let error = if check != 0 {
         check
     } else {
-        code(
-            state
-                .txns
-                .add_pending_offsets(&group, request.producer_id.0, offsets),
-        )
+        code(state.txns.add_pending_offsets(
+            &request.transactional_id.0,
+            &group,
+            request.producer_id.0,
+            offsets,
+        ))
     };
     let mut resp = TxnOffsetCommitResponse::default();
     for t in &request.topics {
