@@ -226,3 +226,39 @@ def test_offsets_sent_to_a_transaction_survive_a_broker_kill(broker, topic_name)
     c.close()
     assert committed[0].offset == 17
     assert read_all(broker.bootstrap, dst, "read_committed") == ["x"]
+
+
+def test_exactly_once_when_the_app_and_the_broker_are_killed_at_random_points(broker, topic_name):
+    """The consume-transform-produce app (txn_app.py) is killed with SIGKILL at random points
+    and restarted, and the broker is killed once in between: the output read with
+    read_committed holds every input exactly once."""
+    import random
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src, dst, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-eos"
+    n, partitions = 20000, 3
+    create_topic(broker.bootstrap, src, partitions)
+    create_topic(broker.bootstrap, dst, partitions)
+    feeder = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(n):
+        feeder.produce(src, f"m{i}".encode(), partition=i % partitions)
+    feeder.flush(30)
+    app = [sys.executable, str(Path(__file__).with_name("txn_app.py")), broker.bootstrap, src, dst, group,
+           str(partitions), "5"]
+    rng = random.Random(17)
+    for round_ in range(8):
+        proc = subprocess.Popen(app, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.8, 2.0))
+        proc.kill()
+        proc.wait(timeout=10)
+        if round_ == 4:
+            broker.restart(hard=True)
+    before_final = len(read_all(broker.bootstrap, dst, "read_committed", partitions=partitions, idle_s=1))
+    assert before_final > 0, "the killed runs made progress"
+    final = subprocess.run(app, capture_output=True, text=True, timeout=120)
+    assert final.returncode == 0, final.stderr[-2000:]
+    out = read_all(broker.bootstrap, dst, "read_committed", partitions=partitions)
+    assert len(out) == n and sorted(out) == sorted(f"M{i}" for i in range(n)), (len(out), len(set(out)))
+    print(f"committed before the final run: {before_final} of {n}")
