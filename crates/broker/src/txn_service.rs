@@ -5,7 +5,7 @@
 //! a timer task for `transaction.timeout.ms`, and the pending TxnOffsetCommit offsets.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
@@ -43,7 +43,10 @@ struct Inner {
 /// The broker's transaction coordinator service.
 pub struct TxnService {
     inner: Mutex<Inner>,
-    partitions: Vec<Arc<Partition>>,
+    /// `__transaction_state`'s partitions once the topic exists.
+    partitions: OnceLock<Vec<Arc<Partition>>>,
+    /// Its partition count when this broker creates it.
+    wanted_partitions: i32,
     timer_wakeup: Notify,
 }
 
@@ -56,29 +59,22 @@ pub enum TxnServiceError {
 }
 
 impl TxnService {
-    /// Creates `__transaction_state` (compacted, `partitions` partitions) if needed and
-    /// rebuilds the transactions by replaying it.
+    /// Rebuilds the transactions by replaying `__transaction_state` if it exists. Like Kafka,
+    /// the topic is created on first use (a transactional InitProducerId), not at start-up.
     pub fn open(
         replicas: &ReplicaManager,
         mut config: TxnConfig,
     ) -> Result<TxnService, TxnServiceError> {
-        let topic = match replicas.topic(TRANSACTION_STATE_TOPIC) {
-            Some(t) => t,
-            None => {
-                let mut configs = BTreeMap::new();
-                configs.insert("cleanup.policy".to_string(), "compact".to_string());
-                configs.insert("segment.bytes".to_string(), STATE_SEGMENT_BYTES.to_string());
-                configs.insert("retention.ms".to_string(), "-1".to_string());
-                configs.insert("segment.index.bytes".to_string(), (1 << 20).to_string());
-                let n = config.state_partitions.max(1);
-                match replicas.create_topic(TRANSACTION_STATE_TOPIC, n, configs, false) {
-                    Ok(Some(t)) => t,
-                    Ok(None) | Err(TopicError::AlreadyExists(_)) => replicas
-                        .topic(TRANSACTION_STATE_TOPIC)
-                        .ok_or(TopicError::UnknownTopic)?,
-                    Err(e) => return Err(e.into()),
-                }
-            }
+        let Some(topic) = replicas.topic(TRANSACTION_STATE_TOPIC) else {
+            return Ok(TxnService {
+                inner: Mutex::new(Inner {
+                    coordinator: TxnCoordinator::new(config.clone()),
+                    pending_offsets: HashMap::new(),
+                }),
+                partitions: OnceLock::new(),
+                wanted_partitions: config.state_partitions.max(1),
+                timer_wakeup: Notify::new(),
+            });
         };
         // An existing topic keeps its partition count: placement depends on it.
         config.state_partitions = topic.partitions.len() as i32;
@@ -106,13 +102,36 @@ impl TxnService {
                 coordinator,
                 pending_offsets,
             }),
-            partitions: topic.partitions.clone(),
+            partitions: OnceLock::from(topic.partitions.clone()),
+            wanted_partitions: topic.partitions.len() as i32,
             timer_wakeup: Notify::new(),
         })
     }
 
-    pub fn state_partitions(&self) -> i32 {
-        self.partitions.len() as i32
+    /// The partitions of `__transaction_state`, creating the topic (compacted,
+    /// `transaction.state.log.num.partitions` partitions) on first use.
+    fn state_partitions(&self, replicas: &ReplicaManager) -> Result<&[Arc<Partition>], String> {
+        if let Some(p) = self.partitions.get() {
+            return Ok(p);
+        }
+        let mut configs = BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("segment.bytes".to_string(), STATE_SEGMENT_BYTES.to_string());
+        configs.insert("retention.ms".to_string(), "-1".to_string());
+        configs.insert("segment.index.bytes".to_string(), (1 << 20).to_string());
+        let n = self.wanted_partitions;
+        let topic = match replicas.create_topic(TRANSACTION_STATE_TOPIC, n, configs, false) {
+            Ok(Some(t)) => t,
+            Ok(None) | Err(TopicError::AlreadyExists(_)) => replicas
+                .topic(TRANSACTION_STATE_TOPIC)
+                .ok_or_else(|| "topic vanished".to_string())?,
+            Err(e) => return Err(format!("creating {TRANSACTION_STATE_TOPIC}: {e}")),
+        };
+        tracing::info!(
+            partitions = topic.partitions.len(),
+            "created {TRANSACTION_STATE_TOPIC}"
+        );
+        Ok(self.partitions.get_or_init(|| topic.partitions.clone()))
     }
 
     /// Runs one event and applies its effects (appends, then markers, then completions).
@@ -143,6 +162,7 @@ impl TxnService {
     /// TxnOffsetCommit: hold `offsets` until the transaction ends.
     pub fn add_pending_offsets(
         &self,
+        replicas: &ReplicaManager,
         transactional_id: &str,
         group: &str,
         producer_id: i64,
@@ -162,7 +182,7 @@ impl TxnService {
         }
         // Durable before the answer: the record holds every pending offset of the group.
         let record = crate::txn_pending::record(transactional_id, group, producer_id, set.values());
-        self.append_record(partition, &record).map_err(|e| {
+        self.append_record(replicas, partition, &record).map_err(|e| {
             tracing::error!(error = %e, "appending pending offsets to {TRANSACTION_STATE_TOPIC} failed");
             ResponseError::CoordinatorNotAvailable
         })
@@ -174,7 +194,9 @@ impl TxnService {
         let mut durable = true;
         loop {
             for append in std::mem::take(&mut out.appends) {
-                if let Err(e) = self.append_record(append.partition, &append.record) {
+                if let Err(e) =
+                    self.append_record(&state.replicas, append.partition, &append.record)
+                {
                     durable = false;
                     tracing::error!(partition = append.partition, error = %e, "appending to {TRANSACTION_STATE_TOPIC} failed");
                 }
@@ -199,11 +221,12 @@ impl TxnService {
 
     fn append_record(
         &self,
+        replicas: &ReplicaManager,
         partition: i32,
         record: &streamforge_coordinator::OffsetsRecord,
     ) -> Result<(), String> {
         let p = self
-            .partitions
+            .state_partitions(replicas)?
             .get(partition as usize)
             .ok_or_else(|| format!("no partition {partition}"))?;
         let mut batch =
@@ -299,7 +322,7 @@ impl TxnService {
             }
             // Once the offsets are committed (or dropped), the pending record goes.
             let tombstone = crate::txn_pending::tombstone(&m.transactional_id, &key.0);
-            if let Err(e) = self.append_record(state_partition, &tombstone) {
+            if let Err(e) = self.append_record(&state.replicas, state_partition, &tombstone) {
                 tracing::warn!(error = %e, "removing pending offsets failed; retrying later");
                 return false;
             }

@@ -34,8 +34,10 @@ enum Action {
     },
     /// Abort the open (hanging) transaction on a partition by writing an ABORT marker for it.
     Abort {
+        /// The topic of the partition holding the hanging transaction.
         #[arg(long)]
         topic: String,
+        /// The partition holding the hanging transaction.
         #[arg(long)]
         partition: i32,
         /// Only the transaction that started at this offset (Kafka's `--start-offset`).

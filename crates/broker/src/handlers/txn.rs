@@ -192,6 +192,7 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
         check
     } else {
         code(state.txns.add_pending_offsets(
+            &state.replicas,
             &request.transactional_id.0,
             &group,
             request.producer_id.0,
