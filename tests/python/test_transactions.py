@@ -262,3 +262,33 @@ def test_exactly_once_when_the_app_and_the_broker_are_killed_at_random_points(br
     out = read_all(broker.bootstrap, dst, "read_committed", partitions=partitions)
     assert len(out) == n and sorted(out) == sorted(f"M{i}" for i in range(n)), (len(out), len(set(out)))
     print(f"committed before the final run: {before_final} of {n}")
+
+
+def test_kcat_read_committed_skips_aborted_and_open_transactions(broker, topic_name):
+    """kcat (Debian's older librdkafka) with isolation.level: read_committed drops the aborted
+    transaction and stops before the open one; read_uncommitted shows everything."""
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    assert kcat, "kcat is not installed (.ci/run installs the Debian package)"
+    create_topic(broker.bootstrap, topic_name)
+    p = txn_producer(broker.bootstrap, "tx-kcat")
+    for outcome in ("commit", "abort", "open"):
+        p.begin_transaction()
+        p.produce(topic_name, outcome.encode())
+        p.flush(30)
+        if outcome == "commit":
+            p.commit_transaction(30)
+        elif outcome == "abort":
+            p.abort_transaction(30)
+
+    def consume(isolation: str) -> list[str]:
+        out = subprocess.run([kcat, "-C", "-b", broker.bootstrap, "-t", topic_name, "-o", "beginning", "-e",
+                              "-q", "-X", f"isolation.level={isolation}"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.split()
+
+    assert consume("read_committed") == ["commit"]
+    assert consume("read_uncommitted") == ["commit", "abort", "open"]
