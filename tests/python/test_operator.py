@@ -1,6 +1,6 @@
 """Operator-facing defects, through the real binary and real clients: internal topics cannot be
 deleted, one broker per data directory, listeners bound before anything is created, errors an
-operator can read, transactional and KIP-848 clients refused at once, restored group members
+operator can read, KIP-848 clients refused at once, restored group members
 expire, and a prompt clean shutdown."""
 
 from __future__ import annotations
@@ -174,19 +174,6 @@ def test_listen_accepts_kafka_listener_forms(broker_factory, form):
     assert f"--listen {listen}" in b.log_text()
     with wire.connect(b.port) as sock:
         assert wire.api_versions(sock).error_code == 0
-
-
-def test_a_transactional_producer_fails_at_once(broker):
-    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-operator"})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as info:
-        p.init_transactions(30)
-    elapsed = time.monotonic() - started
-    err = info.value.args[0]
-    assert err.fatal(), err
-    assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, err
-    assert "Transactions are not supported" in err.str(), err.str()
-    assert elapsed < 5.0, f"init_transactions took {elapsed:.1f}s"
 
 
 def test_a_kip848_consumer_gets_a_fatal_error_at_once(broker, topic_name):

@@ -72,6 +72,8 @@ pub struct BrokerConfig {
     pub log_cleaner: streamforge_log::CleanerConfig,
     /// Consumer groups: coordinator settings and the `__consumer_offsets` topic.
     pub groups: crate::group_service::GroupsConfig,
+    /// Transactions: `transaction.state.log.num.partitions`, `transaction.max.timeout.ms`.
+    pub txn: streamforge_coordinator::txn::TxnConfig,
     /// Dashboard + /metrics listener (`None` = off). Wired by the http crate.
     pub http_listen: Option<SocketAddr>,
     /// Tiered storage (object store, cache, upload settings). `None` = a local directory
@@ -117,6 +119,7 @@ impl Default for BrokerConfig {
             log_cleaner_enable: true,
             log_cleaner: streamforge_log::CleanerConfig::default(),
             groups: Default::default(),
+            txn: Default::default(),
             // Loopback: the dashboard has no authentication and can create and delete topics.
             http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             http: streamforge_http::HttpOptions::default(),

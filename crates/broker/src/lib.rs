@@ -28,6 +28,8 @@ mod storage_errors;
 pub mod tiered;
 pub mod topic_config;
 pub mod topic_store;
+mod txn_pending;
+pub mod txn_service;
 pub mod util;
 
 use std::net::SocketAddr;
@@ -81,6 +83,8 @@ pub struct BrokerState {
     pub groups: Arc<group_service::GroupService>,
     /// Producer ids for InitProducerId (blocks persisted in the data dir).
     pub producer_ids: Arc<producer_ids::ProducerIdManager>,
+    /// The transaction coordinator and its `__transaction_state` storage.
+    pub txns: Arc<txn_service::TxnService>,
     /// Open client connections.
     pub connections: AtomicUsize,
     /// Memory for request frames being read or handled, in KiB permits.
@@ -168,6 +172,10 @@ impl Broker {
             let first = &security.endpoints[0];
             (first.host.clone(), first.port)
         };
+        let txns = Arc::new(
+            txn_service::TxnService::open(&replicas, config.txn.clone())
+                .map_err(|e| BrokerError::Config(e.to_string()))?,
+        );
         let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let config_clock = Arc::clone(&config.clock);
@@ -186,6 +194,7 @@ impl Broker {
             dynamic,
             groups,
             producer_ids,
+            txns,
             connections: AtomicUsize::new(0),
             request_memory: Arc::new(tokio::sync::Semaphore::new(request_memory_kib)),
             frame_pool: frame_pool::FramePool::default(),
@@ -219,6 +228,7 @@ impl Broker {
             state.groups.clone(),
             shutdown_rx.clone(),
         ));
+        state.spawn(txn_service::run_timer(state.clone(), shutdown_rx.clone()));
         let housekeeping = state.spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
         state.spawn(tiered::run(state.clone(), shutdown_rx.clone()));
         state.spawn(scrubber::run(state.clone(), shutdown_rx.clone()));

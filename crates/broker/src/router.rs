@@ -13,7 +13,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use crate::BrokerState;
 use crate::handlers::{
     admin, api_versions, cluster, configs, fetch, group_protocol, groups, log_dirs, metadata,
-    offsets, produce, producer, scram_users,
+    offsets, produce, producer, scram_users, txn, txn_admin,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -134,6 +134,16 @@ pub static ROUTES: &[Route] = &[
         scram_users::handle_describe
     ),
     route!(AlterUserScramCredentials, 0, 0, scram_users::handle_alter),
+    // Transactions (KIP-98, transaction protocol v1): AddPartitionsToTxn v4+ carries the
+    // brokers' verify-only batches (KIP-890 part 1); EndTxn v5 / TxnOffsetCommit v5 are v2.
+    route!(AddPartitionsToTxn, 0, 5, txn::handle_add_partitions),
+    route!(AddOffsetsToTxn, 0, 4, txn::handle_add_offsets),
+    route!(EndTxn, 0, 4, txn::handle_end_txn),
+    route!(TxnOffsetCommit, 0, 4, txn::handle_txn_offset_commit),
+    route!(DescribeTransactions, 0, 0, txn_admin::handle_describe),
+    // v2's transactional-id pattern is not applied yet.
+    route!(ListTransactions, 0, 1, txn_admin::handle_list),
+    route!(WriteTxnMarkers, 0, 1, txn_admin::handle_write_markers),
 ];
 
 /// The route serving `api_key`, if any.

@@ -16,6 +16,7 @@ mod produce_cmd;
 mod record_format;
 mod topics_cmd;
 mod topics_describe;
+mod transactions_cmd;
 mod users_cmd;
 
 #[derive(Parser)]
@@ -42,6 +43,8 @@ enum Command {
     Consume(consume_cmd::Args),
     /// List, describe, reset offsets of and delete consumer groups.
     Groups(groups_cmd::Args),
+    /// List, describe and abort transactions (like kafka-transactions.sh).
+    Transactions(transactions_cmd::Args),
     /// Show brokers and the controller.
     Cluster(cluster_cmd::Args),
     /// Print the batches, records and index entries of a segment file (offline).
@@ -89,6 +92,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Produce(a) => produce_cmd::run(a),
         Command::Consume(a) => consume_cmd::run(a),
         Command::Groups(a) => groups_cmd::run(a),
+        Command::Transactions(a) => transactions_cmd::run(a),
         Command::Cluster(a) => cluster_cmd::run(a),
         Command::DumpLog(a) => dump_log_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),

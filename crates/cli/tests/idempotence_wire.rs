@@ -154,7 +154,7 @@ fn describe_producers(c: &mut Conn, topic: &str) -> Vec<(i64, i32, i32)> {
 }
 
 #[test]
-fn init_producer_id_allocates_unique_ids_and_refuses_transactional_ids() {
+fn init_producer_id_allocates_unique_ids_and_bumps_transactional_epochs() {
     let dir = tempfile::tempdir().unwrap();
     let b = BrokerProc::start(dir.path(), &[]);
     let mut c = b.connect();
@@ -162,13 +162,15 @@ fn init_producer_id_allocates_unique_ids_and_refuses_transactional_ids() {
     let (e2, p2, _) = init_producer_id(&mut c, None, 60_000);
     assert_eq!((e1, e2, ep1), (0, 0, 0));
     assert_ne!(p1, p2);
-    // Transactions are not served: a transactional id is refused at once (fatal for clients)
-    // instead of starting a producer whose first AddPartitionsToTxn would hang.
+    // A transactional id keeps its producer id; each InitProducerId bumps the epoch.
     let (e, tp, te) = init_producer_id(&mut c, Some("tx-1"), 60_000);
+    assert_eq!((e, te), (0, 0));
+    let (e, tp2, te2) = init_producer_id(&mut c, Some("tx-1"), 60_000);
+    assert_eq!((e, tp2, te2), (0, tp, 1));
     assert_eq!(
-        (e, tp, te),
-        (53, -1, -1),
-        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        init_producer_id(&mut c, Some("tx-1"), i32::MAX).0,
+        50,
+        "INVALID_TRANSACTION_TIMEOUT above transaction.max.timeout.ms"
     );
     assert_eq!(
         init_producer_id(&mut c, Some(""), 1000).0,

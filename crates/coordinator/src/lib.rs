@@ -17,6 +17,8 @@ mod group;
 mod membership;
 mod offsets;
 pub mod records;
+pub mod txn;
+mod txn_offsets;
 mod types;
 
 #[cfg(test)]
@@ -25,6 +27,7 @@ mod tests;
 pub use coordinator::{CoordinatorConfig, Effects, GroupCoordinator, OffsetsAppend};
 pub use group::{GroupState, parse_subscription_topics};
 pub use records::{OffsetsRecord, RecordsError};
+pub use txn_offsets::TxnOffset;
 pub use types::*;
 
 /// The name of the internal topic holding committed offsets and group metadata.

@@ -23,6 +23,9 @@ mod segment;
 mod stored_batch;
 #[cfg(test)]
 mod tests;
+mod txn_index;
+#[cfg(test)]
+mod txn_tests;
 
 use bytes::Bytes;
 use streamforge_protocol::ResponseError;
@@ -31,11 +34,12 @@ pub use crate::background_flush::MAX_PENDING_BACKGROUND_FLUSHES;
 pub use crate::checkpoint::RecoveryPointAdvance;
 pub use crate::cleaner::{CleanerConfig, CleanerLogs, LockedLog, LogCleaner};
 pub use crate::group_commit::{FlushTicket, GroupCommit};
-pub use crate::log::Log;
-pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, ProducerEntry};
+pub use crate::log::{Log, TxnMarker};
+pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, NO_TXN, ProducerEntry};
 pub use crate::runtime::LogRuntime;
 pub use crate::scrub::{SealedSegment, verify_segment};
 pub use crate::segment::{BadBatch, file_stem};
+pub use crate::txn_index::AbortedTxn;
 
 /// `message.timestamp.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -2,10 +2,11 @@
 //! (every batch below it applied). Taken when a segment rolls and on clean close, so reopening
 //! replays only the batches after the latest snapshot.
 //!
-//! Format (big-endian): magic `SFPS`, version u16 (= 1), entry count u32, entries, then a
+//! Format (big-endian): magic `SFPS`, version u16 (= 2), entry count u32, entries, then a
 //! CRC-32C of everything before it. Entry: producer id i64, epoch i16, last timestamp i64, batch
 //! count u8, then per batch: first seq i32, last seq i32, first offset i64, last offset i64,
-//! timestamp i64. Unlike Kafka's snapshot (last batch only) all 5 retained batches are kept, so
+//! timestamp i64; version 2 adds, after the batches, the first offset of the producer's open
+//! transaction i64 (-1 = none; version 1 files read as none). Unlike Kafka's snapshot (last batch only) all 5 retained batches are kept, so
 //! duplicates of any of them are still recognised after a restart.
 
 use std::fs;
@@ -18,9 +19,12 @@ use crate::producer_state::{
 use crate::segment::file_stem;
 
 const MAGIC: &[u8; 4] = b"SFPS";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// Snapshots written before transactions (no open-transaction field) are still read.
+const VERSION_WITHOUT_TXN: u16 = 1;
 const HEADER_BYTES: usize = 4 + 2 + 4;
 const ENTRY_FIXED_BYTES: usize = 8 + 2 + 8 + 1;
+const TXN_BYTES: usize = 8;
 const BATCH_BYTES: usize = 4 + 4 + 8 + 8 + 8;
 
 pub fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
@@ -47,7 +51,9 @@ pub fn list(dir: &Path) -> io::Result<Vec<i64>> {
 pub fn write(dir: &Path, offset: i64, state: &ProducerStateManager) -> io::Result<()> {
     let entries = state.entries();
     let mut buf = Vec::with_capacity(
-        HEADER_BYTES + entries.len() * (ENTRY_FIXED_BYTES + BATCHES_TO_RETAIN * BATCH_BYTES) + 4,
+        HEADER_BYTES
+            + entries.len() * (ENTRY_FIXED_BYTES + BATCHES_TO_RETAIN * BATCH_BYTES + TXN_BYTES)
+            + 4,
     );
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&VERSION.to_be_bytes());
@@ -64,6 +70,7 @@ pub fn write(dir: &Path, offset: i64, state: &ProducerStateManager) -> io::Resul
             buf.extend_from_slice(&b.last_offset.to_be_bytes());
             buf.extend_from_slice(&b.timestamp.to_be_bytes());
         }
+        buf.extend_from_slice(&e.current_txn_first_offset.to_be_bytes());
     }
     let crc = crc32c::crc32c(&buf);
     buf.extend_from_slice(&crc.to_be_bytes());
@@ -117,7 +124,7 @@ pub fn read(dir: &Path, offset: i64) -> io::Result<Vec<ProducerEntry>> {
         .take::<2>()
         .map(u16::from_be_bytes)
         .ok_or_else(|| bad("short"))?;
-    if version != VERSION {
+    if version != VERSION && version != VERSION_WITHOUT_TXN {
         return Err(bad("unknown version"));
     }
     let count = r.i32().ok_or_else(|| bad("short"))? as u32 as usize;
@@ -145,11 +152,17 @@ pub fn read(dir: &Path, offset: i64) -> io::Result<Vec<ProducerEntry>> {
                 timestamp: r.i64().ok_or_else(short)?,
             };
         }
+        let txn_first_offset = if version == VERSION {
+            r.i64().ok_or_else(short)?
+        } else {
+            crate::producer_state::NO_TXN
+        };
         out.push(ProducerEntry::restore(
             producer_id,
             epoch,
             last_timestamp,
             &batches[..n],
+            txn_first_offset,
         ));
     }
     Ok(out)

@@ -3,9 +3,13 @@
 //! original offsets), sequence gaps (OUT_OF_ORDER_SEQUENCE_NUMBER) and stale epochs
 //! (INVALID_PRODUCER_EPOCH). Sequences wrap at `i32::MAX` to 0.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use streamforge_protocol::batch::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RecordBatch};
+use streamforge_protocol::control::{ControlType, control_type};
+
+/// `current_txn_first_offset` of a producer with no open transaction.
+pub const NO_TXN: i64 = -1;
 
 /// Batches remembered per producer (Kafka: `NUM_BATCHES_TO_RETAIN`, matching the clients' max
 /// in-flight requests with idempotence).
@@ -35,6 +39,19 @@ pub struct ProducerEntry {
     len: usize,
     /// Max timestamp of the last batch (drives expiry).
     pub last_timestamp: i64,
+    /// Offset of the first batch of the producer's open transaction on this partition
+    /// ([`NO_TXN`] when none is open): the last stable offset cannot pass it.
+    pub current_txn_first_offset: i64,
+}
+
+/// A transaction ended on this partition by a control batch (COMMIT or ABORT marker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// Offset of the marker.
+    pub last_offset: i64,
+    pub kind: ControlType,
 }
 
 impl ProducerEntry {
@@ -45,6 +62,7 @@ impl ProducerEntry {
             batches: [BatchMetadata::default(); BATCHES_TO_RETAIN],
             len: 0,
             last_timestamp: -1,
+            current_txn_first_offset: NO_TXN,
         }
     }
 
@@ -92,12 +110,14 @@ impl ProducerEntry {
         epoch: i16,
         last_timestamp: i64,
         batches: &[BatchMetadata],
+        current_txn_first_offset: i64,
     ) -> ProducerEntry {
         let mut e = ProducerEntry::new(producer_id, epoch);
         for b in batches.iter().rev().take(BATCHES_TO_RETAIN).rev() {
             e.push(*b);
         }
         e.last_timestamp = last_timestamp;
+        e.current_txn_first_offset = current_txn_first_offset;
         e
     }
 }
@@ -129,6 +149,8 @@ fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
 #[derive(Debug, Default)]
 pub struct ProducerStateManager {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open transactions: first offset -> producer id (the smallest key bounds the LSO).
+    ongoing: BTreeMap<i64, i64>,
 }
 
 impl ProducerStateManager {
@@ -237,6 +259,11 @@ impl ProducerStateManager {
             entry.len = 0;
         }
         let last_offset = first_offset + i64::from(batch.last_offset_delta());
+        if batch.is_control() {
+            entry.current_txn_first_offset = NO_TXN;
+        } else if batch.is_transactional() && entry.current_txn_first_offset == NO_TXN {
+            entry.current_txn_first_offset = first_offset;
+        }
         if batch.base_sequence() == NO_SEQUENCE {
             entry.last_timestamp = batch.max_timestamp();
             return;
@@ -251,11 +278,12 @@ impl ProducerStateManager {
     }
 
     /// Record an appended batch (offsets already assigned in `batch`). No allocation unless the
-    /// producer is new.
-    pub fn apply(&mut self, batch: &RecordBatch<'_>) {
+    /// producer is new. A transaction marker returns the transaction it ends (`None` when the
+    /// producer had written nothing transactional here since its last marker).
+    pub fn apply(&mut self, batch: &RecordBatch<'_>) -> Option<CompletedTxn> {
         let pid = batch.producer_id();
         if pid == NO_PRODUCER_ID {
-            return;
+            return None;
         }
         if !self.producers.contains_key(&pid) && self.producers.len() >= MAX_PRODUCERS_PER_PARTITION
         {
@@ -265,13 +293,47 @@ impl ProducerStateManager {
             .producers
             .entry(pid)
             .or_insert_with(|| ProducerEntry::new(pid, batch.producer_epoch()));
+        let open_before = entry.current_txn_first_offset;
         Self::apply_to(entry, batch, batch.base_offset());
+        let open_after = entry.current_txn_first_offset;
+        if open_before == open_after {
+            return None;
+        }
+        if open_before != NO_TXN {
+            self.ongoing.remove(&open_before);
+        }
+        if open_after != NO_TXN {
+            self.ongoing.insert(open_after, pid);
+            return None;
+        }
+        // A marker ended the open transaction (a malformed marker counts as an abort: its
+        // records must not become visible).
+        let kind = control_type(batch).unwrap_or(ControlType::Abort);
+        Some(CompletedTxn {
+            producer_id: pid,
+            first_offset: open_before,
+            last_offset: batch.base_offset(),
+            kind,
+        })
+    }
+
+    /// The first offset of the oldest open transaction: no read_committed consumer may read at
+    /// or past it (Kafka's `firstUnstableOffset`).
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// Open transactions as (first offset, producer id), oldest first.
+    pub fn ongoing(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ongoing.iter().map(|(o, p)| (*o, *p))
     }
 
     fn evict_oldest(&mut self) {
+        // A producer with an open transaction is never evicted: it holds the LSO.
         if let Some(pid) = self
             .producers
             .values()
+            .filter(|e| e.current_txn_first_offset == NO_TXN)
             .min_by_key(|e| e.last_timestamp)
             .map(|e| e.producer_id)
         {
@@ -287,16 +349,29 @@ impl ProducerStateManager {
     /// `producer.id.expiration.ms`). Returns how many were removed.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers
-            .retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        // Open transactions are ended by their coordinator (timeout abort), never by expiry.
+        self.producers.retain(|_, e| {
+            e.current_txn_first_offset != NO_TXN
+                || now_ms.saturating_sub(e.last_timestamp) < expiration_ms
+        });
         before - self.producers.len()
     }
 
     pub fn clear(&mut self) {
         self.producers.clear();
+        self.ongoing.clear();
     }
 
     pub(crate) fn insert(&mut self, entry: ProducerEntry) {
+        if let Some(old) = self.producers.get(&entry.producer_id)
+            && old.current_txn_first_offset != NO_TXN
+        {
+            self.ongoing.remove(&old.current_txn_first_offset);
+        }
+        if entry.current_txn_first_offset != NO_TXN {
+            self.ongoing
+                .insert(entry.current_txn_first_offset, entry.producer_id);
+        }
         self.producers.insert(entry.producer_id, entry);
     }
 }

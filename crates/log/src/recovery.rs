@@ -88,7 +88,8 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         let Some(name) = name.to_str() else { continue };
         let stem = name
             .strip_suffix(".index")
-            .or_else(|| name.strip_suffix(".timeindex"));
+            .or_else(|| name.strip_suffix(".timeindex"))
+            .or_else(|| name.strip_suffix(".txnindex"));
         if let Some(stem) = stem
             && let Ok(base) = stem.parse::<i64>()
             && bases.binary_search(&base).is_err()
@@ -286,6 +287,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         // page cache) is fsynced by the first group commit or background flush.
         group: GroupCommit::new(recovery_point),
         producers: ProducerStateManager::new(),
+        aborted: Default::default(),
         dirty_pending: false,
         segments_rebuilt_at_open: rebuilt,
         recovery_checked_bytes: checked_bytes,

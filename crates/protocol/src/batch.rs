@@ -353,7 +353,7 @@ impl<'a> RecordIter<'a> {
 }
 
 /// Decode a zigzag varint at `buf[*pos..]` (at most 10 bytes).
-fn read_varlong(buf: &[u8], pos: &mut usize) -> Result<i64, BatchError> {
+pub(crate) fn read_varlong(buf: &[u8], pos: &mut usize) -> Result<i64, BatchError> {
     const MAX_VARINT_BYTES: usize = 10;
     let mut raw: u64 = 0;
     for i in 0..MAX_VARINT_BYTES {

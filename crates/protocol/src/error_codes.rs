@@ -38,6 +38,8 @@ top_level!(
     ConsumerGroupHeartbeatResponse,
     SaslHandshakeResponse,
     SaslAuthenticateResponse,
+    AddOffsetsToTxnResponse,
+    EndTxnResponse,
 );
 
 codes!(ProduceResponse, r => r.responses.iter().flat_map(|t| {
@@ -124,3 +126,19 @@ mod tests {
 codes!(DescribeUserScramCredentialsResponse, r => std::iter::once(r.error_code)
     .chain(r.results.iter().map(|u| u.error_code)));
 codes!(AlterUserScramCredentialsResponse, r => r.results.iter().map(|u| u.error_code));
+// v0-3 answer per topic and partition, v4+ per transaction (and a top-level code).
+codes!(AddPartitionsToTxnResponse, r => std::iter::once(r.error_code)
+.chain(r.results_by_topic_v3_and_below.iter().flat_map(|t| {
+    t.results_by_partition.iter().map(|p| p.partition_error_code)
+}))
+.chain(r.results_by_transaction.iter().flat_map(|x| {
+    x.topic_results.iter().flat_map(|t| t.results_by_partition.iter().map(|p| p.partition_error_code))
+})));
+codes!(TxnOffsetCommitResponse, r => r.topics.iter().flat_map(|t| {
+    t.partitions.iter().map(|p| p.error_code)
+}));
+codes!(DescribeTransactionsResponse, r => r.transaction_states.iter().map(|t| t.error_code));
+codes!(ListTransactionsResponse, r => [r.error_code]);
+codes!(WriteTxnMarkersResponse, r => r.markers.iter().flat_map(|m| {
+    m.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+}));

@@ -6,6 +6,7 @@
 pub mod api_versions;
 pub mod batch;
 pub mod clock;
+pub mod control;
 pub mod decompress;
 pub mod error;
 pub mod error_codes;

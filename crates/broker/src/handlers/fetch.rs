@@ -10,7 +10,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::FetchRequest;
 use streamforge_protocol::RequestFrame;
 use streamforge_protocol::fetch_writer::{
-    FetchPartition, FetchResponseParts, FetchTopic, write_fetch_response,
+    AbortedTxn, FetchPartition, FetchResponseParts, FetchTopic, write_fetch_response,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -196,6 +196,12 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                     fp.high_watermark = read.offsets.high_watermark;
                     fp.last_stable_offset = read.offsets.last_stable_offset;
                     fp.log_start_offset = read.offsets.log_start_offset;
+                    if let Some(list) = fp.aborted_transactions.as_mut() {
+                        list.extend(read.aborted.iter().map(|a| AbortedTxn {
+                            producer_id: a.producer_id,
+                            first_offset: a.first_offset,
+                        }));
+                    }
                     match read.records {
                         Ok(records) => {
                             out.bytes += records.bytes;

@@ -41,9 +41,6 @@ use crate::router::HandlerResult;
 /// FindCoordinator key types: groups, transactions (KIP-848 share groups = 2 are not served).
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
-/// Why a transactional id is refused.
-pub const TRANSACTIONS_UNSUPPORTED: &str =
-    "Transactions are not supported by this broker (transactional.id refused).";
 /// Keys answered per batched FindCoordinator (a named bound on work per request).
 const FIND_COORDINATOR_KEYS_MAX: usize = 10_000;
 
@@ -65,13 +62,8 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
     let answer = |key_type: i8| -> (i16, Option<StrBytes>) {
         match key_type {
             KEY_TYPE_GROUP => (0, None),
-            // Transactions are not served: refusing the transactional id here (as InitProducerId
-            // does) makes clients fail `initTransactions` at once and fatally, with this message,
-            // instead of hanging on the first transaction request.
-            KEY_TYPE_TRANSACTION => (
-                ResponseError::TransactionalIdAuthorizationFailed.code(),
-                Some(s(TRANSACTIONS_UNSUPPORTED)),
-            ),
+            // One broker: it coordinates every transactional id (`__transaction_state`).
+            KEY_TYPE_TRANSACTION => (0, None),
             other => (
                 ResponseError::InvalidRequest.code(),
                 Some(s(&format!("unsupported coordinator key type {other}"))),

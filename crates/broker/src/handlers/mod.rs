@@ -15,6 +15,8 @@ pub mod offsets;
 pub mod produce;
 pub mod producer;
 pub mod scram_users;
+pub mod txn;
+pub mod txn_admin;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

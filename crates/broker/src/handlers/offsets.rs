@@ -37,7 +37,10 @@ pub async fn handle_list_offsets(state: Arc<BrokerState>, req: RequestFrame) -> 
             let found = match state.replicas.partition(&t.name.0, p.partition_index) {
                 None => Err(ResponseError::UnknownTopicOrPartition.code()),
                 Some(part) => part
-                    .list_offsets(OffsetSpec::from_kafka(p.timestamp), p.current_leader_epoch)
+                    .list_offsets(
+                        OffsetSpec::from_kafka(p.timestamp).with_isolation(request.isolation_level),
+                        p.current_leader_epoch,
+                    )
                     .await
                     .map_err(|e| e.kafka_code()),
             };

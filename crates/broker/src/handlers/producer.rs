@@ -29,18 +29,27 @@ pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame)
         .then_some((request.producer_id.0, request.producer_epoch));
     let timeout_ms = request.transaction_timeout_ms;
     if let Some(tid) = transactional_id.as_deref().filter(|t| !t.is_empty()) {
-        // Transactions (AddPartitionsToTxn, EndTxn, ...) are not served yet. Accepting the id
-        // would let a transactional producer start and then hang until its timeout; refusing
-        // the transactional id makes librdkafka, the Java client and kafkajs fail
-        // `initTransactions` at once with a fatal error (Kafka answers the same code when the
-        // principal may not use the transactional id). The empty id stays INVALID_REQUEST.
-        tracing::warn!(
-            transactional_id = %tid,
-            client_id = req.client_id.as_deref().unwrap_or(""),
-            "refusing a transactional producer: transactions are not supported by this broker \
-             (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)"
-        );
-        resp.error_code = kafka_protocol::ResponseError::TransactionalIdAuthorizationFailed.code();
+        // The transaction coordinator: epoch bump, fencing, abort of an open transaction.
+        let st = state.clone();
+        let tid = tid.to_string();
+        let result = tokio::task::spawn_blocking(move || {
+            st.txns.run(&st, |c, now, out| {
+                let mut new_id = || st.producer_ids.init_idempotent().ok().map(|(p, _)| p);
+                c.init_producer_id(now, &tid, timeout_ms, expected, &mut new_id, out)
+            })
+        })
+        .await;
+        match result {
+            Ok(Ok((producer_id, epoch))) => {
+                resp.producer_id = ProducerId(producer_id);
+                resp.producer_epoch = epoch;
+            }
+            Ok(Err(e)) => resp.error_code = e.code(),
+            Err(e) => {
+                tracing::error!(error = %e, "InitProducerId task failed");
+                resp.error_code = ErrorCode::UnknownServerError.code();
+            }
+        }
         return Ok(Some(req.respond(&resp)?));
     }
     // Allocating a new block persists it (fsync): keep that off the async workers.
@@ -94,7 +103,7 @@ pub async fn handle_describe_producers(
                         ps.last_sequence = e.last_seq();
                         ps.last_timestamp = e.last_timestamp;
                         ps.coordinator_epoch = -1;
-                        ps.current_txn_start_offset = -1;
+                        ps.current_txn_start_offset = e.current_txn_first_offset;
                         pr.active_producers.push(ps);
                     }
                 }

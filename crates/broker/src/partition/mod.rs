@@ -19,6 +19,7 @@ pub mod replica;
 mod replication;
 #[cfg(test)]
 mod tests;
+mod txn;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +36,7 @@ use crate::util::now_ms;
 pub use offsets::{DELETE_TO_HIGH_WATERMARK, FoundOffset, OffsetSpec};
 pub use read::{FetchIsolation, FetchParams, ReadResult};
 pub use replication::{AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink};
+pub use txn::MarkerResult;
 
 /// Leader epoch of a partition this broker leads from its creation (no elections yet).
 pub const LEADER_EPOCH: i32 = 0;
@@ -579,7 +581,7 @@ fn local_offsets(log: &Log) -> PartitionOffsets {
         local_log_start_offset: log.log_start_offset(),
         high_watermark: hw,
         log_end_offset: log.log_end_offset(),
-        last_stable_offset: hw,
+        last_stable_offset: log.last_stable_offset(),
     }
 }
 

@@ -13,6 +13,9 @@ pub const DELETE_TO_HIGH_WATERMARK: i64 = -1;
 pub enum OffsetSpec {
     /// -1: the high watermark.
     Latest,
+    /// -1 asked by a read_committed client (ListOffsets v2+ `isolation_level` 1): the last
+    /// stable offset.
+    LastStable,
     /// -2: the first offset a client can read (remote data included).
     Earliest,
     /// -3: the record with the largest timestamp.
@@ -38,6 +41,15 @@ impl OffsetSpec {
             -5 => OffsetSpec::LatestTiered,
             ts if ts >= 0 => OffsetSpec::Timestamp(ts),
             ts => OffsetSpec::Unsupported(ts),
+        }
+    }
+
+    /// The query for a client's `isolation_level` (1 = READ_COMMITTED): "latest" is then the
+    /// last stable offset, as Kafka answers.
+    pub fn with_isolation(self, isolation_level: i8) -> OffsetSpec {
+        match self {
+            OffsetSpec::Latest if isolation_level == 1 => OffsetSpec::LastStable,
+            other => other,
         }
     }
 }
@@ -196,6 +208,7 @@ impl Partition {
 fn local_offset(log: &Log, spec: OffsetSpec) -> Result<(i64, i64), PartitionError> {
     match spec {
         OffsetSpec::Latest => Ok((-1, log.high_watermark())),
+        OffsetSpec::LastStable => Ok((-1, log.last_stable_offset())),
         OffsetSpec::Earliest | OffsetSpec::EarliestLocal => Ok((-1, log.log_start_offset())),
         OffsetSpec::LatestTiered => Ok((-1, -1)),
         OffsetSpec::MaxTimestamp => Ok(log

@@ -61,6 +61,8 @@ pub struct FetchParams {
 pub struct ReadResult {
     pub offsets: PartitionOffsets,
     pub records: Result<ReadInfo, PartitionError>,
+    /// For a read_committed read: the aborted transactions overlapping the range read.
+    pub aborted: Vec<streamforge_log::AbortedTxn>,
 }
 
 impl Partition {
@@ -84,7 +86,7 @@ impl Partition {
 
     /// Read from the local log only (replay of an internal topic, the dashboard).
     pub fn read_local(&self, params: FetchParams) -> Result<ReadResult, PartitionError> {
-        let (offsets, records) = self.with_leader_log(-1, |log| {
+        let (offsets, records, aborted) = self.with_leader_log(-1, |log| {
             let offsets = local_offsets(log);
             let records = if params.max_bytes == 0 && !params.min_one_message {
                 // No budget left in the response: nothing to read.
@@ -98,7 +100,13 @@ impl Partition {
                 )
                 .map_err(PartitionError::Log)
             };
-            (offsets, records)
+            let aborted = match (&records, params.isolation) {
+                (Ok(read), FetchIsolation::TxnCommitted) if read.bytes > 0 => {
+                    log.aborted_transactions(params.fetch_offset, offsets.last_stable_offset)
+                }
+                _ => Vec::new(),
+            };
+            (offsets, records, aborted)
         })?;
         if let Ok(read) = &records {
             debug_assert!(read.bytes <= params.max_bytes || params.min_one_message);
@@ -110,6 +118,7 @@ impl Partition {
         Ok(ReadResult {
             offsets: self.with_remote_start(offsets),
             records,
+            aborted,
         })
     }
 

@@ -223,6 +223,7 @@ impl Partition {
             read: ReadResult {
                 offsets: self.with_remote_start(read.offsets),
                 records: read.records,
+                aborted: read.aborted,
             },
             diverging_epoch: diverging,
         })
@@ -241,6 +242,7 @@ impl Partition {
             let read = ReadResult {
                 offsets: local_offsets(log),
                 records: Ok(ReadInfo::default()),
+                aborted: Vec::new(),
             };
             Ok((read, Some(diverging), None, None))
         } else if params.fetch_offset > log.log_end_offset()
@@ -256,6 +258,8 @@ impl Partition {
             let read = ReadResult {
                 offsets: local_offsets(log),
                 records,
+                // A follower reads uncommitted data: it replicates the markers themselves.
+                aborted: Vec::new(),
             };
             Ok((read, None, None, None))
         } else {
@@ -283,7 +287,11 @@ impl Partition {
                     params.min_one_message,
                 )
                 .map_err(PartitionError::Log);
-            let read = ReadResult { offsets, records };
+            let read = ReadResult {
+                offsets,
+                records,
+                aborted: Vec::new(),
+            };
             Ok((read, None, intent, outcome.high_watermark))
         }
     }

@@ -160,7 +160,7 @@ impl Log {
         })
     }
 
-    fn append_assigned(
+    pub(super) fn append_assigned(
         &mut self,
         batches: &[u8],
         first_offset: i64,
@@ -193,7 +193,7 @@ impl Log {
         }
         self.active_mut().append(batches)?;
         self.next_offset = next_offset;
-        self.apply_producers(batches);
+        self.apply_producers(batches)?;
         self.unflushed_messages += i64::from(record_count);
         if self.unflushed_messages >= self.config.flush_messages {
             self.flush()?;

@@ -68,16 +68,20 @@ impl Log {
         Ok(None)
     }
 
-    /// Record appended batches (offsets assigned) in the producer state.
-    pub(super) fn apply_producers(&mut self, batches: &[u8]) {
+    /// Record appended batches (offsets assigned) in the producer state; an ABORT marker among
+    /// them is added to the aborted-transaction index.
+    pub(super) fn apply_producers(&mut self, batches: &[u8]) -> Result<(), LogError> {
         let mut position = 0;
         while position < batches.len() {
             let Ok(view) = RecordBatch::parse(&batches[position..]) else {
-                return;
+                return Ok(());
             };
-            self.producers.apply(&view);
+            if let Some(done) = self.producers.apply(&view) {
+                self.index_completed_txn(done)?;
+            }
             position += view.size_bytes();
         }
+        Ok(())
     }
 
     /// Write the producer state (every batch below `offset` applied) to `<offset>.snapshot`.
@@ -108,17 +112,24 @@ impl Log {
             }
         }
         let mut replayed = 0u64;
+        let mut completed = Vec::new();
         for seg in self.segments.values() {
             if seg.next_offset() <= from {
                 continue;
             }
             seg.for_each_batch_from(from, |view| {
-                state.apply(view);
+                if let Some(done) = state.apply(view) {
+                    let lso = state
+                        .first_unstable_offset()
+                        .unwrap_or(done.last_offset + 1);
+                    completed.push((done, lso));
+                }
                 replayed += 1;
             });
         }
         tracing::debug!(dir = %self.dir.display(), from, replayed, producers = state.len(), "rebuilt producer state");
         self.producers = state;
+        self.rebuild_aborted_index(from, &completed)?;
         Ok(())
     }
 

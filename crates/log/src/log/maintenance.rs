@@ -45,6 +45,7 @@ impl Log {
         self.refresh_group_files()?;
         let first = *self.segments.keys().next().expect("active segment");
         producer_snapshot::delete_below(&self.dir, first)?;
+        self.aborted.retain_markers_in(first, i64::MAX);
         Ok(())
     }
 
@@ -104,6 +105,7 @@ impl Log {
         self.recovery_point = offset;
         self.epochs.clear()?;
         self.producers.clear();
+        self.aborted.clear();
         producer_snapshot::delete_above(&self.dir, i64::MIN)?;
         self.group.reset_durable(offset);
         self.refresh_group_files()?;
@@ -229,6 +231,7 @@ impl Log {
             self.epochs.truncate_from_start(first)?;
         }
         producer_snapshot::delete_below(&self.dir, first)?;
+        self.aborted.retain_markers_in(first, i64::MAX);
         Ok(())
     }
 }

@@ -4,6 +4,8 @@ mod append;
 mod idempotence;
 mod maintenance;
 mod rate_limit;
+mod txn;
+pub use txn::TxnMarker;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -43,6 +45,8 @@ pub struct Log {
     pub(crate) last_flush_ms: i64,
     pub(crate) group: Arc<GroupCommit>,
     pub(crate) producers: ProducerStateManager,
+    /// Aborted transactions of the segments (the `.txnindex` files, in memory).
+    pub(crate) aborted: crate::txn_index::AbortedTxns,
     /// Opened after a clean shutdown and not modified yet: the clean-shutdown marker is still on
     /// disk and the active segment's indexes are still trimmed. The first mutation fixes both
     /// (`mark_dirty`), so a clean open costs no fsync.

@@ -453,6 +453,7 @@ pub fn delete_files(dir: &Path, base: i64) -> io::Result<()> {
             log_path(dir, base),
             index_path(dir, base),
             time_index_path(dir, base),
+            crate::txn_index::txn_index_path(dir, base),
         ] {
             match fs::remove_file(&path) {
                 Ok(()) => {}

@@ -3,21 +3,16 @@ package io.streamforge.it;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.acl.AclBindingFilter;
-import org.apache.kafka.common.errors.TransactionalIdAuthorizationException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.quota.ClientQuotaFilter;
 import org.junit.jupiter.api.AfterAll;
@@ -59,26 +54,6 @@ class NotServedTest {
         TopicPartition tp = new TopicPartition(Util.unique("x"), 0);
         assertUnsupported("ElectLeaders", () -> A.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all());
         assertUnsupported("ListPartitionReassignments", () -> A.listPartitionReassignments().reassignments());
-    }
-
-    @Test
-    void transactions() {
-        assertUnsupported("ListTransactions", () -> A.listTransactions().all());
-        try (KafkaProducer<String, String> p = Util.producer(B, Map.of(
-                ProducerConfig.TRANSACTIONAL_ID_CONFIG, Util.unique("tx"),
-                ProducerConfig.MAX_BLOCK_MS_CONFIG, "10000"))) {
-            // Until transactions are served, FindCoordinator/InitProducerId for a transactional
-            // id answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED, so initTransactions fails at once
-            // (fatally) instead of the first transactional send hanging.
-            long start = System.nanoTime();
-            Throwable t = assertThrows(Exception.class, p::initTransactions);
-            Throwable c = t;
-            while (c.getCause() != null && !(c instanceof TransactionalIdAuthorizationException)) {
-                c = c.getCause();
-            }
-            assertInstanceOf(TransactionalIdAuthorizationException.class, c, "initTransactions: " + t);
-            assertTrue(System.nanoTime() - start < TimeUnit.SECONDS.toNanos(5), "initTransactions took too long");
-        }
     }
 
     @Test

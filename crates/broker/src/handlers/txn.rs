@@ -1,0 +1,215 @@
+//! Transactions (KIP-98): AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26) and
+//! TxnOffsetCommit (28), answered by the transaction coordinator (`crate::txn_service`).
+//! InitProducerId with a transactional id is in `producer.rs`.
+
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, ProducerId, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+};
+use streamforge_coordinator::{OFFSETS_TOPIC, TxnOffset, partition_for_group};
+use streamforge_protocol::RequestFrame;
+
+use crate::BrokerState;
+use crate::router::HandlerResult;
+
+fn code(r: Result<(), ResponseError>) -> i16 {
+    r.err().map_or(0, |e| e.code())
+}
+
+/// The `__consumer_offsets` partition of a group, as a transaction partition.
+fn offsets_partition(state: &BrokerState, group: &str) -> (String, i32) {
+    let n = state.groups.offsets_partitions();
+    (OFFSETS_TOPIC.to_string(), partition_for_group(group, n))
+}
+
+/// One transaction of AddPartitionsToTxn: every partition's error. Unknown partitions get
+/// UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka answers.
+fn add_one(
+    state: &BrokerState,
+    tid: &str,
+    pid: i64,
+    epoch: i16,
+    verify_only: bool,
+    topics: &[AddPartitionsToTxnTopic],
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let wanted: Vec<(String, i32)> = topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
+        .collect();
+    let unknown: Vec<bool> = wanted
+        .iter()
+        .map(|(t, p)| state.replicas.partition(t, *p).is_none())
+        .collect();
+    let codes: Vec<i16> = if unknown.iter().any(|u| *u) {
+        unknown
+            .iter()
+            .map(|u| {
+                if *u {
+                    ResponseError::UnknownTopicOrPartition.code()
+                } else {
+                    ResponseError::OperationNotAttempted.code()
+                }
+            })
+            .collect()
+    } else if verify_only {
+        state
+            .txns
+            .read(|c| c.verify_partitions(tid, pid, epoch, &wanted))
+    } else {
+        let r = state.txns.run(state, |c, now, out| {
+            c.add_partitions(now, tid, pid, epoch, &wanted, out)
+        });
+        vec![code(r); wanted.len()]
+    };
+    let mut results: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
+    for ((topic, p), c) in wanted.into_iter().zip(codes) {
+        if results.last().is_none_or(|r| r.name.0.as_str() != topic) {
+            let mut r = AddPartitionsToTxnTopicResult::default();
+            r.name = crate::handlers::topic_name(&topic);
+            results.push(r);
+        }
+        let mut pr = AddPartitionsToTxnPartitionResult::default();
+        pr.partition_index = p;
+        pr.partition_error_code = c;
+        results
+            .last_mut()
+            .expect("pushed")
+            .results_by_partition
+            .push(pr);
+    }
+    results
+}
+
+pub async fn handle_add_partitions(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: AddPartitionsToTxnRequest = req.decode()?;
+    let mut resp = AddPartitionsToTxnResponse::default();
+    if req.api_version <= 3 {
+        resp.results_by_topic_v3_and_below = add_one(
+            &state,
+            &request.v3_and_below_transactional_id.0,
+            request.v3_and_below_producer_id.0,
+            request.v3_and_below_producer_epoch,
+            false,
+            &request.v3_and_below_topics,
+        );
+    } else {
+        for t in &request.transactions {
+            let mut r = AddPartitionsToTxnResult::default();
+            r.transactional_id = t.transactional_id.clone();
+            r.topic_results = add_one(
+                &state,
+                &t.transactional_id.0,
+                t.producer_id.0,
+                t.producer_epoch,
+                t.verify_only,
+                &t.topics,
+            );
+            resp.results_by_transaction.push(r);
+        }
+    }
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_add_offsets(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: AddOffsetsToTxnRequest = req.decode()?;
+    let mut resp = AddOffsetsToTxnResponse::default();
+    let partition = offsets_partition(&state, &request.group_id.0);
+    resp.error_code = code(state.txns.run(&state, |c, now, out| {
+        c.add_partitions(
+            now,
+            &request.transactional_id.0,
+            request.producer_id.0,
+            request.producer_epoch,
+            std::slice::from_ref(&partition),
+            out,
+        )
+    }));
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: EndTxnRequest = req.decode()?;
+    let mut resp = EndTxnResponse::default();
+    let started = std::time::Instant::now();
+    resp.error_code = code(state.txns.run(&state, |c, now, out| {
+        c.end_txn(
+            now,
+            &request.transactional_id.0,
+            request.producer_id.0,
+            request.producer_epoch,
+            request.committed,
+            out,
+        )
+    }));
+    metrics::histogram!("streamforge_end_txn_seconds").record(started.elapsed().as_secs_f64());
+    resp.producer_id = ProducerId(-1);
+    resp.producer_epoch = -1;
+    Ok(Some(req.respond(&resp)?))
+}
+
+pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    let request: TxnOffsetCommitRequest = req.decode()?;
+    let group = request.group_id.0.to_string();
+    let partition = offsets_partition(&state, &group);
+    // The group's offsets partition must be in the producer's open transaction
+    // (AddOffsetsToTxn first): otherwise the producer's error (fenced, unknown, not open).
+    let check = state.txns.read(|c| {
+        c.verify_partitions(
+            &request.transactional_id.0,
+            request.producer_id.0,
+            request.producer_epoch,
+            std::slice::from_ref(&partition),
+        )[0]
+    });
+    let mut offsets = Vec::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            offsets.push(TxnOffset {
+                topic: t.name.0.to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p
+                    .committed_metadata
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    let error = if check != 0 {
+        check
+    } else {
+        code(state.txns.add_pending_offsets(
+            &state.replicas,
+            &request.transactional_id.0,
+            &group,
+            request.producer_id.0,
+            offsets,
+        ))
+    };
+    let mut resp = TxnOffsetCommitResponse::default();
+    for t in &request.topics {
+        let mut tr = TxnOffsetCommitResponseTopic::default();
+        tr.name = t.name.clone();
+        for p in &t.partitions {
+            let mut pr = TxnOffsetCommitResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            pr.error_code = error;
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    Ok(Some(req.respond(&resp)?))
+}

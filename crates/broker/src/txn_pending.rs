@@ -1,0 +1,145 @@
+//! Durable pending transactional offsets (TxnOffsetCommit): one `__transaction_state` record
+//! per (transactional id, group) holding the offsets not yet committed, removed (tombstone) when
+//! the transaction ends. Without it a broker crash after EndTxn(commit) is logged but before the
+//! offsets reach `__consumer_offsets` would commit the data and lose the offsets (the input would
+//! be processed twice). Kafka keeps these as transactional records in `__consumer_offsets`; here
+//! they live next to the transaction's own record, under a key version Kafka does not use.
+//!
+//! Key: version i16 (= 1000), transactional id string, group string. Value: producer id i64,
+//! count i32, then per offset: topic string, partition i32, offset i64, leader epoch i32,
+//! metadata string.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use streamforge_coordinator::TxnOffset;
+use streamforge_coordinator::records::OffsetsRecord;
+
+/// The key version of a pending-offsets record (Kafka's transaction log keys are version 0).
+pub const PENDING_KEY_VERSION: i16 = 1000;
+/// Offsets decoded from one record (a named bound).
+const OFFSETS_PER_RECORD_MAX: i32 = 1_000_000;
+
+fn put_str(buf: &mut BytesMut, s: &str) {
+    buf.put_i16(s.len() as i16);
+    buf.put_slice(s.as_bytes());
+}
+
+fn get_str(b: &mut Bytes) -> Option<String> {
+    if b.remaining() < 2 {
+        return None;
+    }
+    let n = b.get_i16();
+    if n < 0 || b.remaining() < n as usize {
+        return None;
+    }
+    String::from_utf8(b.split_to(n as usize).to_vec()).ok()
+}
+
+fn key(tid: &str, group: &str) -> Bytes {
+    let mut k = BytesMut::with_capacity(6 + tid.len() + group.len());
+    k.put_i16(PENDING_KEY_VERSION);
+    put_str(&mut k, tid);
+    put_str(&mut k, group);
+    k.freeze()
+}
+
+/// The record holding `offsets` of `producer_id` for (tid, group).
+pub fn record<'a>(
+    tid: &str,
+    group: &str,
+    producer_id: i64,
+    offsets: impl ExactSizeIterator<Item = &'a TxnOffset>,
+) -> OffsetsRecord {
+    let mut v = BytesMut::new();
+    v.put_i64(producer_id);
+    v.put_i32(offsets.len() as i32);
+    for o in offsets {
+        put_str(&mut v, &o.topic);
+        v.put_i32(o.partition);
+        v.put_i64(o.offset);
+        v.put_i32(o.leader_epoch);
+        put_str(&mut v, &o.metadata);
+    }
+    OffsetsRecord {
+        key: key(tid, group),
+        value: Some(v.freeze()),
+    }
+}
+
+/// The tombstone removing (tid, group)'s pending offsets.
+pub fn tombstone(tid: &str, group: &str) -> OffsetsRecord {
+    OffsetsRecord {
+        key: key(tid, group),
+        value: None,
+    }
+}
+
+/// A decoded pending-offsets record: (transactional id, group), and the producer id with the
+/// offsets (`None`: a tombstone).
+pub type Pending = ((String, String), Option<(i64, Vec<TxnOffset>)>);
+
+/// `None` when `record` is not a pending-offsets record (or is malformed).
+pub fn decode(record: &OffsetsRecord) -> Option<Pending> {
+    let mut k = record.key.clone();
+    if k.remaining() < 2 || k.get_i16() != PENDING_KEY_VERSION {
+        return None;
+    }
+    let tid = get_str(&mut k)?;
+    let group = get_str(&mut k)?;
+    let Some(value) = &record.value else {
+        return Some(((tid, group), None));
+    };
+    let mut v = value.clone();
+    if v.remaining() < 12 {
+        return None;
+    }
+    let pid = v.get_i64();
+    let n = v.get_i32();
+    if !(0..=OFFSETS_PER_RECORD_MAX).contains(&n) {
+        return None;
+    }
+    let mut offsets = Vec::new();
+    for _ in 0..n {
+        let topic = get_str(&mut v)?;
+        if v.remaining() < 16 {
+            return None;
+        }
+        let partition = v.get_i32();
+        let offset = v.get_i64();
+        let leader_epoch = v.get_i32();
+        let metadata = get_str(&mut v)?;
+        offsets.push(TxnOffset {
+            topic,
+            partition,
+            offset,
+            leader_epoch,
+            metadata,
+        });
+    }
+    Some(((tid, group), Some((pid, offsets))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_tombstone() {
+        let o = TxnOffset {
+            topic: "in".into(),
+            partition: 3,
+            offset: 42,
+            leader_epoch: 0,
+            metadata: "m".into(),
+        };
+        let r = record("tx", "g", 7, [o.clone()].iter());
+        let k = ("tx".to_string(), "g".to_string());
+        assert_eq!(decode(&r), Some((k.clone(), Some((7, vec![o])))));
+        assert_eq!(decode(&tombstone("tx", "g")), Some((k, None)));
+        let txn_key = streamforge_coordinator::txn::records::key("tx");
+        let other = OffsetsRecord {
+            key: txn_key,
+            value: None,
+        };
+        assert_eq!(decode(&other), None);
+    }
+}

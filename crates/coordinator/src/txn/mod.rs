@@ -1,0 +1,483 @@
+//! The transaction coordinator (KIP-98) as a sans-io state machine, in the style of the group
+//! coordinator: events go in as method calls with the time passed in, effects come out in
+//! [`TxnEffects`]: records to append to `__transaction_state` and marker writes (COMMIT /
+//! ABORT to every partition of a transaction). The broker must append the records before it
+//! replies or writes markers, and call [`TxnCoordinator::markers_written`] once every marker of
+//! a transaction is in its partition's log, which completes the transaction.
+//!
+//! States (Kafka's `TransactionState`): Empty -> Ongoing (AddPartitionsToTxn / AddOffsetsToTxn)
+//! -> PrepareCommit | PrepareAbort (EndTxn, a timeout, or InitProducerId fencing an open
+//! transaction) -> CompleteCommit | CompleteAbort (markers written) -> Ongoing again on the
+//! next transaction. Each transition is a `__transaction_state` record; replaying the topic
+//! rebuilds the state, and a transaction found in a Prepare state after replay has its markers
+//! written again (they are idempotent for the log: a second marker ends nothing).
+
+pub mod records;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::ResponseError;
+
+use crate::records::{OffsetsRecord, RecordsError};
+
+/// The internal topic holding transaction state.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// `transaction.state.log.num.partitions` default.
+pub const DEFAULT_TRANSACTION_STATE_PARTITIONS: i32 = 50;
+/// Transactional ids one coordinator holds (a named bound; Kafka expires idle ones after
+/// `transactional.id.expiration.ms`).
+pub const TRANSACTIONAL_IDS_MAX: usize = 100_000;
+/// Partitions one transaction may span (a named bound on the per-transaction set).
+pub const TXN_PARTITIONS_MAX: usize = 100_000;
+
+/// Kafka's `TransactionState`, with its wire codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxnState {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+    CompleteCommit,
+    CompleteAbort,
+    Dead,
+    PrepareEpochFence,
+}
+
+impl TxnState {
+    pub fn code(self) -> i8 {
+        match self {
+            TxnState::Empty => 0,
+            TxnState::Ongoing => 1,
+            TxnState::PrepareCommit => 2,
+            TxnState::PrepareAbort => 3,
+            TxnState::CompleteCommit => 4,
+            TxnState::CompleteAbort => 5,
+            TxnState::Dead => 6,
+            TxnState::PrepareEpochFence => 7,
+        }
+    }
+    pub fn from_code(c: i8) -> Option<TxnState> {
+        Some(match c {
+            0 => TxnState::Empty,
+            1 => TxnState::Ongoing,
+            2 => TxnState::PrepareCommit,
+            3 => TxnState::PrepareAbort,
+            4 => TxnState::CompleteCommit,
+            5 => TxnState::CompleteAbort,
+            6 => TxnState::Dead,
+            7 => TxnState::PrepareEpochFence,
+            _ => return None,
+        })
+    }
+    /// The name DescribeTransactions / ListTransactions report (Kafka's `stateName`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+            TxnState::Dead => "Dead",
+            TxnState::PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+    fn is_prepare(self) -> bool {
+        matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort)
+    }
+}
+
+/// One transactional id's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnMetadata {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    /// Partitions of the open (or completing) transaction, `__consumer_offsets` ones included.
+    pub partitions: BTreeSet<(String, i32)>,
+    pub last_update_ms: i64,
+    /// When the open transaction started (-1 when none).
+    pub start_ms: i64,
+}
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct TxnConfig {
+    /// Partitions of `__transaction_state` (placement depends on it).
+    pub state_partitions: i32,
+    /// `transaction.max.timeout.ms` (default 15 minutes).
+    pub max_timeout_ms: i32,
+}
+
+impl Default for TxnConfig {
+    fn default() -> Self {
+        TxnConfig {
+            state_partitions: DEFAULT_TRANSACTION_STATE_PARTITIONS,
+            max_timeout_ms: 900_000,
+        }
+    }
+}
+
+/// A record to append to `__transaction_state`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnStateAppend {
+    pub partition: i32,
+    pub record: OffsetsRecord,
+}
+
+/// Markers to write for one transaction (Kafka's WriteTxnMarkers entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerRequest {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub partitions: Vec<(String, i32)>,
+}
+
+/// What an event asks the broker to do, in order: appends, then markers.
+#[derive(Debug, Default)]
+pub struct TxnEffects {
+    pub appends: Vec<TxnStateAppend>,
+    pub markers: Vec<MarkerRequest>,
+}
+
+/// What InitProducerId answers.
+pub type InitResult = Result<(i64, i16), ResponseError>;
+
+/// The coordinator of every transactional id (one broker: every `__transaction_state`
+/// partition is led here).
+#[derive(Debug)]
+pub struct TxnCoordinator {
+    config: TxnConfig,
+    txns: BTreeMap<String, TxnMetadata>,
+}
+
+impl TxnCoordinator {
+    pub fn new(config: TxnConfig) -> TxnCoordinator {
+        TxnCoordinator {
+            config,
+            txns: BTreeMap::new(),
+        }
+    }
+
+    /// The `__transaction_state` partition of a transactional id (Kafka's
+    /// `partitionFor`: `abs(hashCode) % partitions`).
+    pub fn partition_for(&self, transactional_id: &str) -> i32 {
+        crate::partition_for_group(transactional_id, self.config.state_partitions.max(1))
+    }
+
+    pub fn get(&self, transactional_id: &str) -> Option<&TxnMetadata> {
+        self.txns.get(transactional_id)
+    }
+
+    /// Every transactional id with its state, in id order.
+    pub fn all(&self) -> impl Iterator<Item = (&String, &TxnMetadata)> {
+        self.txns.iter()
+    }
+
+    fn persist(&self, tid: &str, out: &mut TxnEffects) {
+        let m = &self.txns[tid];
+        out.appends.push(TxnStateAppend {
+            partition: self.partition_for(tid),
+            record: records::record(tid, m),
+        });
+    }
+
+    fn request_markers(&self, tid: &str, out: &mut TxnEffects) {
+        let m = &self.txns[tid];
+        out.markers.push(MarkerRequest {
+            transactional_id: tid.to_string(),
+            producer_id: m.producer_id,
+            producer_epoch: m.producer_epoch,
+            commit: m.state == TxnState::PrepareCommit,
+            partitions: m.partitions.iter().cloned().collect(),
+        });
+    }
+
+    /// Move an open transaction to Prepare{Commit,Abort}, persist, and ask for markers.
+    fn prepare(&mut self, tid: &str, commit: bool, now_ms: i64, out: &mut TxnEffects) {
+        let m = self.txns.get_mut(tid).expect("known id");
+        m.state = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        m.last_update_ms = now_ms;
+        self.persist(tid, out);
+        if self.txns[tid].partitions.is_empty() {
+            self.markers_written(tid, now_ms, out);
+        } else {
+            self.request_markers(tid, out);
+        }
+    }
+
+    /// InitProducerId with a transactional id. `new_producer_id` allocates a fresh id (a new
+    /// transactional id, or an exhausted epoch). `expected` is the producer's current id and
+    /// epoch (KIP-360), or `None`.
+    pub fn init_producer_id(
+        &mut self,
+        now_ms: i64,
+        tid: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+        new_producer_id: &mut dyn FnMut() -> Option<i64>,
+        out: &mut TxnEffects,
+    ) -> InitResult {
+        if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
+            return Err(ResponseError::InvalidTransactionTimeout);
+        }
+        let Some(m) = self.txns.get(tid) else {
+            if self.txns.len() >= TRANSACTIONAL_IDS_MAX {
+                return Err(ResponseError::CoordinatorNotAvailable);
+            }
+            let pid = new_producer_id().ok_or(ResponseError::CoordinatorNotAvailable)?;
+            self.txns.insert(
+                tid.to_string(),
+                TxnMetadata {
+                    producer_id: pid,
+                    producer_epoch: 0,
+                    timeout_ms,
+                    state: TxnState::Empty,
+                    partitions: BTreeSet::new(),
+                    last_update_ms: now_ms,
+                    start_ms: -1,
+                },
+            );
+            self.persist(tid, out);
+            return Ok((pid, 0));
+        };
+        if let Some((pid, epoch)) = expected
+            && (pid != m.producer_id
+                || (epoch != m.producer_epoch && epoch + 1 != m.producer_epoch))
+        {
+            return Err(ResponseError::ProducerFenced);
+        }
+        match m.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
+                Err(ResponseError::ConcurrentTransactions)
+            }
+            TxnState::Ongoing => {
+                // Fence the old producer: abort its transaction under a bumped epoch; the
+                // client retries once the abort completed.
+                self.bump_epoch(tid, new_producer_id)?;
+                self.prepare(tid, false, now_ms, out);
+                Err(ResponseError::ConcurrentTransactions)
+            }
+            _ => {
+                self.bump_epoch(tid, new_producer_id)?;
+                let m = self.txns.get_mut(tid).expect("known id");
+                m.timeout_ms = timeout_ms;
+                m.state = TxnState::Empty;
+                m.partitions.clear();
+                m.start_ms = -1;
+                m.last_update_ms = now_ms;
+                let answer = (m.producer_id, m.producer_epoch);
+                self.persist(tid, out);
+                Ok(answer)
+            }
+        }
+    }
+
+    /// Epoch + 1, or a new producer id at epoch 0 when the epoch is exhausted.
+    fn bump_epoch(
+        &mut self,
+        tid: &str,
+        new_producer_id: &mut dyn FnMut() -> Option<i64>,
+    ) -> Result<(), ResponseError> {
+        let m = self.txns.get_mut(tid).expect("known id");
+        if m.producer_epoch >= i16::MAX - 1 {
+            m.producer_id = new_producer_id().ok_or(ResponseError::CoordinatorNotAvailable)?;
+            m.producer_epoch = 0;
+        } else {
+            m.producer_epoch += 1;
+        }
+        Ok(())
+    }
+
+    /// The checks every transactional request of a producer makes first.
+    fn check_producer(
+        &self,
+        tid: &str,
+        pid: i64,
+        epoch: i16,
+    ) -> Result<&TxnMetadata, ResponseError> {
+        let m = self
+            .txns
+            .get(tid)
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        if m.producer_id != pid {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if epoch != m.producer_epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        Ok(m)
+    }
+
+    /// AddPartitionsToTxn (v0-v3) and AddOffsetsToTxn (with the group's `__consumer_offsets`
+    /// partition). The broker checks that the partitions exist first.
+    pub fn add_partitions(
+        &mut self,
+        now_ms: i64,
+        tid: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        out: &mut TxnEffects,
+    ) -> Result<(), ResponseError> {
+        let m = self.check_producer(tid, pid, epoch)?;
+        if m.state.is_prepare() || m.state == TxnState::PrepareEpochFence {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        let new: Vec<_> = partitions
+            .iter()
+            .filter(|p| !m.partitions.contains(*p))
+            .cloned()
+            .collect();
+        if m.state == TxnState::Ongoing && new.is_empty() {
+            return Ok(());
+        }
+        if m.partitions.len() + new.len() > TXN_PARTITIONS_MAX {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let m = self.txns.get_mut(tid).expect("checked");
+        if m.state != TxnState::Ongoing {
+            m.partitions.clear();
+            m.start_ms = now_ms;
+            m.state = TxnState::Ongoing;
+        }
+        m.partitions.extend(new);
+        m.last_update_ms = now_ms;
+        self.persist(tid, out);
+        Ok(())
+    }
+
+    /// AddPartitionsToTxn v4+ `verify_only` (KIP-890 part 1): is each partition in the
+    /// producer's open transaction? The error per partition, 0 when it is.
+    pub fn verify_partitions(
+        &self,
+        tid: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Vec<i16> {
+        match self.check_producer(tid, pid, epoch) {
+            Err(e) => vec![e.code(); partitions.len()],
+            Ok(m) => partitions
+                .iter()
+                .map(|p| {
+                    if m.state == TxnState::Ongoing && m.partitions.contains(p) {
+                        0
+                    } else {
+                        ResponseError::InvalidTxnState.code()
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// EndTxn: commit or abort the open transaction. A retry of a completed EndTxn succeeds.
+    pub fn end_txn(
+        &mut self,
+        now_ms: i64,
+        tid: &str,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        out: &mut TxnEffects,
+    ) -> Result<(), ResponseError> {
+        let m = self.check_producer(tid, pid, epoch)?;
+        match (m.state, commit) {
+            (TxnState::Ongoing, _) => {
+                self.prepare(tid, commit, now_ms, out);
+                Ok(())
+            }
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(()),
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                Err(ResponseError::ConcurrentTransactions)
+            }
+            // An abort with nothing open is a no-op for the clients (Kafka answers it too).
+            (TxnState::Empty, false) => Ok(()),
+            _ => Err(ResponseError::InvalidTxnState),
+        }
+    }
+
+    /// Every marker of `tid`'s transaction is written: complete it.
+    pub fn markers_written(&mut self, tid: &str, now_ms: i64, out: &mut TxnEffects) {
+        let Some(m) = self.txns.get_mut(tid) else {
+            return;
+        };
+        m.state = match m.state {
+            TxnState::PrepareCommit => TxnState::CompleteCommit,
+            TxnState::PrepareAbort => TxnState::CompleteAbort,
+            _ => return,
+        };
+        m.partitions.clear();
+        m.start_ms = -1;
+        m.last_update_ms = now_ms;
+        self.persist(tid, out);
+    }
+
+    /// Abort transactions open for longer than their timeout (Kafka's proactive abort): the
+    /// epoch is bumped so the producer, still at the old epoch, is fenced.
+    pub fn tick(&mut self, now_ms: i64, out: &mut TxnEffects) {
+        let expired: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, m)| {
+                m.state == TxnState::Ongoing
+                    && now_ms.saturating_sub(m.start_ms) > i64::from(m.timeout_ms)
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        for tid in expired {
+            tracing::info!(transactional_id = %tid, "aborting a transaction past its timeout");
+            let m = self.txns.get_mut(&tid).expect("listed");
+            if m.producer_epoch < i16::MAX - 1 {
+                m.producer_epoch += 1;
+            }
+            self.prepare(&tid, false, now_ms, out);
+        }
+    }
+
+    /// Earliest time a transaction may time out (the broker's timer sleeps until then).
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        self.txns
+            .values()
+            .filter(|m| m.state == TxnState::Ongoing)
+            .map(|m| m.start_ms.saturating_add(i64::from(m.timeout_ms)) + 1)
+            .min()
+    }
+
+    /// Apply one `__transaction_state` record (start-up replay), later records winning.
+    pub fn replay(&mut self, record: &OffsetsRecord) -> Result<(), RecordsError> {
+        let tid = records::decode_key(&record.key)?;
+        match &record.value {
+            None => {
+                self.txns.remove(&tid);
+            }
+            Some(v) => {
+                self.txns.insert(tid, records::decode_value(v)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// After replay: finish transactions that were between Prepare and Complete at the crash.
+    pub fn finish_replay(&mut self, _now_ms: i64, out: &mut TxnEffects) {
+        let pending: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, m)| m.state.is_prepare())
+            .map(|(t, _)| t.clone())
+            .collect();
+        for tid in pending {
+            tracing::info!(transactional_id = %tid, "completing a transaction found prepared at start-up");
+            self.request_markers(&tid, out);
+        }
+    }
+}

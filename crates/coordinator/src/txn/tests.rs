@@ -1,0 +1,139 @@
+//! The transaction coordinator's transitions, each with the Kafka error a client gets.
+
+use kafka_protocol::ResponseError;
+
+use super::*;
+
+fn coordinator() -> TxnCoordinator {
+    TxnCoordinator::new(TxnConfig::default())
+}
+
+fn ids() -> impl FnMut() -> Option<i64> {
+    let mut next = 1000;
+    move || {
+        next += 1;
+        Some(next)
+    }
+}
+
+fn tp(t: &str, p: i32) -> (String, i32) {
+    (t.to_string(), p)
+}
+
+#[test]
+fn commit_flow_persists_every_transition_and_completes_on_markers() {
+    let mut c = coordinator();
+    let mut alloc = ids();
+    let mut out = TxnEffects::default();
+    let (pid, epoch) = c
+        .init_producer_id(0, "tx", 60_000, None, &mut alloc, &mut out)
+        .unwrap();
+    assert_eq!((pid, epoch), (1001, 0));
+    c.add_partitions(1, "tx", pid, epoch, &[tp("a", 0), tp("a", 1)], &mut out)
+        .unwrap();
+    assert_eq!(c.get("tx").unwrap().state, TxnState::Ongoing);
+    assert_eq!(
+        c.verify_partitions("tx", pid, epoch, &[tp("a", 0), tp("b", 0)]),
+        vec![0, ResponseError::InvalidTxnState.code()]
+    );
+    c.end_txn(2, "tx", pid, epoch, true, &mut out).unwrap();
+    assert_eq!(out.markers.len(), 1);
+    assert!(out.markers[0].commit);
+    assert_eq!(out.markers[0].partitions, vec![tp("a", 0), tp("a", 1)]);
+    assert_eq!(
+        c.end_txn(2, "tx", pid, epoch, true, &mut out),
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    c.markers_written("tx", 3, &mut out);
+    assert_eq!(c.get("tx").unwrap().state, TxnState::CompleteCommit);
+    // A retried EndTxn succeeds; the wrong outcome is INVALID_TXN_STATE.
+    assert_eq!(c.end_txn(4, "tx", pid, epoch, true, &mut out), Ok(()));
+    assert_eq!(
+        c.end_txn(4, "tx", pid, epoch, false, &mut out),
+        Err(ResponseError::InvalidTxnState)
+    );
+    assert_eq!(out.appends.len(), 4, "init, add, prepare, complete");
+
+    // Replaying the records rebuilds the same state.
+    let mut replayed = coordinator();
+    for a in &out.appends {
+        assert_eq!(a.partition, c.partition_for("tx"));
+        replayed.replay(&a.record).unwrap();
+    }
+    assert_eq!(replayed.get("tx"), c.get("tx"));
+}
+
+#[test]
+fn a_new_producer_fences_the_old_one_and_aborts_its_transaction() {
+    let mut c = coordinator();
+    let mut alloc = ids();
+    let mut out = TxnEffects::default();
+    let (pid, e0) = c
+        .init_producer_id(0, "tx", 60_000, None, &mut alloc, &mut out)
+        .unwrap();
+    c.add_partitions(1, "tx", pid, e0, &[tp("a", 0)], &mut out)
+        .unwrap();
+    out = TxnEffects::default();
+    assert_eq!(
+        c.init_producer_id(2, "tx", 60_000, None, &mut alloc, &mut out),
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    assert_eq!(out.markers.len(), 1);
+    assert!(!out.markers[0].commit);
+    assert_eq!(out.markers[0].producer_epoch, e0 + 1);
+    c.markers_written("tx", 3, &mut out);
+    let (pid2, e2) = c
+        .init_producer_id(4, "tx", 60_000, None, &mut alloc, &mut out)
+        .unwrap();
+    assert_eq!((pid2, e2), (pid, e0 + 2));
+    // The zombie is fenced.
+    assert_eq!(
+        c.add_partitions(5, "tx", pid, e0, &[tp("a", 0)], &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.end_txn(5, "tx", pid + 7, e2, true, &mut out),
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        c.init_producer_id(5, "tx", i32::MAX, None, &mut alloc, &mut out),
+        Err(ResponseError::InvalidTransactionTimeout)
+    );
+}
+
+#[test]
+fn timeouts_abort_with_a_bumped_epoch_and_prepared_ones_finish_after_replay() {
+    let mut c = coordinator();
+    let mut alloc = ids();
+    let mut out = TxnEffects::default();
+    let (pid, e0) = c
+        .init_producer_id(0, "tx", 1_000, None, &mut alloc, &mut out)
+        .unwrap();
+    c.add_partitions(10, "tx", pid, e0, &[tp("a", 0)], &mut out)
+        .unwrap();
+    assert_eq!(c.next_deadline_ms(), Some(1_011));
+    let mut tick = TxnEffects::default();
+    c.tick(1_010, &mut tick);
+    assert!(tick.markers.is_empty());
+    c.tick(1_011, &mut tick);
+    assert_eq!(tick.markers.len(), 1);
+    assert_eq!(tick.markers[0].producer_epoch, e0 + 1);
+    assert_eq!(
+        c.end_txn(1_012, "tx", pid, e0, true, &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+    // A crash before the markers were confirmed: the replayed coordinator rewrites them.
+    let mut replayed = coordinator();
+    for a in out.appends.iter().chain(&tick.appends) {
+        replayed.replay(&a.record).unwrap();
+    }
+    let mut again = TxnEffects::default();
+    replayed.finish_replay(2_000, &mut again);
+    assert_eq!(again.markers, tick.markers);
+    // KIP-360: the fenced producer re-initialises with its old epoch.
+    c.markers_written("tx", 1_013, &mut out);
+    assert_eq!(
+        c.init_producer_id(1_014, "tx", 1_000, Some((pid, e0)), &mut alloc, &mut out),
+        Ok((pid, e0 + 2))
+    );
+}

@@ -1,0 +1,240 @@
+//! Transactions in the log: LSO, markers, the aborted-transaction index through roll, restart
+//! (clean and unclean), truncation and retention, and a model-based property test.
+
+use proptest::prelude::*;
+use streamforge_protocol::batch::TRANSACTIONAL;
+use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
+use streamforge_protocol::control::ControlType;
+
+use crate::txn_index::{AbortedTxn, txn_index_path};
+use crate::{Log, LogConfig, LogError, TxnMarker};
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 2048,
+        index_interval_bytes: 256,
+        segment_index_bytes: 4096,
+        ..LogConfig::default()
+    }
+}
+
+/// Append a transactional batch of `n` records for `pid` (its sequence `seq`).
+fn txn_data(log: &mut Log, pid: i64, epoch: i16, seq: i32, n: usize) -> i64 {
+    let mut b = build_simple(
+        BatchSpec {
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+            attributes: TRANSACTIONAL,
+            ..BatchSpec::default()
+        },
+        n,
+        40,
+    );
+    let info = log.append_as_leader(&mut b, 0, 10).unwrap();
+    let hw = log.log_end_offset();
+    log.set_high_watermark(hw);
+    info.first_offset
+}
+
+fn plain(log: &mut Log) -> i64 {
+    let mut b = build_simple(BatchSpec::default(), 1, 40);
+    let info = log.append_as_leader(&mut b, 0, 10).unwrap();
+    let hw = log.log_end_offset();
+    log.set_high_watermark(hw);
+    info.first_offset
+}
+
+fn marker(log: &mut Log, pid: i64, epoch: i16, kind: ControlType) -> Result<i64, LogError> {
+    let m = TxnMarker {
+        producer_id: pid,
+        producer_epoch: epoch,
+        coordinator_epoch: 0,
+        kind,
+    };
+    let info = log.append_txn_marker(m, 0, 10)?;
+    let hw = log.log_end_offset();
+    log.set_high_watermark(hw);
+    Ok(info.first_offset)
+}
+
+#[test]
+fn commit_holds_the_lso_until_the_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    plain(&mut log);
+    let first = txn_data(&mut log, 7, 0, 0, 3);
+    plain(&mut log);
+    assert_eq!(log.last_stable_offset(), first);
+    assert_eq!(log.high_watermark(), 5);
+    assert_eq!(log.open_transactions(), vec![(first, 7)]);
+    let m = marker(&mut log, 7, 0, ControlType::Commit).unwrap();
+    assert_eq!(m, 5);
+    assert_eq!(log.last_stable_offset(), 6);
+    assert!(log.aborted_transactions(0, 6).is_empty());
+    assert!(log.open_transactions().is_empty());
+    // The producer state follows the marker: sequences continue after it.
+    assert_eq!(txn_data(&mut log, 7, 0, 3, 1), 6);
+}
+
+#[test]
+fn aborts_are_indexed_and_survive_clean_and_unclean_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    let a = txn_data(&mut log, 1, 0, 0, 2);
+    let b = txn_data(&mut log, 2, 0, 0, 2);
+    let ma = marker(&mut log, 1, 0, ControlType::Abort).unwrap();
+    // Producer 2 still holds the LSO; the abort records it.
+    assert_eq!(log.last_stable_offset(), b);
+    let expected_a = AbortedTxn {
+        producer_id: 1,
+        first_offset: a,
+        last_offset: ma,
+        last_stable_offset: b,
+    };
+    assert_eq!(log.aborted_transactions(0, 100), vec![expected_a]);
+    let active = *log.segment_base_offsets().last().unwrap();
+    assert!(txn_index_path(dir.path(), active).exists());
+    log.close().unwrap();
+
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    assert_eq!(log.aborted_transactions(0, 100), vec![expected_a]);
+    assert_eq!(log.open_transactions(), vec![(b, 2)]);
+    let mb = marker(&mut log, 2, 0, ControlType::Abort).unwrap();
+    drop(log); // crash: recovery replays the markers
+
+    // An unclean open after removing the index files and producer snapshots replays the whole
+    // log and rebuilds the index from the markers.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if ext == "txnindex" || ext == "snapshot" {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let log = Log::open(dir.path(), config(), 0).unwrap();
+    let all = log.aborted_transactions(0, 100);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[1].first_offset, b);
+    assert_eq!(all[1].last_offset, mb);
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
+    assert!(txn_index_path(dir.path(), active).exists());
+    // Fetches of a range after an abort do not report it; a range it overlaps does.
+    assert!(log.aborted_transactions(mb + 1, 100).is_empty());
+    assert_eq!(log.aborted_transactions(mb, 100).len(), 1);
+}
+
+#[test]
+fn open_transaction_survives_roll_crash_truncation_and_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    let first = txn_data(&mut log, 9, 0, 0, 1);
+    for _ in 0..60 {
+        plain(&mut log);
+    }
+    assert!(log.segment_count() > 2, "small segments roll");
+    assert_eq!(log.last_stable_offset(), first);
+    drop(log); // crash: the snapshot at the last roll holds the open transaction
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    log.set_high_watermark(i64::MAX);
+    assert_eq!(log.last_stable_offset(), first);
+    let m = marker(&mut log, 9, 0, ControlType::Abort).unwrap();
+    assert_eq!(log.aborted_transactions(0, i64::MAX).len(), 1);
+    // Truncating below the marker reopens the transaction and drops its index entry.
+    log.truncate_to(m).unwrap();
+    assert!(log.aborted_transactions(0, i64::MAX).is_empty());
+    assert_eq!(log.open_transactions(), vec![(first, 9)]);
+    let m = marker(&mut log, 9, 0, ControlType::Abort).unwrap();
+    // Retention of every segment before the marker's drops nothing still readable...
+    let before = log.segment_base_offsets();
+    let marker_segment = *before.iter().rev().find(|&&b| b <= m).unwrap();
+    log.delete_records_before(marker_segment).unwrap();
+    assert_eq!(log.aborted_transactions(marker_segment, i64::MAX).len(), 1);
+    // ...and deleting the marker's segment deletes its index file.
+    plain(&mut log);
+    for _ in 0..40 {
+        plain(&mut log);
+    }
+    let end = log.high_watermark();
+    let last_base = *log.segment_base_offsets().last().unwrap();
+    log.delete_records_before(last_base.min(end)).unwrap();
+    assert!(log.aborted_transactions(0, i64::MAX).is_empty());
+    assert!(!txn_index_path(dir.path(), marker_segment).exists());
+}
+
+#[test]
+fn a_marker_from_an_older_epoch_is_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    txn_data(&mut log, 3, 2, 0, 1);
+    assert!(matches!(
+        marker(&mut log, 3, 1, ControlType::Commit),
+        Err(LogError::InvalidProducerEpoch(_))
+    ));
+    // A bumped epoch (the coordinator aborting for a fenced producer) is accepted.
+    marker(&mut log, 3, 3, ControlType::Abort).unwrap();
+    assert!(log.open_transactions().is_empty());
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Data(i64),
+    Plain,
+    End(i64, bool),
+    Restart(bool),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0i64..3).prop_map(Op::Data),
+        1 => Just(Op::Plain),
+        2 => ((0i64..3), any::<bool>()).prop_map(|(p, c)| Op::End(p, c)),
+        1 => any::<bool>().prop_map(Op::Restart),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Against a model: the LSO is the first offset of the oldest open transaction (or the
+    /// HW), and the aborted index holds exactly the aborted transactions, across restarts.
+    #[test]
+    fn lso_and_aborted_index_match_a_model(ops in proptest::collection::vec(op(), 1..60)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Some(Log::open(dir.path(), config(), 0).unwrap());
+        let mut open: std::collections::BTreeMap<i64, i64> = Default::default();
+        let mut seqs = [0i32; 3];
+        let mut aborted: Vec<(i64, i64, i64)> = Vec::new();
+        for op in ops {
+            let l = log.as_mut().unwrap();
+            match op {
+                Op::Data(p) => {
+                    let at = txn_data(l, p, 0, seqs[p as usize], 2);
+                    seqs[p as usize] += 2;
+                    open.entry(p).or_insert(at);
+                }
+                Op::Plain => { plain(l); }
+                Op::End(p, commit) => {
+                    let kind = if commit { ControlType::Commit } else { ControlType::Abort };
+                    let at = marker(l, p, 0, kind).unwrap();
+                    if let Some(first) = open.remove(&p) && !commit {
+                        aborted.push((p, first, at));
+                    }
+                }
+                Op::Restart(clean) => {
+                    let l = log.take().unwrap();
+                    if clean { l.close().unwrap() } else { drop(l) }
+                    let mut l = Log::open(dir.path(), config(), 0).unwrap();
+                    let hw = l.log_end_offset();
+                    l.set_high_watermark(hw);
+                    log = Some(l);
+                }
+            }
+            let l = log.as_ref().unwrap();
+            let want_lso = open.values().min().copied().unwrap_or(l.high_watermark());
+            prop_assert_eq!(l.last_stable_offset(), want_lso);
+            let got: Vec<_> = l.aborted_transactions(0, i64::MAX).iter()
+                .map(|e| (e.producer_id, e.first_offset, e.last_offset)).collect();
+            prop_assert_eq!(&got, &aborted);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+package io.streamforge.it;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import java.nio.file.Files;
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.LongDeserializer;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.kstream.Produced;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/** Kafka Streams word count under processing.guarantee=exactly_once_v2. */
+@ExtendWith(KnownGaps.class)
+@Timeout(value = 180, unit = TimeUnit.SECONDS)
+class StreamsEosTest {
+    static final Broker B = Broker.shared();
+
+    @Test
+    void wordCountIsExactUnderExactlyOnceV2() throws Exception {
+        String in = Util.unique("words-in");
+        String out = Util.unique("words-out");
+        Util.createTopic(B, in, 2);
+        Util.createTopic(B, out, 2);
+        String[] lines = {"a b c", "b c", "c", "a a", "d"};
+        Map<String, Long> expected = new HashMap<>();
+        try (KafkaProducer<String, String> p = Util.producer(B, Map.of())) {
+            for (int round = 0; round < 20; round++) {
+                for (String line : lines) {
+                    p.send(new ProducerRecord<>(in, null, line));
+                    for (String w : line.split(" ")) {
+                        expected.merge(w, 1L, Long::sum);
+                    }
+                }
+            }
+        }
+        Properties props = new Properties();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, Util.unique("wordcount"));
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, B.bootstrap());
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+        props.put(StreamsConfig.STATE_DIR_CONFIG, Files.createTempDirectory("streams").toString());
+        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
+        props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.<String, String>stream(in)
+                .flatMapValues(v -> Arrays.asList(v.toLowerCase(Locale.ROOT).split(" ")))
+                .groupBy((k, w) -> w)
+                .count()
+                .toStream()
+                .to(out, Produced.with(Serdes.String(), Serdes.Long()));
+        Map<String, Long> latest = new HashMap<>();
+        try (KafkaStreams streams = new KafkaStreams(builder.build(), props);
+             KafkaConsumer<String, Long> c = new KafkaConsumer<>(Map.of(
+                     ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, B.bootstrap(),
+                     ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed",
+                     ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest",
+                     ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic"),
+                     new StringDeserializer(), new LongDeserializer())) {
+            streams.start();
+            c.assign(List.of(new TopicPartition(out, 0), new TopicPartition(out, 1)));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+            while (!latest.equals(expected) && System.nanoTime() < deadline) {
+                for (ConsumerRecord<String, Long> r : c.poll(Duration.ofMillis(500))) {
+                    latest.put(r.key(), r.value());
+                }
+            }
+        }
+        assertEquals(expected, latest);
+    }
+}
