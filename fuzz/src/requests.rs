@@ -129,6 +129,20 @@ fn decode_body(req: &RequestFrame) {
         ApiKey::ConsumerGroupHeartbeat => drop(decode!(req, ConsumerGroupHeartbeatRequest)),
         ApiKey::InitProducerId => drop(decode!(req, InitProducerIdRequest)),
         ApiKey::DescribeProducers => drop(decode!(req, DescribeProducersRequest)),
+        ApiKey::DescribeLogDirs => drop(decode!(req, DescribeLogDirsRequest)),
+        ApiKey::SaslHandshake => drop(decode!(req, SaslHandshakeRequest)),
+        ApiKey::SaslAuthenticate => drop(decode!(req, SaslAuthenticateRequest)),
+        ApiKey::DescribeUserScramCredentials => {
+            drop(decode!(req, DescribeUserScramCredentialsRequest))
+        }
+        ApiKey::AlterUserScramCredentials => drop(decode!(req, AlterUserScramCredentialsRequest)),
+        ApiKey::AddPartitionsToTxn => drop(decode!(req, AddPartitionsToTxnRequest)),
+        ApiKey::AddOffsetsToTxn => drop(decode!(req, AddOffsetsToTxnRequest)),
+        ApiKey::EndTxn => drop(decode!(req, EndTxnRequest)),
+        ApiKey::TxnOffsetCommit => drop(decode!(req, TxnOffsetCommitRequest)),
+        ApiKey::DescribeTransactions => drop(decode!(req, DescribeTransactionsRequest)),
+        ApiKey::ListTransactions => drop(decode!(req, ListTransactionsRequest)),
+        ApiKey::WriteTxnMarkers => drop(decode!(req, WriteTxnMarkersRequest)),
         other => panic!("{other:?} is served but has no decoder in the fuzz harness"),
     }
 }

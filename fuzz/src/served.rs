@@ -30,6 +30,7 @@ served! {
     CreatePartitions, 0, 3;
     IncrementalAlterConfigs, 0, 1;
     DescribeCluster, 0, 1;
+    DescribeLogDirs, 1, 4;
     OffsetCommit, 2, 9;
     OffsetFetch, 1, 9;
     FindCoordinator, 0, 6;
@@ -44,6 +45,17 @@ served! {
     ConsumerGroupHeartbeat, 0, 1;
     InitProducerId, 0, 5;
     DescribeProducers, 0, 0;
+    SaslHandshake, 0, 1;
+    SaslAuthenticate, 0, 2;
+    DescribeUserScramCredentials, 0, 0;
+    AlterUserScramCredentials, 0, 0;
+    AddPartitionsToTxn, 0, 5;
+    AddOffsetsToTxn, 0, 4;
+    EndTxn, 0, 4;
+    TxnOffsetCommit, 0, 4;
+    DescribeTransactions, 0, 0;
+    ListTransactions, 0, 1;
+    WriteTxnMarkers, 0, 1;
 }
 
 /// The served range for `api_key`, if the broker serves it.
