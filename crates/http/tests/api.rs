@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use streamforge_http::*;
 use support::client::{http, json_of};
-use support::{FakeBench, MemView};
+use support::{FakeBench, MemView, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod support;
@@ -18,21 +18,6 @@ async fn create_topic(a: std::net::SocketAddr, name: &str, partitions: i32) {
     let body = format!(r#"{{"name":"{name}","partitions":{partitions}}}"#);
     let (s, v) = json_of(a, "POST", "/api/topics", Some(&body)).await;
     assert!(s == 200 || s == 201, "create {name}: {s} {v}");
-}
-
-async fn start() -> HttpServer {
-    let options = HttpOptions {
-        bench_runner: Some(Arc::new(FakeBench)),
-        bench_history_path: None,
-        metrics: None,
-    };
-    serve(
-        "127.0.0.1:0".parse().unwrap(),
-        Arc::new(MemView::default()),
-        options,
-    )
-    .await
-    .unwrap()
 }
 
 #[tokio::test]

@@ -3,29 +3,12 @@
 //! its filters and bounds, and the broker-kept lag history. (Through the real broker and real
 //! clicks: tests/browser/test/console.test.mjs.)
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use streamforge_http::*;
 use support::client::json_of;
-use support::{FakeBench, MemView};
+use support::start;
 
 mod support;
-
-async fn start() -> HttpServer {
-    let options = HttpOptions {
-        bench_runner: Some(Arc::new(FakeBench)),
-        bench_history_path: None,
-        metrics: None,
-    };
-    serve(
-        "127.0.0.1:0".parse().unwrap(),
-        Arc::new(MemView::default()),
-        options,
-    )
-    .await
-    .unwrap()
-}
 
 #[tokio::test]
 async fn kafka_errors_are_named_and_unoffered_actions_say_so() {

@@ -5,6 +5,7 @@
 pub mod client;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -284,4 +285,20 @@ impl BenchRunner for FakeBench {
             })
         })
     }
+}
+
+/// A dashboard server on a free loopback port over an empty [`MemView`] and the fake bench.
+pub async fn start() -> HttpServer {
+    let options = HttpOptions {
+        bench_runner: Some(Arc::new(FakeBench)),
+        bench_history_path: None,
+        metrics: None,
+    };
+    serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(MemView::default()),
+        options,
+    )
+    .await
+    .unwrap()
 }
