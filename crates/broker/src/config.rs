@@ -80,6 +80,12 @@ pub struct BrokerConfig {
     /// default hub, installed as the `metrics` global recorder, when the dashboard is on (the
     /// binary's case); nothing is recorded when it is off.
     pub metrics: Option<Arc<MetricsHub>>,
+    /// Kafka's `default.replication.factor`: topics created without one get it.
+    pub default_replication_factor: i16,
+    /// Kafka's `broker.session.timeout.ms`: a broker silent this long is fenced.
+    pub broker_session_timeout_ms: u64,
+    /// Kafka's `broker.heartbeat.interval.ms`.
+    pub broker_heartbeat_interval_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -112,6 +118,9 @@ impl Default for BrokerConfig {
             tiered: None,
             clock: SystemClock::shared(),
             metrics: None,
+            default_replication_factor: 1,
+            broker_session_timeout_ms: 9_000,
+            broker_heartbeat_interval_ms: 2_000,
         }
     }
 }

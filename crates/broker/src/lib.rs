@@ -12,6 +12,8 @@ pub mod handlers;
 pub mod http_view;
 mod http_view_console;
 mod http_view_groups;
+mod metadata_import;
+pub mod metadata_service;
 pub mod partition;
 mod partition_create;
 pub mod partition_limit;
@@ -152,7 +154,7 @@ impl Broker {
                 .map_err(|e| BrokerError::Config(e.to_string()))?,
         );
         let (replicas, cluster_id, groups, producer_ids, dynamic) =
-            open_storage(&config, tiering.clone()).await?;
+            open_storage(&config, &advertised_host, advertised_port, tiering.clone()).await?;
         let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let config_clock = Arc::clone(&config.clock);
@@ -266,8 +268,12 @@ type OpenedStorage = (
 /// `__consumer_offsets` and the producer ids.
 async fn open_storage(
     config: &BrokerConfig,
+    advertised_host: &str,
+    advertised_port: i32,
     tiering: Arc<streamforge_tiered::TieringManager>,
 ) -> Result<OpenedStorage, BrokerError> {
+    let metadata = metadata_options(config, advertised_host, advertised_port);
+    let clock = Arc::clone(&config.clock);
     let data_dir = config.data_dir.clone();
     let static_log_defaults = config.log_defaults.clone();
     let static_max_connections = config.max_connections;
@@ -284,7 +290,7 @@ async fn open_storage(
         let dynamic = dynamic_config::DynamicConfigs::open(&data_dir, static_max_connections)
             .map_err(|e| error(e.to_string()))?;
         let log_defaults = dynamic.layers().log_defaults(&static_log_defaults);
-        let replicas = ReplicaManager::open(&data_dir, log_defaults, Some(tiering))
+        let replicas = ReplicaManager::open_with(&data_dir, metadata, log_defaults, Some(tiering))
             .map_err(|e| error(e.to_string()))?;
         let cluster_id = replicas
             .store()
@@ -292,8 +298,12 @@ async fn open_storage(
             .map_err(|e| error(e.to_string()))?;
         let groups = group_service::GroupService::open(&replicas, groups_config)
             .map_err(|e| error(e.to_string()))?;
-        let producer_ids =
-            producer_ids::ProducerIdManager::open(&data_dir).map_err(|e| error(e.to_string()))?;
+        let blocks = Arc::new(metadata_service::ControllerBlocks {
+            metadata: Arc::clone(replicas.metadata()),
+            clock,
+        });
+        let producer_ids = producer_ids::ProducerIdManager::open(&data_dir, blocks)
+            .map_err(|e| error(e.to_string()))?;
         Ok::<_, BrokerError>((
             replicas,
             cluster_id,
@@ -304,6 +314,30 @@ async fn open_storage(
     })
     .await
     .map_err(|e| storage_error(e.to_string()))?
+}
+
+/// This broker in the metadata quorum: its id, its listener, the controller's settings.
+fn metadata_options(
+    config: &BrokerConfig,
+    host: &str,
+    port: i32,
+) -> replica_manager::MetadataOptions {
+    use streamforge_metadata::controller::ControllerConfig;
+    replica_manager::MetadataOptions {
+        node_id: config.node_id,
+        endpoints: vec![streamforge_metadata::records::Endpoint {
+            name: "PLAINTEXT".into(),
+            host: host.to_string(),
+            port: port.clamp(0, i32::from(u16::MAX)) as u16,
+        }],
+        controller: ControllerConfig {
+            broker_session_timeout_ms: config.broker_session_timeout_ms,
+            default_num_partitions: config.num_partitions,
+            default_replication_factor: config.default_replication_factor,
+            ..ControllerConfig::default()
+        },
+        heartbeat_interval_ms: config.broker_heartbeat_interval_ms,
+    }
 }
 
 fn tiered_config(config: &BrokerConfig) -> streamforge_tiered::TieredConfig {
