@@ -3,7 +3,8 @@
 //! of the metadata log, once. Every topic keeps its id, partition count and config overrides;
 //! each partition is led by this broker with the leader epoch the logs were written in
 //! ([`LEADER_EPOCH`]); the next producer-id block starts where the old file said, so no id is
-//! handed out twice. The old files are left as they were (they are not read again: an existing
+//! handed out twice. Reading compacts the old journal into `topics.json` (as the earlier release
+//! did on every start); after that the old files are neither written nor read again (an existing
 //! metadata log is never re-imported).
 
 use std::path::Path;

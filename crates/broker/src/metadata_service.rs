@@ -94,6 +94,23 @@ impl MetadataService {
         self.image.read().clone()
     }
 
+    /// The active controller, as the quorum knows it.
+    pub fn controller_id(&self) -> Option<i32> {
+        let node = self.node.lock();
+        node.quorum().leader().leader.map(|id| id as i32)
+    }
+
+    /// The quorum's voters (with lag as the leader sees it) and its epoch.
+    pub fn quorum_status(
+        &self,
+    ) -> (
+        streamforge_metadata::quorum::LeaderAndEpoch,
+        Vec<streamforge_metadata::quorum::VoterStatus>,
+    ) {
+        let node = self.node.lock();
+        (node.quorum().leader(), node.quorum().voters())
+    }
+
     pub fn broker_epoch(&self) -> i64 {
         self.broker_epoch.load(Ordering::Relaxed)
     }

@@ -227,8 +227,15 @@ impl DurableQuorum {
     }
 }
 
+/// The snapshot in `dir`, if any; damage is an error naming the file.
 fn read_snapshot(dir: &Path) -> io::Result<Option<Snapshot>> {
-    let bytes = match fs::read(dir.join(SNAPSHOT_FILE)) {
+    let path = dir.join(SNAPSHOT_FILE);
+    read_snapshot_at(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+fn read_snapshot_at(path: &Path) -> io::Result<Option<Snapshot>> {
+    let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
