@@ -111,6 +111,15 @@ impl MetadataService {
         (node.quorum().leader(), node.quorum().voters())
     }
 
+    /// The controller's `default.replication.factor`.
+    pub fn default_replication_factor(&self) -> i16 {
+        self.node
+            .lock()
+            .controller()
+            .config()
+            .default_replication_factor
+    }
+
     pub fn broker_epoch(&self) -> i64 {
         self.broker_epoch.load(Ordering::Relaxed)
     }

@@ -645,3 +645,42 @@ fn storage_errors_are_counted_and_logged_once_per_interval() {
         .count();
     assert_eq!(warned, 1, "{}", b.log());
 }
+
+/// `--default-replication-factor` reaches the controller: a topic created without a replication
+/// factor gets it, so above the live brokers it is INVALID_REPLICATION_FACTOR (38), while an
+/// explicit factor of 1 is placed; Metadata names this broker as the controller and lists the
+/// partition's leader, replicas and ISR from the metadata image.
+#[test]
+fn the_default_replication_factor_is_the_controllers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let b = Broker::start(
+        &data,
+        &["--default-replication-factor", "2", "--node-id", "7"],
+    );
+    let mut c = b.connect();
+    let mut t = CreatableTopic::default();
+    t.name = name("defaulted");
+    t.num_partitions = 1;
+    t.replication_factor = -1;
+    let mut req = CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 5000;
+    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req);
+    assert_eq!(
+        r.topics[0].error_code, 38,
+        "{:?}",
+        r.topics[0].error_message
+    );
+    assert_eq!(create_topic(&mut c, "explicit", 2, &[]).0, 0);
+    let mut m = MetadataRequest::default();
+    let mut mt = MetadataRequestTopic::default();
+    mt.name = Some(name("explicit"));
+    m.topics = Some(vec![mt]);
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &m);
+    assert_eq!(r.controller_id.0, 7);
+    assert_eq!(r.brokers.len(), 1);
+    let p = &r.topics[0].partitions[1];
+    assert_eq!((p.leader_id.0, p.leader_epoch), (7, 0));
+    assert_eq!((p.replica_nodes[0].0, p.isr_nodes[0].0), (7, 7));
+}

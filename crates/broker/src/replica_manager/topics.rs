@@ -44,10 +44,20 @@ impl ReplicaManager {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Option<Arc<Topic>>, TopicError> {
+        // The broker's own topics (`__consumer_offsets`) are created at start-up, before other
+        // brokers may have joined: the default factor, capped by the live brokers (there is no
+        // `offsets.topic.replication.factor` setting yet).
+        let replication_factor = if is_internal_topic(name) {
+            let live = self.image().unfenced_brokers().count().max(1);
+            let default = self.metadata.default_replication_factor().max(1);
+            default.min(i16::try_from(live).unwrap_or(i16::MAX))
+        } else {
+            -1
+        };
         let spec = CreateTopic {
             name: name.to_string(),
             num_partitions: partitions,
-            replication_factor: -1,
+            replication_factor,
             assignment: BTreeMap::new(),
             configs,
         };
