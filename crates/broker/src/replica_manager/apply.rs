@@ -56,7 +56,8 @@ impl ReplicaManager {
                     .cloned()
                     .zip(t.partitions.values().cloned()),
             );
-            tracing::info!(topic = %t.name, partitions = partitions.len(), "loaded topic");
+            let checked: u64 = partitions.iter().map(|p| p.recovery_checked_bytes()).sum();
+            tracing::info!(topic = %t.name, partitions = partitions.len(), recovery_checked_bytes = checked, "loaded topic");
             topics.insert(
                 t.name.clone(),
                 Arc::new(Topic {
