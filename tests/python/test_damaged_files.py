@@ -208,7 +208,7 @@ def test_a_damaged_partition_file_never_stops_the_broker_nor_skips_silently(brok
     assert "panicked" not in broker.log_text()
 
 
-@pytest.mark.parametrize("name", ["topics.json", "meta.properties"])
+@pytest.mark.parametrize("name", ["__cluster_metadata-0/snapshot", "meta.properties"])
 def test_a_damaged_broker_file_stops_start_up_with_a_message_naming_it(broker_factory, topic_name, name):
     broker = broker_factory()
     create_topic(broker.bootstrap, topic_name, partitions=1)

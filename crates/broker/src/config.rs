@@ -90,6 +90,12 @@ pub struct BrokerConfig {
     pub metrics: Option<Arc<MetricsHub>>,
     /// Listeners with security protocols, TLS and SASL (`listeners` overrides `listen`).
     pub security: crate::security::SecurityConfig,
+    /// Kafka's `default.replication.factor`: topics created without one get it.
+    pub default_replication_factor: i16,
+    /// Kafka's `broker.session.timeout.ms`: a broker silent this long is fenced.
+    pub broker_session_timeout_ms: u64,
+    /// Kafka's `broker.heartbeat.interval.ms`.
+    pub broker_heartbeat_interval_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -127,6 +133,9 @@ impl Default for BrokerConfig {
             clock: SystemClock::shared(),
             metrics: None,
             security: Default::default(),
+            default_replication_factor: 1,
+            broker_session_timeout_ms: 9_000,
+            broker_heartbeat_interval_ms: 2_000,
         }
     }
 }

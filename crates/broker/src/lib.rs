@@ -14,6 +14,8 @@ pub mod handlers;
 pub mod http_view;
 mod http_view_console;
 mod http_view_groups;
+mod metadata_import;
+pub mod metadata_service;
 pub mod partition;
 mod partition_create;
 pub mod partition_limit;
@@ -167,7 +169,7 @@ impl Broker {
                 .map_err(|e| BrokerError::Config(e.to_string()))?,
         );
         let (replicas, cluster_id, groups, producer_ids, dynamic) =
-            open_storage(&config, tiering.clone()).await?;
+            open_storage(&config, &security.endpoints, tiering.clone()).await?;
         let (advertised_host, advertised_port) = {
             let first = &security.endpoints[0];
             (first.host.clone(), first.port)
@@ -360,8 +362,11 @@ type OpenedStorage = (
 /// `__consumer_offsets` and the producer ids.
 async fn open_storage(
     config: &BrokerConfig,
+    endpoints: &[security::Endpoint],
     tiering: Arc<streamforge_tiered::TieringManager>,
 ) -> Result<OpenedStorage, BrokerError> {
+    let metadata = metadata_options(config, endpoints);
+    let clock = Arc::clone(&config.clock);
     let data_dir = config.data_dir.clone();
     let static_log_defaults = config.log_defaults.clone();
     let static_max_connections = config.max_connections;
@@ -378,7 +383,7 @@ async fn open_storage(
         let dynamic = dynamic_config::DynamicConfigs::open(&data_dir, static_max_connections)
             .map_err(|e| error(e.to_string()))?;
         let log_defaults = dynamic.layers().log_defaults(&static_log_defaults);
-        let replicas = ReplicaManager::open(&data_dir, log_defaults, Some(tiering))
+        let replicas = ReplicaManager::open_with(&data_dir, metadata, log_defaults, Some(tiering))
             .map_err(|e| error(e.to_string()))?;
         let cluster_id = replicas
             .store()
@@ -386,8 +391,12 @@ async fn open_storage(
             .map_err(|e| error(e.to_string()))?;
         let groups = group_service::GroupService::open(&replicas, groups_config)
             .map_err(|e| error(e.to_string()))?;
-        let producer_ids =
-            producer_ids::ProducerIdManager::open(&data_dir).map_err(|e| error(e.to_string()))?;
+        let blocks = Arc::new(metadata_service::ControllerBlocks {
+            metadata: Arc::clone(replicas.metadata()),
+            clock,
+        });
+        let producer_ids = producer_ids::ProducerIdManager::open(&data_dir, blocks)
+            .map_err(|e| error(e.to_string()))?;
         Ok::<_, BrokerError>((
             replicas,
             cluster_id,
@@ -398,6 +407,33 @@ async fn open_storage(
     })
     .await
     .map_err(|e| storage_error(e.to_string()))?
+}
+
+/// This broker in the metadata quorum: its id, its listener, the controller's settings.
+fn metadata_options(
+    config: &BrokerConfig,
+    endpoints: &[security::Endpoint],
+) -> replica_manager::MetadataOptions {
+    use streamforge_metadata::controller::ControllerConfig;
+    replica_manager::MetadataOptions {
+        node_id: config.node_id,
+        // One per listener, named by its security protocol (the listener name here).
+        endpoints: endpoints
+            .iter()
+            .map(|e| streamforge_metadata::records::Endpoint {
+                name: e.protocol.name().to_string(),
+                host: e.host.clone(),
+                port: e.port.clamp(0, i32::from(u16::MAX)) as u16,
+            })
+            .collect(),
+        controller: ControllerConfig {
+            broker_session_timeout_ms: config.broker_session_timeout_ms,
+            default_num_partitions: config.num_partitions,
+            default_replication_factor: config.default_replication_factor,
+            ..ControllerConfig::default()
+        },
+        heartbeat_interval_ms: config.broker_heartbeat_interval_ms,
+    }
 }
 
 fn tiered_config(config: &BrokerConfig) -> streamforge_tiered::TieredConfig {

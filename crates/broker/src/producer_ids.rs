@@ -1,7 +1,7 @@
-//! Producer ids for InitProducerId: handed out from blocks of `PRODUCER_ID_BLOCK_SIZE` (the
-//! shape a cluster controller will later allocate, as Kafka's KIP-730 does), with the end of the
-//! current block persisted before any id of it is used, so ids are never reused after a restart
-//! or a crash. Transactional ids keep their producer id and get a bumped epoch on every
+//! Producer ids for InitProducerId: handed out from blocks the controller allocates
+//! (AllocateProducerIds, Kafka's KIP-730) and records in the metadata log before any id of a
+//! block is used, so ids are unique across the cluster and never reused after a restart or a
+//! crash. Transactional ids keep their producer id and get a bumped epoch on every
 //! InitProducerId (fencing older instances), persisted too.
 
 use std::collections::BTreeMap;
@@ -22,7 +22,14 @@ pub const TRANSACTION_MAX_TIMEOUT_MS: i32 = 900_000;
 /// Epochs at or above this are exhausted: a new producer id is allocated (Kafka: Short.MAX - 1).
 const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
 
-const BLOCK_FILE: &str = "producer-id-block";
+/// Where releases before the metadata log kept the end of the last block (imported once).
+pub const LEGACY_BLOCK_FILE: &str = "producer-id-block";
+
+/// Where blocks of producer ids come from (the controller, through the metadata log).
+pub trait ProducerIdBlocks: Send + Sync {
+    /// A fresh block `[start, start + len)`, durable before it is returned.
+    fn next_block(&self) -> io::Result<(i64, i64)>;
+}
 const TXN_FILE: &str = "transactional-ids";
 
 /// InitProducerId failures with their Kafka error codes.
@@ -64,9 +71,9 @@ struct State {
     transactional: BTreeMap<String, (i64, i16)>,
 }
 
-#[derive(Debug)]
 pub struct ProducerIdManager {
     dir: PathBuf,
+    blocks: std::sync::Arc<dyn ProducerIdBlocks>,
     state: Mutex<State>,
 }
 
@@ -80,17 +87,12 @@ fn write_atomically(dir: &Path, name: &str, text: &str) -> io::Result<()> {
 }
 
 impl ProducerIdManager {
-    /// Load from `data_dir` (creating nothing until the first id is handed out).
-    pub fn open(data_dir: &Path) -> io::Result<ProducerIdManager> {
+    /// Load the transactional ids from `data_dir`; producer ids come from `blocks`.
+    pub fn open(
+        data_dir: &Path,
+        blocks: std::sync::Arc<dyn ProducerIdBlocks>,
+    ) -> io::Result<ProducerIdManager> {
         let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-        let next_block = match fs::read_to_string(data_dir.join(BLOCK_FILE)) {
-            Ok(text) => text
-                .trim()
-                .parse::<i64>()
-                .map_err(|_| bad("bad producer-id-block file"))?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(e),
-        };
         let mut transactional = BTreeMap::new();
         match fs::read_to_string(data_dir.join(TXN_FILE)) {
             Ok(text) => {
@@ -112,9 +114,10 @@ impl ProducerIdManager {
         }
         Ok(ProducerIdManager {
             dir: data_dir.to_path_buf(),
+            blocks,
             state: Mutex::new(State {
-                next_id: next_block,
-                block_end: next_block,
+                next_id: 0,
+                block_end: 0,
                 transactional,
             }),
         })
@@ -122,11 +125,12 @@ impl ProducerIdManager {
 
     fn next_id(&self, st: &mut State) -> io::Result<i64> {
         if st.next_id >= st.block_end {
-            let end = st.next_id + PRODUCER_ID_BLOCK_SIZE;
-            // Persist the block before using it: after a crash we start past it.
-            write_atomically(&self.dir, BLOCK_FILE, &format!("{end}\n"))?;
-            st.block_end = end;
-            tracing::info!(start = st.next_id, end, "allocated producer id block");
+            // Committed to the metadata log before use: after a crash we start past it.
+            let (start, len) = self.blocks.next_block()?;
+            assert!(len > 0, "an empty producer-id block");
+            st.next_id = start;
+            st.block_end = start + len;
+            tracing::info!(start, end = st.block_end, "allocated producer id block");
         }
         let id = st.next_id;
         st.next_id += 1;
@@ -191,16 +195,29 @@ impl ProducerIdManager {
 mod tests {
     use super::*;
 
+    /// Blocks as a controller hands them out: contiguous, never twice.
+    #[derive(Default)]
+    struct Counter(Mutex<i64>);
+    impl ProducerIdBlocks for Counter {
+        fn next_block(&self) -> io::Result<(i64, i64)> {
+            let mut next = self.0.lock();
+            let start = *next;
+            *next += PRODUCER_ID_BLOCK_SIZE;
+            Ok((start, PRODUCER_ID_BLOCK_SIZE))
+        }
+    }
+
     #[test]
     fn ids_are_unique_across_restarts_and_blocks() {
         let dir = tempfile::tempdir().unwrap();
-        let m = ProducerIdManager::open(dir.path()).unwrap();
+        let blocks = std::sync::Arc::new(Counter::default());
+        let m = ProducerIdManager::open(dir.path(), blocks.clone()).unwrap();
         let a = m.init_idempotent().unwrap().0;
         let b = m.init_idempotent().unwrap().0;
         assert_eq!((a, b), (0, 1));
         drop(m);
         // Restart: the rest of the block is skipped, never reused.
-        let m = ProducerIdManager::open(dir.path()).unwrap();
+        let m = ProducerIdManager::open(dir.path(), blocks.clone()).unwrap();
         let c = m.init_idempotent().unwrap().0;
         assert_eq!(c, PRODUCER_ID_BLOCK_SIZE);
         for _ in 0..PRODUCER_ID_BLOCK_SIZE {
@@ -215,7 +232,8 @@ mod tests {
     #[test]
     fn transactional_ids_bump_epochs_and_fence() {
         let dir = tempfile::tempdir().unwrap();
-        let m = ProducerIdManager::open(dir.path()).unwrap();
+        let blocks = std::sync::Arc::new(Counter::default());
+        let m = ProducerIdManager::open(dir.path(), blocks.clone()).unwrap();
         let (pid, e0) = m.init_transactional("tx", 60_000, None).unwrap();
         assert_eq!(e0, 0);
         let (pid2, e1) = m.init_transactional("tx", 60_000, None).unwrap();
@@ -237,7 +255,7 @@ mod tests {
             50
         );
         drop(m);
-        let m = ProducerIdManager::open(dir.path()).unwrap();
+        let m = ProducerIdManager::open(dir.path(), blocks).unwrap();
         assert_eq!(
             m.init_transactional("tx", 60_000, Some((pid, 1))).unwrap(),
             (pid, 2)

@@ -1,9 +1,12 @@
-//! The partition manager of a single broker: topics (with UUIDs, persisted) and the
-//! partitions hosted here, and the named lifecycle operations that move a partition between
-//! roles (`make_leader`, `make_follower`, `stop_partition`) — what a metadata delta will call.
-//! Each partition's state (log, role, epoch, high watermark) is owned by its [`Partition`].
+//! The partitions hosted on this broker, following the metadata image: topic changes go to the
+//! controller ([`MetadataService::request`]) and come back as committed deltas, which
+//! [`apply`] turns into the named lifecycle operations (`make_leader`, `make_follower`,
+//! `stop_partition`). Each partition's state (log, role, epoch, high watermark) is owned by its
+//! [`Partition`].
 
+mod apply;
 mod lifecycle;
+mod topics;
 pub use lifecycle::CLOSE_THREADS_MAX;
 
 use std::collections::BTreeMap;
@@ -19,9 +22,12 @@ use uuid::Uuid;
 
 use crate::partition::RemoteTier;
 pub use crate::partition::{LEADER_EPOCH, Partition, PartitionError};
-use crate::partition_create::{colliding_topic, create_all, remove_created};
+use streamforge_metadata::controller::{ControllerConfig, Event, Reply};
+use streamforge_metadata::records::Endpoint;
+
+use crate::metadata_service::{MetadataError, MetadataService};
 use crate::topic_config;
-use crate::topic_store::{TopicRecord, TopicStore};
+use crate::topic_store::TopicStore;
 /// Kafka's limit on topic name length.
 pub const TOPIC_NAME_MAX_BYTES: usize = 249;
 /// Upper bound on partitions per topic (a named limit; Kafka has none but this guards typos).
@@ -45,6 +51,9 @@ pub enum TopicError {
     /// Deleting an internal topic (`__consumer_offsets` holds every group's committed offsets).
     #[error("Topic '{0}' is an internal topic and cannot be deleted.")]
     InternalTopic(String),
+    /// The controller's answer, with the code Kafka's controller gives.
+    #[error("{1}")]
+    Controller(ResponseError, String),
 }
 
 impl TopicError {
@@ -59,6 +68,7 @@ impl TopicError {
             // TOPIC_AUTHORIZATION_FAILED: the code Kafka answers when deletion of a topic is not
             // permitted (no principal here may delete an internal topic).
             TopicError::InternalTopic(_) => ResponseError::TopicAuthorizationFailed,
+            TopicError::Controller(e, _) => *e,
         };
         error.code()
     }
@@ -67,6 +77,36 @@ impl TopicError {
 impl From<LogError> for TopicError {
     fn from(e: LogError) -> Self {
         TopicError::Storage(e.to_string())
+    }
+}
+
+impl From<MetadataError> for TopicError {
+    fn from(e: MetadataError) -> Self {
+        match e {
+            MetadataError::Refused(code) => TopicError::Controller(code, format!("{code:?}")),
+            other => TopicError::Storage(other.to_string()),
+        }
+    }
+}
+
+/// How this broker joins the metadata quorum.
+#[derive(Debug, Clone)]
+pub struct MetadataOptions {
+    pub node_id: i32,
+    /// This broker's listeners, as other brokers and clients reach them.
+    pub endpoints: Vec<Endpoint>,
+    pub controller: ControllerConfig,
+    pub heartbeat_interval_ms: u64,
+}
+
+impl Default for MetadataOptions {
+    fn default() -> Self {
+        MetadataOptions {
+            node_id: 1,
+            endpoints: Vec::new(),
+            controller: ControllerConfig::default(),
+            heartbeat_interval_ms: 2_000,
+        }
     }
 }
 
@@ -88,15 +128,6 @@ pub struct Topic {
 impl Topic {
     pub fn is_internal(&self) -> bool {
         is_internal_topic(&self.name)
-    }
-
-    fn record(&self) -> TopicRecord {
-        TopicRecord {
-            name: self.name.clone(),
-            id: self.id.simple().to_string(),
-            partitions: self.partitions.len() as i32,
-            configs: self.configs.clone(),
-        }
     }
 }
 
@@ -195,9 +226,13 @@ pub struct ReplicaManager {
     data_dir: PathBuf,
     /// Topic-config defaults: start-up values with the dynamic broker configs applied.
     log_defaults: RwLock<Arc<LogConfig>>,
+    /// `meta.properties` (the cluster id) and, for the upgrade, an earlier release's registry.
     store: TopicStore,
+    /// The metadata node: controller, committed image, this broker's registration.
+    metadata: Arc<MetadataService>,
+    /// The partitions hosted here, by topic: the local view of the image.
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
-    /// Serializes topic create/delete/alter so the metadata file matches memory.
+    /// Serializes requests to the controller with applying their deltas.
     admin: Mutex<()>,
     /// Bytes whose CRC the logs checked when they were opened (unclean-shutdown recovery).
     recovery_checked_bytes: u64,
@@ -208,60 +243,81 @@ pub struct ReplicaManager {
 }
 
 impl ReplicaManager {
-    /// Load the topic metadata and open every partition's log (recovering as needed).
-    /// `tiering` serves reads below the local log start of tiered partitions.
+    /// A broker with node id 1 and no listeners (tests and tools).
     pub fn open(
         data_dir: &Path,
         log_defaults: LogConfig,
         tiering: Option<Arc<TieringManager>>,
     ) -> Result<ReplicaManager, TopicError> {
+        Self::open_with(data_dir, MetadataOptions::default(), log_defaults, tiering)
+    }
+
+    /// Open the metadata log (importing an earlier release's registry once), register this
+    /// broker, then open every partition the image places here (recovering as needed) with
+    /// the role the image names. `tiering` serves reads below the local log start.
+    pub fn open_with(
+        data_dir: &Path,
+        options: MetadataOptions,
+        log_defaults: LogConfig,
+        tiering: Option<Arc<TieringManager>>,
+    ) -> Result<ReplicaManager, TopicError> {
         std::fs::create_dir_all(data_dir)?;
-        let store = TopicStore::new(data_dir);
-        let mut topics = BTreeMap::new();
         let started = std::time::Instant::now();
-        let mut recovery_checked_bytes = 0u64;
-        let mut logs = 0usize;
-        for rec in store.load()? {
-            let id = Uuid::parse_str(&rec.id)
-                .map_err(|e| TopicError::Storage(format!("topic {}: bad id: {e}", rec.name)))?;
-            let config = topic_config::log_config(&log_defaults, &rec.configs);
-            let name: Arc<str> = Arc::from(rec.name.as_str());
-            let remote = RemoteTier {
-                tiering: tiering.clone(),
-                enabled: crate::tiered::remote_enabled(&rec.configs),
-            };
-            let partitions = open_partitions(&name, rec.partitions, data_dir, &config, &remote);
-            let checked: u64 = partitions.iter().map(|p| p.recovery_checked_bytes()).sum();
-            recovery_checked_bytes += checked;
-            logs += partitions.len();
-            tracing::info!(topic = %rec.name, partitions = rec.partitions, recovery_checked_bytes = checked, "loaded topic");
-            topics.insert(
-                rec.name.clone(),
-                Arc::new(Topic {
-                    name_bytes: StrBytes::from_string(rec.name.clone()),
-                    name: rec.name,
-                    id,
-                    configs: rec.configs,
-                    partitions,
-                }),
-            );
-        }
+        let clock = log_defaults.runtime.clock().clone();
+        let node_id = options.node_id;
+        let metadata = MetadataService::open(
+            data_dir,
+            node_id,
+            options.controller,
+            options.heartbeat_interval_ms,
+            || crate::metadata_import::legacy_records(data_dir, node_id),
+        )?;
+        metadata.register(options.endpoints, clock.now_ms().max(0) as u64)?;
+        let mut rm = ReplicaManager {
+            data_dir: data_dir.to_path_buf(),
+            log_defaults: RwLock::new(Arc::new(log_defaults)),
+            store: TopicStore::new(data_dir),
+            metadata: Arc::new(metadata),
+            topics: RwLock::new(BTreeMap::new()),
+            admin: Mutex::new(()),
+            recovery_checked_bytes: 0,
+            partitions_max: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            tiering,
+        };
+        let topics = rm.open_from_image(&rm.metadata.image());
+        let partitions = topics.values().flat_map(|t| t.partitions.iter());
+        rm.recovery_checked_bytes = partitions.map(|p| p.recovery_checked_bytes()).sum();
         tracing::info!(
-            logs,
-            recovery_checked_bytes,
+            logs = topics.values().map(|t| t.partitions.len()).sum::<usize>(),
+            recovery_checked_bytes = rm.recovery_checked_bytes,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "loaded logs"
         );
-        Ok(ReplicaManager {
-            data_dir: data_dir.to_path_buf(),
-            log_defaults: RwLock::new(Arc::new(log_defaults)),
-            store,
-            topics: RwLock::new(topics),
-            admin: Mutex::new(()),
-            recovery_checked_bytes,
-            partitions_max: std::sync::atomic::AtomicUsize::new(usize::MAX),
-            tiering,
-        })
+        *rm.topics.write() = topics;
+        Ok(rm)
+    }
+
+    /// The metadata node (image, controller, registration).
+    pub fn metadata(&self) -> &Arc<MetadataService> {
+        &self.metadata
+    }
+
+    /// The committed metadata image.
+    pub fn image(&self) -> streamforge_metadata::MetadataImage {
+        self.metadata.image()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.log_defaults().runtime.clock().now_ms().max(0) as u64
+    }
+
+    /// Send `event` to the controller and apply what committed.
+    pub(crate) fn request(
+        &self,
+        event: Event,
+    ) -> Result<(Reply, Vec<apply::CreateFailure>), TopicError> {
+        let (reply, delta) = self.metadata.request(event, self.now_ms())?;
+        Ok((reply, self.apply_delta(&delta)))
     }
 
     /// Bytes whose CRC the logs checked when this broker opened them: 0 after a clean
@@ -277,7 +333,7 @@ impl ReplicaManager {
     }
 
     /// Refuse `adding` more partitions when they would pass the limit (under the admin lock).
-    fn check_partition_limit(&self, adding: i32) -> Result<(), TopicError> {
+    pub(crate) fn check_partition_limit(&self, adding: i32) -> Result<(), TopicError> {
         let max = self
             .partitions_max
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -350,185 +406,23 @@ impl ReplicaManager {
             .and_then(|i| t.partitions.get(i).cloned())
     }
 
-    fn save(&self, topics: &BTreeMap<String, Arc<Topic>>) -> Result<(), TopicError> {
-        self.store
-            .save(topics.values().map(|t| t.record()).collect())
-            .map_err(TopicError::from)
-    }
-
-    /// Create a topic (or only validate the request when `validate_only`).
-    pub fn create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<Option<Arc<Topic>>, TopicError> {
-        validate_topic_name(name)?;
-        if partitions <= 0 || partitions > PARTITIONS_PER_TOPIC_MAX {
-            return Err(TopicError::InvalidPartitions(format!(
-                "Number of partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {partitions}."
-            )));
-        }
-        topic_config::validate_all(&configs).map_err(TopicError::InvalidConfig)?;
+    /// Heartbeat and controller tick when due, applying what committed.
+    pub fn metadata_tick(&self, now_ms: u64) {
         let _admin = self.admin.lock();
-        if self.topics.read().contains_key(name) {
-            return Err(TopicError::AlreadyExists(name.to_string()));
-        }
-        if let Some(other) = colliding_topic(self.topics.read().keys(), name) {
-            return Err(TopicError::InvalidName(format!(
-                "Topic '{name}' collides with existing topic: {other}"
-            )));
-        }
-        self.check_partition_limit(partitions)?;
-        if validate_only {
-            return Ok(None);
-        }
-        let log_config = topic_config::log_config(&self.log_defaults(), &configs);
-        let name_arc: Arc<str> = Arc::from(name);
-        let parts = create_all(
-            &name_arc,
-            0..partitions,
-            &self.data_dir,
-            &log_config,
-            &self.remote_tier(&configs),
-        )?;
-        let topic = Arc::new(Topic {
-            name: name.to_string(),
-            name_bytes: StrBytes::from_string(name.to_string()),
-            id: new_topic_id(),
-            configs,
-            partitions: parts,
-        });
-        let mut next = self.topics.read().clone();
-        next.insert(name.to_string(), topic.clone());
-        if let Err(e) = self.save(&next) {
-            let dirs: Vec<PathBuf> = topic.partitions.iter().map(|p| p.dir.clone()).collect();
-            remove_created(&topic.partitions, &dirs);
-            return Err(e);
-        }
-        *self.topics.write() = next;
-        tracing::info!(topic = name, partitions, id = %topic.id, "created topic");
-        Ok(Some(topic))
-    }
-
-    /// Delete a topic and its data.
-    pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
-        // Every entry point (DeleteTopics, the dashboard, the CLI through DeleteTopics) ends here.
-        if is_internal_topic(name) {
-            return Err(TopicError::InternalTopic(name.to_string()));
-        }
-        let _admin = self.admin.lock();
-        let mut next = self.topics.read().clone();
-        let topic = next.remove(name).ok_or(TopicError::UnknownTopic)?;
-        self.save(&next)?;
-        *self.topics.write() = next;
-        for p in &topic.partitions {
-            // Fetches waiting on it wake and see it is gone.
-            if let Err(e) = p.stop(true) {
-                tracing::warn!(dir = %p.dir.display(), error = %e, "could not remove deleted partition");
+        match self.metadata.periodic(now_ms) {
+            Ok(delta) => {
+                self.apply_delta(&delta);
             }
+            Err(e) => tracing::warn!(error = %e, "metadata heartbeat failed"),
         }
-        tracing::info!(topic = name, id = %topic.id, "deleted topic");
-        Ok(topic.id)
     }
 
-    /// Grow a topic to `count` partitions.
-    pub fn create_partitions(
-        &self,
-        name: &str,
-        count: i32,
-        validate_only: bool,
-    ) -> Result<(), TopicError> {
+    /// Controlled shutdown: the controller moves leaderships away and fences this broker.
+    pub fn controlled_shutdown(&self) {
         let _admin = self.admin.lock();
-        let topic = self.topic(name).ok_or(TopicError::UnknownTopic)?;
-        let current = topic.partitions.len() as i32;
-        if count < current {
-            return Err(TopicError::InvalidPartitions(format!(
-                "Topic currently has {current} partitions, which is higher than the requested {count}."
-            )));
+        if let Err(e) = self.metadata.shut_down(self.now_ms()) {
+            tracing::warn!(error = %e, "controlled shutdown failed");
         }
-        if count == current {
-            return Err(TopicError::InvalidPartitions(format!(
-                "Topic already has {current} partitions."
-            )));
-        }
-        if count > PARTITIONS_PER_TOPIC_MAX {
-            return Err(TopicError::InvalidPartitions(format!(
-                "Number of partitions must be at most {PARTITIONS_PER_TOPIC_MAX}, got {count}."
-            )));
-        }
-        self.check_partition_limit(count - current)?;
-        if validate_only {
-            return Ok(());
-        }
-        let log_config = topic_config::log_config(&self.log_defaults(), &topic.configs);
-        let mut parts = topic.partitions.clone();
-        let name_arc = topic.partitions[0].topic.clone();
-        let added = create_all(
-            &name_arc,
-            current..count,
-            &self.data_dir,
-            &log_config,
-            &self.remote_tier(&topic.configs),
-        )?;
-        parts.extend(added.iter().cloned());
-        let replaced = self.replace(Topic {
-            name: topic.name.clone(),
-            name_bytes: topic.name_bytes.clone(),
-            id: topic.id,
-            configs: topic.configs.clone(),
-            partitions: parts,
-        });
-        if let Err(e) = replaced {
-            let dirs: Vec<PathBuf> = added.iter().map(|p| p.dir.clone()).collect();
-            remove_created(&added, &dirs);
-            return Err(e);
-        }
-        tracing::info!(
-            topic = name,
-            from = current,
-            to = count,
-            "created partitions"
-        );
-        Ok(())
-    }
-
-    /// Replace a topic's config overrides (validated) and apply them to its logs.
-    pub fn set_topic_configs(
-        &self,
-        name: &str,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<(), TopicError> {
-        topic_config::validate_all(&configs).map_err(TopicError::InvalidConfig)?;
-        let _admin = self.admin.lock();
-        let topic = self.topic(name).ok_or(TopicError::UnknownTopic)?;
-        if validate_only {
-            return Ok(());
-        }
-        let log_config = topic_config::log_config(&self.log_defaults(), &configs);
-        let remote_enabled = crate::tiered::remote_enabled(&configs);
-        for p in &topic.partitions {
-            p.update_config(log_config.clone(), remote_enabled);
-        }
-        self.replace(Topic {
-            name: topic.name.clone(),
-            name_bytes: topic.name_bytes.clone(),
-            id: topic.id,
-            configs,
-            partitions: topic.partitions.clone(),
-        })?;
-        tracing::info!(topic = name, "altered topic configs");
-        Ok(())
-    }
-
-    fn replace(&self, topic: Topic) -> Result<(), TopicError> {
-        let mut next = self.topics.read().clone();
-        next.insert(topic.name.clone(), Arc::new(topic));
-        self.save(&next)?;
-        *self.topics.write() = next;
-        Ok(())
     }
 
     /// Every partition of every topic.
@@ -543,27 +437,9 @@ impl ReplicaManager {
     /// Housekeeping on every log: roll, retention, `flush.ms`, recovery-point checkpoint, and
     /// the periodic background flush (`background_flush_ms`, 0 = off).
     pub fn tick(&self, now_ms: i64, background_flush_ms: u64) {
+        self.metadata_tick(now_ms.max(0) as u64);
         for p in self.all_partitions() {
             p.tick(now_ms, background_flush_ms);
-        }
-    }
-
-    /// How new partitions of a topic with `configs` reach remote storage.
-    fn remote_tier(&self, configs: &BTreeMap<String, String>) -> RemoteTier {
-        RemoteTier {
-            tiering: self.tiering.clone(),
-            enabled: crate::tiered::remote_enabled(configs),
-        }
-    }
-}
-
-/// A random (version 4) topic UUID.
-pub fn new_topic_id() -> Uuid {
-    loop {
-        let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
-        // Kafka reserves the all-zero id and the metadata topic id (0...01).
-        if id.as_u128() > 1 {
-            return id;
         }
     }
 }

@@ -27,7 +27,13 @@ pub async fn run(
     futures::future::join_all(loops).await;
     let _ = housekeeping.await;
     let st = state.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || st.replicas.close_all()).await {
+    if let Err(e) = tokio::task::spawn_blocking(move || {
+        // Leadership moves away (and the broker is fenced) before the logs close.
+        st.replicas.controlled_shutdown();
+        st.replicas.close_all()
+    })
+    .await
+    {
         tracing::error!(error = %e, "closing logs failed");
     }
 }

@@ -69,6 +69,15 @@ pub struct Args {
     /// Partitions of auto-created topics (`num.partitions`) [default: 1].
     #[arg(long, env = "STREAMFORGE_NUM_PARTITIONS")]
     pub num_partitions: Option<i32>,
+    /// Replication factor of topics created without one (`default.replication.factor`) [default: 1].
+    #[arg(long, env = "STREAMFORGE_DEFAULT_REPLICATION_FACTOR")]
+    pub default_replication_factor: Option<i16>,
+    /// The controller fences a broker silent this long (`broker.session.timeout.ms`) [default: 9000].
+    #[arg(long, env = "STREAMFORGE_BROKER_SESSION_TIMEOUT_MS")]
+    pub broker_session_timeout_ms: Option<u64>,
+    /// How often this broker heartbeats to the controller (`broker.heartbeat.interval.ms`) [default: 2000].
+    #[arg(long, env = "STREAMFORGE_BROKER_HEARTBEAT_INTERVAL_MS")]
+    pub broker_heartbeat_interval_ms: Option<u64>,
     /// Create topics on first Metadata request (`auto.create.topics.enable`) [default: true].
     #[arg(long, env = "STREAMFORGE_AUTO_CREATE_TOPICS")]
     pub auto_create_topics: Option<bool>,
@@ -189,6 +198,9 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     node_id: Option<i32>,
     num_partitions: Option<i32>,
+    default_replication_factor: Option<i16>,
+    broker_session_timeout_ms: Option<u64>,
+    broker_heartbeat_interval_ms: Option<u64>,
     auto_create_topics: Option<bool>,
     retention_ms: Option<i64>,
     retention_bytes: Option<i64>,
@@ -265,6 +277,9 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(data_dir);
     set!(node_id);
     set!(num_partitions);
+    set!(default_replication_factor);
+    set!(broker_session_timeout_ms);
+    set!(broker_heartbeat_interval_ms);
     set!(auto_create_topics);
     set!(retention_ms => c.log_defaults.retention_ms);
     set!(retention_bytes => c.log_defaults.retention_bytes);
@@ -334,6 +349,15 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         ),
     };
     anyhow::ensure!(c.num_partitions > 0, "num-partitions must be at least 1");
+    anyhow::ensure!(
+        c.default_replication_factor > 0,
+        "default-replication-factor must be at least 1"
+    );
+    anyhow::ensure!(
+        c.broker_heartbeat_interval_ms > 0
+            && c.broker_heartbeat_interval_ms < c.broker_session_timeout_ms,
+        "broker-heartbeat-interval-ms must be above 0 and below broker-session-timeout-ms"
+    );
     anyhow::ensure!(
         c.log_defaults.segment_bytes >= 14,
         "segment-bytes must be at least 14"

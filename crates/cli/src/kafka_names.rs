@@ -21,6 +21,12 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ("node.id", "node_id"),
     ("broker.id", "node_id"),
     ("num.partitions", "num_partitions"),
+    ("default.replication.factor", "default_replication_factor"),
+    ("broker.session.timeout.ms", "broker_session_timeout_ms"),
+    (
+        "broker.heartbeat.interval.ms",
+        "broker_heartbeat_interval_ms",
+    ),
     ("auto.create.topics.enable", "auto_create_topics"),
     ("log.retention.ms", "retention_ms"),
     ("log.retention.bytes", "retention_bytes"),
@@ -187,6 +193,18 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
     );
     put("node_id", int(c.node_id.into()));
     put("num_partitions", int(c.num_partitions.into()));
+    put(
+        "default_replication_factor",
+        int(c.default_replication_factor.into()),
+    );
+    put(
+        "broker_session_timeout_ms",
+        uint(c.broker_session_timeout_ms),
+    );
+    put(
+        "broker_heartbeat_interval_ms",
+        uint(c.broker_heartbeat_interval_ms),
+    );
     put(
         "auto_create_topics",
         toml::Value::Boolean(c.auto_create_topics),

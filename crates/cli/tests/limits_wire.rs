@@ -492,45 +492,61 @@ fn api_versions_checks_the_client_software_fields() {
     }
 }
 
-/// D8: topic changes go to `topics.journal`, one line each (not a rewrite of `topics.json`),
-/// and a data dir written by the previous release (only `topics.json`) still loads.
+/// The upgrade from a release before the metadata log: its `topics.json`, `topics.journal`
+/// (one more topic, one deleted) and producer-id block file are imported into the metadata log
+/// once, with every topic id, partition count and config; later changes go to the metadata log
+/// only (the old files are not written again), and everything survives a restart.
 #[test]
-fn topic_metadata_is_journaled_and_the_old_topics_json_loads() {
+fn an_earlier_releases_topic_registry_is_imported_once() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d");
     std::fs::create_dir_all(&data).unwrap();
-    // As the previous release wrote it.
-    std::fs::write(
-        data.join("topics.json"),
-        r#"{
+    // As the previous release wrote them.
+    let topics_json = r#"{
   "topics": [
-    {
-      "name": "legacy",
-      "id": "0123456789abcdef0123456789abcdef",
-      "partitions": 2,
-      "configs": {
-        "retention.ms": "3600000"
-      }
-    }
+    {"name": "legacy", "id": "0123456789abcdef0123456789abcdef", "partitions": 2,
+     "configs": {"retention.ms": "3600000"}},
+    {"name": "gone", "id": "00000000000000000000000000000abc", "partitions": 1}
   ]
-}"#,
+}"#;
+    std::fs::write(data.join("topics.json"), topics_json).unwrap();
+    std::fs::write(
+        data.join("topics.journal"),
+        concat!(
+            r#"{"put":{"name":"journaled","id":"0000000000000000000000000000def0","partitions":3}}"#,
+            "\n",
+            r#"{"delete":"gone"}"#,
+            "\n"
+        ),
     )
     .unwrap();
+    std::fs::write(data.join("producer-id-block"), "5000\n").unwrap();
     let b = Broker::start(&data, &[]);
     let mut c = b.connect();
-    let md = metadata(&mut c, &["legacy".into()]);
+    let md = metadata(&mut c, &["legacy".into(), "journaled".into()]);
     assert_eq!(md[0], ("legacy".into(), 0, 2));
+    assert_eq!(md[1], ("journaled".into(), 0, 3));
     for i in 0..20 {
         assert_eq!(create_topic(&mut c, &format!("new-{i}"), 1, &[]).0, 0);
     }
-    // One line per topic: the 20 and `__consumer_offsets`, made at start-up.
-    let journal = std::fs::read_to_string(data.join("topics.journal")).unwrap();
-    assert_eq!(journal.lines().count(), 21, "{journal}");
-    assert_eq!(journal.lines().filter(|l| l.contains("\"new-")).count(), 20);
+    let mut req = InitProducerIdRequest::default();
+    req.transactional_id = None;
+    req.transaction_timeout_ms = 60_000;
+    req.producer_id = ProducerId(-1);
+    req.producer_epoch = -1;
+    let r: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &req);
+    assert_eq!(r.error_code, 0);
+    assert!(
+        r.producer_id.0 >= 5000,
+        "no id of an earlier block: {:?}",
+        r.producer_id
+    );
+    assert!(data.join("__cluster_metadata-0").join("log").exists());
     assert!(
         !std::fs::read_to_string(data.join("topics.json"))
             .unwrap()
-            .contains("new-0")
+            .contains("new-0"),
+        "the old files are not written after the import"
     );
     drop(c);
     drop(b);
@@ -539,7 +555,16 @@ fn topic_metadata_is_journaled_and_the_old_topics_json_loads() {
     let mut m = MetadataRequest::default();
     m.topics = None;
     let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &m);
-    assert_eq!(r.topics.len(), 22, "20 new, legacy and __consumer_offsets");
+    assert_eq!(
+        r.topics.len(),
+        23,
+        "20 new, legacy, journaled, __consumer_offsets"
+    );
+    let gone = r
+        .topics
+        .iter()
+        .filter(|t| t.name.as_ref().unwrap().0.as_str() == "gone");
+    assert_eq!(gone.count(), 0, "deleted in the journal");
     let legacy = r
         .topics
         .iter()
@@ -549,13 +574,6 @@ fn topic_metadata_is_journaled_and_the_old_topics_json_loads() {
         legacy.topic_id.simple().to_string(),
         "0123456789abcdef0123456789abcdef"
     );
-    // Loading compacted the journal into the snapshot.
-    assert!(
-        std::fs::read_to_string(data.join("topics.json"))
-            .unwrap()
-            .contains("new-19")
-    );
-    assert_eq!(std::fs::read(data.join("topics.journal")).unwrap().len(), 0);
 }
 
 fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -625,4 +643,43 @@ fn storage_errors_are_counted_and_logged_once_per_interval() {
         })
         .count();
     assert_eq!(warned, 1, "{}", b.log());
+}
+
+/// `--default-replication-factor` reaches the controller: a topic created without a replication
+/// factor gets it, so above the live brokers it is INVALID_REPLICATION_FACTOR (38), while an
+/// explicit factor of 1 is placed; Metadata names this broker as the controller and lists the
+/// partition's leader, replicas and ISR from the metadata image.
+#[test]
+fn the_default_replication_factor_is_the_controllers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let b = Broker::start(
+        &data,
+        &["--default-replication-factor", "2", "--node-id", "7"],
+    );
+    let mut c = b.connect();
+    let mut t = CreatableTopic::default();
+    t.name = name("defaulted");
+    t.num_partitions = 1;
+    t.replication_factor = -1;
+    let mut req = CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 5000;
+    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req);
+    assert_eq!(
+        r.topics[0].error_code, 38,
+        "{:?}",
+        r.topics[0].error_message
+    );
+    assert_eq!(create_topic(&mut c, "explicit", 2, &[]).0, 0);
+    let mut m = MetadataRequest::default();
+    let mut mt = MetadataRequestTopic::default();
+    mt.name = Some(name("explicit"));
+    m.topics = Some(vec![mt]);
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &m);
+    assert_eq!(r.controller_id.0, 7);
+    assert_eq!(r.brokers.len(), 1);
+    let p = &r.topics[0].partitions[1];
+    assert_eq!((p.leader_id.0, p.leader_epoch), (7, 0));
+    assert_eq!((p.replica_nodes[0].0, p.isr_nodes[0].0), (7, 7));
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use crate::image::PartitionState;
-use crate::records::BrokerId;
+use crate::records::{BrokerId, ConfigResource};
 
 /// A partition's state before and after the records of a delta.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub struct MetadataDelta {
     pub topics_created: BTreeMap<Uuid, String>,
     pub topics_removed: BTreeMap<Uuid, String>,
     pub partitions: BTreeMap<(Uuid, i32), PartitionDelta>,
+    /// Resources with a config entry set or deleted (a broker applies its topics' new configs).
+    pub configs_changed: BTreeSet<ConfigResource>,
 }
 
 /// A partition this broker hosts, with the state to take on.
@@ -56,6 +58,7 @@ impl MetadataDelta {
             && self.topics_created.is_empty()
             && self.topics_removed.is_empty()
             && self.partitions.is_empty()
+            && self.configs_changed.is_empty()
     }
 
     pub(crate) fn note_broker(&mut self, id: BrokerId) {
@@ -96,6 +99,7 @@ impl MetadataDelta {
     /// Fold a later delta into this one (earliest `before`, latest `after` per partition).
     pub fn merge(&mut self, later: MetadataDelta) {
         self.brokers_changed.extend(later.brokers_changed);
+        self.configs_changed.extend(later.configs_changed);
         for (id, name) in later.topics_created {
             self.note_topic_created(id, &name);
         }

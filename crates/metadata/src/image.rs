@@ -220,7 +220,10 @@ impl MetadataImage {
             Record::Topic(t) => next.add_topic(t, delta)?,
             Record::Partition(p) => next.add_partition(p, delta)?,
             Record::PartitionChange(c) => next.change_partition(c, delta)?,
-            Record::Config(c) => next.set_config(c)?,
+            Record::Config(c) => {
+                next.set_config(c)?;
+                delta.configs_changed.insert(c.resource.clone());
+            }
             Record::ProducerIds(p) => {
                 let current = self.next_producer_id();
                 if p.next_producer_id <= current {

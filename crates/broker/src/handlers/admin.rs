@@ -23,29 +23,35 @@ use crate::replica_manager::TopicError;
 use crate::router::HandlerResult;
 use crate::topic_config;
 
-/// Check replication factor and manual assignments against our single broker.
+/// Check replication factor and manual assignments against the live brokers of the image
+/// (with Kafka's messages; the controller checks the same again when it places replicas).
 fn check_replicas(
     state: &BrokerState,
     replication_factor: i16,
     assignments: &[Vec<i32>],
 ) -> Result<(), (i16, String)> {
-    if replication_factor != -1 && replication_factor != 1 {
-        let msg = if replication_factor <= 0 {
-            "Replication factor must be larger than 0, or -1 to use the default value.".to_string()
-        } else {
-            format!(
-                "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."
-            )
-        };
+    let image = state.replicas.image();
+    let live: Vec<i32> = image.unfenced_brokers().map(|b| b.id).collect();
+    if replication_factor == 0 || replication_factor < -1 {
+        let msg = "Replication factor must be larger than 0, or -1 to use the default value.";
+        return Err((ResponseError::InvalidReplicationFactor.code(), msg.into()));
+    }
+    if replication_factor as usize > live.len() && replication_factor > 0 {
+        let msg = format!(
+            "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {} broker(s) are registered.",
+            live.len()
+        );
         return Err((ResponseError::InvalidReplicationFactor.code(), msg));
     }
     for a in assignments {
-        if a.len() != 1 || a[0] != state.node_id() {
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if a.is_empty() || sorted.len() != a.len() || a.iter().any(|b| !live.contains(b)) {
             return Err((
                 ResponseError::InvalidReplicaAssignment.code(),
                 format!(
-                    "Replica assignment {a:?} names brokers that do not exist (only {} does).",
-                    state.node_id()
+                    "Replica assignment {a:?} names brokers that are not registered and live (live: {live:?})."
                 ),
             ));
         }
@@ -71,7 +77,17 @@ pub async fn handle_create_topics(state: Arc<BrokerState>, req: RequestFrame) ->
             Ok((id, partitions, configs)) => {
                 r.topic_id = id;
                 r.num_partitions = partitions;
-                r.replication_factor = 1;
+                r.replication_factor = state
+                    .replicas
+                    .image()
+                    .topic(id)
+                    .and_then(|t| {
+                        t.partitions
+                            .values()
+                            .next()
+                            .map(|p| p.replicas.len() as i16)
+                    })
+                    .unwrap_or(t.replication_factor.max(1));
                 r.configs = Some(described_configs(&state, &configs));
             }
             Err((code, msg)) => {
@@ -134,15 +150,20 @@ async fn create_one(
         };
         configs.insert(c.name.to_string(), value.to_string());
     }
+    // With an explicit assignment both counts are -1 on the wire and to the controller.
+    let explicit = !assignments.is_empty();
+    let spec = streamforge_metadata::controller::CreateTopic {
+        name: name.to_string(),
+        num_partitions: if explicit { -1 } else { partitions },
+        replication_factor: t.replication_factor,
+        assignment: (0..).zip(assignments).collect(),
+        configs: configs.clone(),
+    };
     let st = state.clone();
-    let owned = name.to_string();
-    let cfg = configs.clone();
-    let result = tokio::task::spawn_blocking(move || {
-        st.replicas
-            .create_topic(&owned, partitions, cfg, validate_only)
-    })
-    .await
-    .map_err(|e| (ResponseError::UnknownServerError.code(), e.to_string()))?;
+    let result =
+        tokio::task::spawn_blocking(move || st.replicas.create_topic_spec(spec, validate_only))
+            .await
+            .map_err(|e| (ResponseError::UnknownServerError.code(), e.to_string()))?;
     match result {
         Ok(Some(topic)) => Ok((topic.id, partitions, configs)),
         Ok(None) => Ok((Uuid::nil(), partitions, configs)),

@@ -1,4 +1,4 @@
-//! DescribeCluster (60): this broker as the whole cluster and its controller.
+//! DescribeCluster (60): the live brokers of the metadata image and the active controller.
 
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame)
     let request: DescribeClusterRequest = req.decode()?;
     let mut resp = DescribeClusterResponse::default();
     resp.cluster_id = StrBytes::from_string(state.cluster_id.clone());
-    resp.controller_id = BrokerId(state.node_id());
+    resp.controller_id = BrokerId(crate::handlers::metadata::controller_id(&state));
     resp.cluster_authorized_operations = i32::MIN;
     resp.endpoint_type = ENDPOINT_TYPE_BROKERS;
     if req.api_version >= 1 && request.endpoint_type != ENDPOINT_TYPE_BROKERS {
@@ -34,12 +34,18 @@ pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame)
         resp.endpoint_type = request.endpoint_type;
         return Ok(Some(req.respond(&resp)?));
     }
-    let mut b = DescribeClusterBroker::default();
-    b.broker_id = BrokerId(state.node_id());
-    let endpoint = state.security.endpoint(req.listener);
-    b.host = StrBytes::from_string(endpoint.host.clone());
-    b.port = endpoint.port;
-    resp.brokers = vec![b];
+    let image = state.replicas.image();
+    resp.brokers = crate::handlers::metadata::live_brokers(&state, &image, req.listener)
+        .into_iter()
+        .map(|m| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = m.node_id;
+            b.host = m.host;
+            b.port = m.port;
+            b.rack = m.rack;
+            b
+        })
+        .collect();
     resp.error_code = 0;
     Ok(Some(req.respond(&resp)?))
 }

@@ -13,8 +13,9 @@ use uuid::Uuid;
 
 use crate::BrokerState;
 use crate::handlers::topic_name;
-use crate::replica_manager::{LEADER_EPOCH, Topic, TopicError};
+use crate::replica_manager::{Topic, TopicError};
 use crate::router::HandlerResult;
+use streamforge_metadata::{MetadataImage, NO_LEADER};
 
 /// "Authorized operations not requested" marker (Integer.MIN_VALUE).
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
@@ -27,9 +28,10 @@ pub const AUTO_CREATE_TOPICS_PER_REQUEST_MAX: usize = 100;
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: MetadataRequest = req.decode()?;
     let mut resp = MetadataResponse::default();
-    resp.brokers = vec![broker_entry(&state, req.listener)];
+    let image = state.replicas.image();
+    resp.brokers = live_brokers(&state, &image, req.listener);
     resp.cluster_id = Some(StrBytes::from_string(state.cluster_id.clone()));
-    resp.controller_id = BrokerId(state.node_id());
+    resp.controller_id = BrokerId(controller_id(&state));
     resp.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
 
     // v0: an empty list means all topics; v1+: null means all, empty means none.
@@ -129,6 +131,36 @@ async fn lookup_or_create(
     }
 }
 
+/// The active controller's id (in combined mode, a broker id), or -1 when none is known.
+pub(crate) fn controller_id(state: &BrokerState) -> i32 {
+    state.replicas.metadata().controller_id().unwrap_or(-1)
+}
+
+/// Every unfenced broker of the image with its endpoint for `listener`'s protocol (this broker
+/// always, as clients reach it through its advertised address).
+pub(crate) fn live_brokers(
+    state: &BrokerState,
+    image: &MetadataImage,
+    listener: usize,
+) -> Vec<MetadataResponseBroker> {
+    let mut brokers = vec![broker_entry(state, listener)];
+    // Other brokers are named by the listener the request came in on, as Kafka does.
+    let name = state.security.endpoint(listener).protocol.name();
+    for b in image.unfenced_brokers().filter(|b| b.id != state.node_id()) {
+        let Some(e) = b.endpoints.iter().find(|e| e.name == name) else {
+            continue;
+        };
+        let mut m = MetadataResponseBroker::default();
+        m.node_id = BrokerId(b.id);
+        m.host = StrBytes::from_string(e.host.clone());
+        m.port = i32::from(e.port);
+        m.rack = b.rack.clone().map(StrBytes::from_string);
+        brokers.push(m);
+    }
+    brokers.sort_by_key(|b| b.node_id.0);
+    brokers
+}
+
 pub(crate) fn broker_entry(state: &BrokerState, listener: usize) -> MetadataResponseBroker {
     let endpoint = state.security.endpoint(listener);
     let mut b = MetadataResponseBroker::default();
@@ -139,30 +171,43 @@ pub(crate) fn broker_entry(state: &BrokerState, listener: usize) -> MetadataResp
     b
 }
 
+/// A topic as the image has it: leader, epoch, replicas, ISR and offline replicas per
+/// partition (a replica hosted here whose log cannot be opened is offline).
 fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
-    let node = BrokerId(state.node_id());
+    let image = state.replicas.image();
     let mut t = MetadataResponseTopic::default();
     t.error_code = 0;
     t.name = Some(topic_name(&topic.name));
     t.topic_id = topic.id;
     t.is_internal = topic.is_internal();
     t.topic_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
-    t.partitions = topic
-        .partitions
+    let Some(partitions) = image.topic(topic.id).map(|t| &t.partitions) else {
+        return t;
+    };
+    let node = state.node_id();
+    t.partitions = partitions
         .iter()
-        .map(|p| {
+        .map(|(&index, s)| {
             let mut e = MetadataResponsePartition::default();
-            e.error_code = 0;
-            e.partition_index = p.index;
-            e.leader_id = node;
-            e.leader_epoch = LEADER_EPOCH;
-            e.replica_nodes = vec![node];
-            e.isr_nodes = vec![node];
-            if p.offline_reason().is_some() {
-                // As Kafka reports a partition whose only replica is on a failed log dir.
+            e.partition_index = index;
+            e.leader_id = BrokerId(s.leader);
+            e.leader_epoch = s.leader_epoch;
+            e.replica_nodes = s.replicas.iter().map(|&r| BrokerId(r)).collect();
+            e.isr_nodes = s.isr.iter().map(|&r| BrokerId(r)).collect();
+            let offline_here = topic
+                .partitions
+                .get(index as usize)
+                .is_some_and(|p| p.offline_reason().is_some());
+            e.offline_replicas = s
+                .replicas
+                .iter()
+                .filter(|&&r| !image.is_unfenced(r) || (r == node && offline_here))
+                .map(|&r| BrokerId(r))
+                .collect();
+            if s.leader == NO_LEADER || (s.leader == node && offline_here) {
+                // As Kafka reports a partition without a serving leader.
                 e.error_code = ResponseError::LeaderNotAvailable.code();
                 e.leader_id = BrokerId(-1);
-                e.offline_replicas = vec![node];
             }
             e
         })

@@ -10,7 +10,7 @@ use crate::records::Record;
 use crate::snapshot::Snapshot;
 
 /// The epoch of a one-voter quorum: it elects itself once.
-const LOCAL_EPOCH: i32 = 1;
+pub(super) const LOCAL_EPOCH: i32 = 1;
 
 #[derive(Debug, Default)]
 struct State {

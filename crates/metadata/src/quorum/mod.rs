@@ -9,10 +9,13 @@
 //! Implementations: [`LocalQuorum`] (one voter, commits on propose) and, in [`raft`], the
 //! `openraft`-based quorum.
 
+mod durable;
 mod local;
 mod log;
 pub mod raft;
 
+pub use durable::{DurableQuorum, FRAME_BYTES_MAX, LOG_BATCHES_MAX};
+use local::LOCAL_EPOCH;
 pub use local::LocalQuorum;
 pub use log::{BATCHES_RETAINED_MAX, CommittedBatch, CommittedLog};
 
@@ -52,6 +55,8 @@ pub enum QuorumError {
     Compacted { from: i64, first: i64 },
     #[error("the quorum has shut down")]
     Shutdown,
+    #[error("metadata log storage: {0}")]
+    Storage(String),
 }
 
 /// The metadata log as the rest of the broker sees it.

@@ -1,0 +1,330 @@
+//! One voter whose committed log survives restarts and crashes: what a broker started without
+//! `--controller-quorum-voters` runs. It behaves as [`super::LocalQuorum`] (a proposal commits
+//! when it is made, because this voter is the majority) and writes every batch to a file, with
+//! an fsync, before `propose` returns — so a reply sent after a commit is never lost.
+//!
+//! Layout, in the metadata directory (`<data-dir>/__cluster_metadata-0`, Kafka's name):
+//! - `log`: frames `[body_len: u32][crc32c(body): u32][body]`, body = `[base_offset: i64]
+//!   [epoch: i32][proposer: u64][seq: u64][count: u32]` then `count` × `[len: u32][record]`.
+//! - `snapshot`: `[crc32c(snapshot): u32][snapshot encoding]`, written to `snapshot.tmp`,
+//!   fsynced, renamed over the old one, directory fsynced.
+//!
+//! Bounded: after [`LOG_BATCHES_MAX`] batches in the file, the image is written as a snapshot
+//! and the file starts over. Crash safety: a torn or corrupt frame at the end (a crash during an
+//! append, never acknowledged) is cut off on open; a crash between writing a snapshot and
+//! emptying the log leaves batches the snapshot already holds, which are skipped by offset.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+
+use super::{CommittedBatch, CommittedLog, LeaderAndEpoch, MetadataQuorum, NodeId, QuorumError};
+use super::{LOCAL_EPOCH, VoterStatus};
+use crate::records::{RECORD_BYTES_MAX, Reader, Record};
+use crate::snapshot::Snapshot;
+
+/// Batches in the log file before it is folded into a snapshot.
+pub const LOG_BATCHES_MAX: usize = 1000;
+/// Largest frame accepted on read (a batch of many topics' records).
+pub const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
+const LOG_FILE: &str = "log";
+const SNAPSHOT_FILE: &str = "snapshot";
+const FRAME_HEADER_BYTES: usize = 8;
+
+#[derive(Debug)]
+struct State {
+    log: CommittedLog,
+    next_seq: u64,
+    file: File,
+    batches_in_file: usize,
+}
+
+/// A single-voter quorum persisted in a directory.
+#[derive(Debug)]
+pub struct DurableQuorum {
+    node_id: NodeId,
+    dir: PathBuf,
+    state: Mutex<State>,
+}
+
+fn invalid(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A batch's frame body.
+fn encode_batch(batch: &CommittedBatch) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&batch.base.offset.to_be_bytes());
+    body.extend_from_slice(&batch.base.epoch.to_be_bytes());
+    body.extend_from_slice(&batch.proposer.to_be_bytes());
+    body.extend_from_slice(&batch.seq.to_be_bytes());
+    body.extend_from_slice(&(batch.records.len() as u32).to_be_bytes());
+    for r in &batch.records {
+        let bytes = r.encode().map_err(invalid)?;
+        body.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+        body.extend_from_slice(&bytes);
+    }
+    Ok(body)
+}
+
+fn decode_batch(body: &[u8]) -> Result<CommittedBatch, crate::records::RecordError> {
+    let mut r = Reader(body);
+    let offset = r.i64()?;
+    let epoch = r.u32()? as i32;
+    let proposer = r.i64()? as u64;
+    let seq = r.i64()? as u64;
+    let count = r.u32()? as usize;
+    let mut records = Vec::with_capacity(count.min(r.0.len() / 6));
+    for _ in 0..count {
+        let len = r.u32()? as usize;
+        if len > RECORD_BYTES_MAX {
+            return Err(crate::records::RecordError::TooLong {
+                what: "record",
+                len,
+                max: RECORD_BYTES_MAX,
+            });
+        }
+        records.push(Record::decode(r.bytes(len)?)?);
+    }
+    Ok(CommittedBatch {
+        base: crate::image::LogPosition { offset, epoch },
+        proposer,
+        seq,
+        records,
+    })
+}
+
+/// The frames of `bytes` that are whole and pass their CRC, and where the good prefix ends.
+fn read_frames(bytes: &[u8]) -> (Vec<CommittedBatch>, usize) {
+    let mut batches = Vec::new();
+    let mut at = 0usize;
+    while bytes.len() - at >= FRAME_HEADER_BYTES {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
+        let start = at + FRAME_HEADER_BYTES;
+        if len > FRAME_BYTES_MAX || bytes.len() - start < len {
+            break;
+        }
+        let body = &bytes[start..start + len];
+        if crc32c::crc32c(body) != crc {
+            break;
+        }
+        match decode_batch(body) {
+            Ok(batch) => batches.push(batch),
+            Err(_) => break,
+        }
+        at = start + len;
+    }
+    (batches, at)
+}
+
+impl DurableQuorum {
+    /// Open (or create) the metadata directory: load the snapshot, replay the log after it,
+    /// cut off a torn tail.
+    pub fn open(node_id: NodeId, dir: &Path) -> io::Result<DurableQuorum> {
+        fs::create_dir_all(dir)?;
+        let mut log = CommittedLog::default();
+        if let Some(snapshot) = read_snapshot(dir)? {
+            log.restore(&snapshot).map_err(invalid)?;
+        }
+        let path = dir.join(LOG_FILE);
+        let mut bytes = Vec::new();
+        match File::open(&path) {
+            Ok(mut f) => {
+                f.read_to_end(&mut bytes)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let (batches, good) = read_frames(&bytes);
+        let mut next_seq = 0;
+        let batches_in_file = batches.len();
+        for batch in batches {
+            next_seq = next_seq.max(batch.seq + 1);
+            if batch.last_offset() <= log.image().position().offset {
+                continue; // already in the snapshot
+            }
+            let expected = log.image().position().offset + 1;
+            if batch.base.offset != expected {
+                return Err(invalid(format!(
+                    "metadata log: batch at offset {} where {expected} was expected",
+                    batch.base.offset
+                )));
+            }
+            let (proposer, seq, epoch) = (batch.proposer, batch.seq, batch.base.epoch);
+            if log.append(proposer, seq, batch.records, epoch).is_none() {
+                return Err(invalid(format!(
+                    "metadata log: the batch at offset {expected} does not apply"
+                )));
+            }
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        if good < bytes.len() {
+            tracing::warn!(
+                cut_bytes = bytes.len() - good,
+                "metadata log: cutting off a torn tail"
+            );
+            file.set_len(good as u64)?;
+            file.sync_all()?;
+        }
+        let mut file = file;
+        std::io::Seek::seek(&mut file, io::SeekFrom::Start(good as u64))?;
+        fsync_dir(dir)?;
+        tracing::info!(
+            offset = log.image().position().offset,
+            topics = log.image().topics().count(),
+            "metadata log loaded"
+        );
+        Ok(DurableQuorum {
+            node_id,
+            dir: dir.to_path_buf(),
+            state: Mutex::new(State {
+                log,
+                next_seq,
+                file,
+                batches_in_file,
+            }),
+        })
+    }
+
+    /// Fold the file into a snapshot of the image and start an empty log.
+    fn compact(&self, state: &mut State) -> io::Result<()> {
+        let snapshot = state.log.snapshot().encode().map_err(invalid)?;
+        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        let mut f = File::create(&tmp)?;
+        f.write_all(&crc32c::crc32c(&snapshot).to_be_bytes())?;
+        f.write_all(&snapshot)?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
+        fsync_dir(&self.dir)?;
+        state.file.set_len(0)?;
+        std::io::Seek::seek(&mut state.file, io::SeekFrom::Start(0))?;
+        state.file.sync_all()?;
+        state.batches_in_file = 0;
+        Ok(())
+    }
+
+    fn persist(&self, state: &mut State, batch: &CommittedBatch) -> io::Result<()> {
+        let body = encode_batch(batch)?;
+        let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + body.len());
+        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        frame.extend_from_slice(&body);
+        state.file.write_all(&frame)?;
+        state.file.sync_data()?;
+        state.batches_in_file += 1;
+        Ok(())
+    }
+}
+
+/// The snapshot in `dir`, if any; damage is an error naming the file.
+fn read_snapshot(dir: &Path) -> io::Result<Option<Snapshot>> {
+    let path = dir.join(SNAPSHOT_FILE);
+    read_snapshot_at(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+fn read_snapshot_at(path: &Path) -> io::Result<Option<Snapshot>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if bytes.len() < 4 {
+        return Err(invalid("metadata snapshot: too short"));
+    }
+    let crc = u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&bytes[4..]) != crc {
+        // Written to a temp file and renamed: a bad CRC is corruption, not a torn write.
+        return Err(invalid("metadata snapshot: CRC mismatch"));
+    }
+    Snapshot::decode(&bytes[4..]).map(Some).map_err(invalid)
+}
+
+impl MetadataQuorum for DurableQuorum {
+    fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    fn propose(&self, records: Vec<Record>) -> Result<u64, QuorumError> {
+        let mut state = self.state.lock();
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let batch = CommittedBatch {
+            base: crate::image::LogPosition {
+                offset: state.log.image().position().offset + 1,
+                epoch: LOCAL_EPOCH,
+            },
+            proposer: self.node_id,
+            seq,
+            records,
+        };
+        // Dropped as on every voter when a record does not apply (the log says why).
+        if batch.records.is_empty() || state.log.image().apply_all(batch.positioned()).is_err() {
+            state
+                .log
+                .append(self.node_id, seq, batch.records, LOCAL_EPOCH);
+            return Ok(seq);
+        }
+        // On disk before it is visible: a reply released on commit is never lost.
+        if let Err(e) = self.persist(&mut state, &batch) {
+            tracing::error!(error = %e, "metadata log write failed");
+            return Err(QuorumError::Storage(e.to_string()));
+        }
+        let appended = state
+            .log
+            .append(self.node_id, seq, batch.records, LOCAL_EPOCH);
+        assert!(appended.is_some(), "a checked batch applies");
+        if state.batches_in_file >= LOG_BATCHES_MAX
+            && let Err(e) = self.compact(&mut state)
+        {
+            // The log file still holds every batch: only the bound is late.
+            tracing::error!(error = %e, "metadata snapshot failed");
+        }
+        Ok(seq)
+    }
+
+    fn read_committed(
+        &self,
+        from_offset: i64,
+        max_batches: usize,
+    ) -> Result<Vec<CommittedBatch>, QuorumError> {
+        self.state.lock().log.read(from_offset, max_batches)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.state.lock().log.snapshot()
+    }
+
+    fn leader(&self) -> LeaderAndEpoch {
+        LeaderAndEpoch {
+            leader: Some(self.node_id),
+            epoch: LOCAL_EPOCH,
+        }
+    }
+
+    fn is_ready_leader(&self) -> bool {
+        true
+    }
+
+    fn voters(&self) -> Vec<VoterStatus> {
+        vec![VoterStatus {
+            id: self.node_id,
+            lag_entries: Some(0),
+        }]
+    }
+}
+
+#[cfg(test)]
+#[path = "durable_tests.rs"]
+mod tests;
