@@ -107,6 +107,16 @@ fn batch_ids(b: &BrokerHandle, up_to: i64) -> Vec<(i64, i64, i32, u32)> {
     p.batch_ids(up_to).unwrap()
 }
 
+/// The leader epoch `b`'s metadata image names for the partition, once `b` leads it there.
+fn image_epoch(b: &BrokerHandle) -> Option<i32> {
+    let image = b.state().replicas.image();
+    if !image.is_unfenced(b.state().node_id()) {
+        return None;
+    }
+    let p = image.topic_by_name(TOPIC)?.partitions.get(&0)?;
+    (p.leader == b.state().node_id()).then_some(p.leader_epoch)
+}
+
 fn isr(b: &BrokerHandle) -> Vec<i32> {
     let p = b.state().replicas.partition(TOPIC, 0).unwrap();
     p.replica_status().map(|s| s.1).unwrap_or_default()
@@ -155,19 +165,35 @@ async fn a_follower_replicates_leaves_and_rejoins_the_isr_and_truncates_after_a_
         "acks=1 still works"
     );
 
-    // It restarts, catches up and rejoins; acks=all works again.
+    // It restarts, catches up and rejoins; acks=all works again. Its restart bumped the
+    // leader epoch in its own (one-voter) metadata, so this test's "controller" moves both
+    // brokers to that epoch, as a controller's election after a restart would.
     b = start(dir_b.path(), 2).await;
+    wait_for("B's own election after its restart", || {
+        image_epoch(&b) == Some(b.state().replicas.partition(TOPIC, 0).unwrap().leader_epoch())
+    })
+    .await;
+    let epoch = image_epoch(&b).unwrap().max(1);
+    let relead = LeaderAndIsr {
+        leader_epoch: epoch,
+        partition_epoch: 5,
+        replicas: vec![1, 2],
+        isr: vec![1],
+    };
+    a.state()
+        .lead(TOPIC, 0, relead, controller(a.state(), 5))
+        .unwrap();
     b.state().fetchers.set_peer(1, a.kafka_addr());
-    b.state().follow(TOPIC, 0, 1, 1).unwrap();
+    b.state().follow(TOPIC, 0, epoch, 1).unwrap();
     wait_for("the ISR to grow back", || isr(&a) == vec![1, 2]).await;
     assert_eq!(produce(&mut client, -1, 10_000).await, 0);
     let hw = offsets(&a).high_watermark;
     wait_for("the follower's HW", || offsets(&b).high_watermark == hw).await;
 
-    // Leader change: B leads epoch 2; A, still believing it leads epoch 1, takes an acks=1
-    // batch B never sees. A then follows B and truncates that tail by epoch.
+    // Leader change: B leads the next epoch; A, still believing it leads the old one, takes an
+    // acks=1 batch B never sees. A then follows B and truncates that tail by epoch.
     let lead_2 = LeaderAndIsr {
-        leader_epoch: 2,
+        leader_epoch: epoch + 1,
         partition_epoch: 10,
         replicas: vec![1, 2],
         isr: vec![2, 1],
@@ -178,20 +204,20 @@ async fn a_follower_replicates_leaves_and_rejoins_the_isr_and_truncates_after_a_
     assert_eq!(produce(&mut client, 1, 10_000).await, 0);
     let stale_end = offsets(&a).log_end_offset;
     a.state().fetchers.set_peer(2, b.kafka_addr());
-    a.state().follow(TOPIC, 0, 2, 2).unwrap();
+    a.state().follow(TOPIC, 0, epoch + 1, 2).unwrap();
     let mut client_b = RawClient::connect(b.kafka_addr()).await;
     for _ in 0..3 {
         assert_eq!(produce(&mut client_b, 1, 10_000).await, 0);
     }
     let end = offsets(&b).log_end_offset;
-    wait_for("A to replicate epoch 2", || {
+    wait_for("A to replicate the new epoch", || {
         offsets(&a).log_end_offset == end
     })
     .await;
     assert_eq!(batch_ids(&a, end), batch_ids(&b, end));
     let epochs: Vec<i32> = batch_ids(&a, end).iter().map(|b| b.2).collect();
     assert!(
-        epochs.contains(&2) && stale_end > hw,
+        epochs.contains(&(epoch + 1)) && stale_end > hw,
         "the stale tail was replaced"
     );
     a.shutdown().await;

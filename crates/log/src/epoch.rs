@@ -15,6 +15,9 @@ pub struct LeaderEpochCache {
     /// The file still holds entries that opening the log truncated away in memory only; the
     /// next assignment writes the list even when it adds nothing.
     stale_on_disk: bool,
+    /// Entries were assigned in memory only (`assign_deferred`, recovery): the file is written
+    /// before the log's recovery point checkpoint next moves (`persist_deferred`).
+    deferred: bool,
 }
 
 impl LeaderEpochCache {
@@ -48,6 +51,7 @@ impl LeaderEpochCache {
             dir: dir.to_path_buf(),
             entries,
             stale_on_disk: false,
+            deferred: false,
         })
     }
 
@@ -71,6 +75,7 @@ impl LeaderEpochCache {
             dir: dir.to_path_buf(),
             entries,
             stale_on_disk: false,
+            deferred: false,
         };
         cache.persist()?;
         Ok(cache)
@@ -78,6 +83,7 @@ impl LeaderEpochCache {
 
     fn persist(&mut self) -> io::Result<()> {
         self.stale_on_disk = false;
+        self.deferred = false;
         let rows: Vec<String> = self
             .entries
             .iter()
@@ -97,14 +103,62 @@ impl LeaderEpochCache {
     /// Record that `epoch` starts at `start_offset` (no-op if it is already the latest epoch; an
     /// older epoch than the latest is ignored, as Kafka does).
     pub fn assign(&mut self, epoch: i32, start_offset: i64) -> io::Result<()> {
+        if self.assign_in_memory(epoch, start_offset) {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    /// [`assign`](Self::assign) without writing the file now: for an epoch that begins at the log
+    /// end with no batch yet (a new leadership). The entry is written before the recovery point
+    /// checkpoint next moves past it ([`persist_deferred`](Self::persist_deferred)); a crash before
+    /// that loses only entries no flushed batch depends on, and the unflushed tail's epochs are
+    /// re-derived from its batches at open ([`recover_from_batches`](Self::recover_from_batches)).
+    /// So a broker that takes leadership of many partitions at start-up does not fsync a file
+    /// and a directory per partition (Kafka's KAFKA-15046 likewise moved this flush off the path).
+    pub fn assign_deferred(&mut self, epoch: i32, start_offset: i64) {
+        if self.assign_in_memory(epoch, start_offset) {
+            self.deferred = true;
+        }
+    }
+
+    /// Write the entries `assign_deferred` or recovery kept in memory, if any.
+    pub fn persist_deferred(&mut self) -> io::Result<()> {
+        if self.deferred {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    /// After an unclean open: assign the epochs of the batches at or after `from_offset` (the
+    /// tail above the recovery point, whose epoch entries may not have reached the file).
+    pub(crate) fn recover_from_batches<'a>(
+        &mut self,
+        segments: impl Iterator<Item = &'a Segment>,
+        from_offset: i64,
+    ) {
+        for seg in segments {
+            if seg.next_offset() <= from_offset {
+                continue;
+            }
+            seg.for_each_batch_from(seg.base_offset().max(from_offset), |view| {
+                let epoch = view.partition_leader_epoch();
+                if view.base_offset() >= from_offset && self.assign_in_memory(epoch, view.base_offset()) {
+                    self.deferred = true;
+                }
+            });
+        }
+    }
+
+    /// The entry list after assigning `epoch` at `start_offset`; whether the file needs writing.
+    fn assign_in_memory(&mut self, epoch: i32, start_offset: i64) -> bool {
         if epoch < 0 {
-            return Ok(());
+            return false;
         }
         match self.entries.last() {
             // Appends go on in an epoch the file may no longer describe correctly (it can
             // still name a later epoch that opening the log truncated away): rewrite it once.
-            Some((latest, _)) if *latest >= epoch && self.stale_on_disk => return self.persist(),
-            Some((latest, _)) if *latest >= epoch => return Ok(()),
+            Some((latest, _)) if *latest >= epoch => return self.stale_on_disk,
             _ => {}
         }
         // Entries with a start offset at or after the new one are superseded.
@@ -112,7 +166,7 @@ impl LeaderEpochCache {
             self.entries.pop();
         }
         self.entries.push((epoch, start_offset));
-        self.persist()
+        true
     }
 
     /// Kafka's `endOffsetFor`: `(epoch, end offset)` for the requested epoch, or `None` when it is

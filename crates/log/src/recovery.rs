@@ -302,6 +302,11 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
     }
     log.epochs
         .truncate_to_log_on_open(log.log_start_offset, log.next_offset);
+    if !clean {
+        // The tail above the recovery point may hold epochs whose entries were not written.
+        log.epochs
+            .recover_from_batches(log.segments.values(), log.recovery_point);
+    }
     log.rebuild_producer_state()?;
     if bases.is_empty() || (clean && !repaired) {
         // A new log, or a clean one loaded as it was: nothing to make durable, and the

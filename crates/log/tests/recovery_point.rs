@@ -233,3 +233,42 @@ fn deferred_checkpoint_advance_is_written_outside_and_dropped_after_a_truncation
     assert_eq!(checkpoint_value(dir.path()), Some(cut));
     assert_eq!(log.log_end_offset(), cut);
 }
+
+/// A new leadership's epoch entry is not written (or fsynced) when it is assigned; it reaches
+/// the file before the recovery point checkpoint passes it, and a crash before that re-derives
+/// the epochs of the unflushed tail from its batches.
+#[test]
+fn a_new_epoch_is_written_with_the_recovery_point_and_recovered_from_batches_after_a_crash() {
+    const EPOCHS: &str = "leader-epoch-checkpoint";
+    let dir = tempfile::tempdir().unwrap();
+    let now = 1_700_000_000_000;
+    let mut log = Log::open(dir.path(), config(), now).unwrap();
+    append(&mut log, 2, now);
+    log.flush().unwrap();
+    log.tick(now).unwrap();
+    let before = fs::read_to_string(dir.path().join(EPOCHS)).unwrap();
+    assert_eq!(log.latest_epoch(), Some(0));
+
+    log.assign_epoch_start_offset(3).unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.path().join(EPOCHS)).unwrap(),
+        before,
+        "not written when assigned"
+    );
+    assert_eq!(log.end_offset_for_epoch(0), Some((0, 2 * RECORDS_PER_BATCH)));
+    let mut b = build_simple(BatchSpec::default(), RECORDS_PER_BATCH as usize, 50);
+    log.append_as_leader(&mut b, 3, now).unwrap();
+    // Crash: no close, no flush; the batch is in the page cache, the entry nowhere on disk.
+    drop(log);
+    let log = Log::open(dir.path(), config(), now).unwrap();
+    assert_eq!(log.latest_epoch(), Some(3), "re-derived from the batch");
+    assert_eq!(log.end_offset_for_epoch(0), Some((0, 2 * RECORDS_PER_BATCH)));
+
+    // Once the recovery point moves past the new epoch's data, the file names it.
+    let mut log = log;
+    log.flush().unwrap();
+    log.tick(now).unwrap();
+    let after = fs::read_to_string(dir.path().join(EPOCHS)).unwrap();
+    assert!(after.contains(&format!("3 {}", 2 * RECORDS_PER_BATCH)), "{after}");
+    log.close().unwrap();
+}

@@ -51,12 +51,13 @@ impl Log {
     }
 
     /// Record that this replica leads from `leader_epoch` on, starting at the log end offset
-    /// (Kafka's `maybeAssignEpochStartOffset` when a replica becomes leader). The leader-epoch
-    /// checkpoint is then written here, once, instead of by the epoch's first append — which
-    /// would fsync two files and the directory in the middle of a Produce request.
+    /// (Kafka's `maybeAssignEpochStartOffset` when a replica becomes leader). Recorded here,
+    /// once, instead of by the epoch's first append; the checkpoint file is written with the next
+    /// recovery point checkpoint (`LeaderEpochCache::assign_deferred`), so neither a Produce
+    /// request nor a start-up that takes leadership of every partition waits for its fsync.
     pub fn assign_epoch_start_offset(&mut self, leader_epoch: i32) -> Result<(), LogError> {
         if leader_epoch >= 0 && self.epochs.latest_epoch() != Some(leader_epoch) {
-            self.epochs.assign(leader_epoch, self.next_offset)?;
+            self.epochs.assign_deferred(leader_epoch, self.next_offset);
         }
         Ok(())
     }

@@ -152,6 +152,8 @@ impl Log {
             self.last_flush_ms = now_ms;
         }
         if self.recovery_point > self.recovery_point_checkpointed {
+            // Epoch entries of the data below the new recovery point are on disk before it is.
+            self.epochs.persist_deferred()?;
             self.recovery_point_checkpointed = self.recovery_point;
             return Ok(Some(self.checkpoint.advance(self.recovery_point)));
         }

@@ -368,6 +368,8 @@ impl Log {
     }
 
     pub(crate) fn write_recovery_checkpoint(&mut self) -> Result<(), LogError> {
+        // Epoch entries of the data below the new recovery point are on disk before it is.
+        self.epochs.persist_deferred()?;
         self.checkpoint.write(self.recovery_point)?;
         self.recovery_point_checkpointed = self.recovery_point;
         Ok(())
