@@ -90,8 +90,8 @@ pub fn log_exposure(addr: SocketAddr, auth: Option<&HttpAuth>) {
     match auth {
         None if !addr.ip().is_loopback() => tracing::warn!(
             addr = %addr,
-            "the dashboard is reachable from the network WITHOUT AUTHENTICATION: anyone who can \
-             connect can create and delete topics and read every message (use --http-auth \
+            "the dashboard is reachable from the network and has no authentication: anyone who \
+             can connect can create and delete topics and read every message (use --http-auth \
              required, --http-listen 127.0.0.1:PORT, or off)"
         ),
         None => {}
