@@ -112,6 +112,10 @@ async fn login_sets_a_strict_session_cookie_and_logout_ends_it() {
     let r = send(a, "POST", "/login", &[], Some((FORM, wrong))).await;
     assert_eq!(r.status, 401);
     assert!(r.body.contains("Invalid username or password"));
+    assert!(
+        r.body.contains(r#"value="alice""#),
+        "the user name stays filled in"
+    );
     assert_eq!(r.header("set-cookie"), None);
 
     let body = "username=alice&password=alice-secret&next=%2Ftopics";
@@ -307,7 +311,7 @@ async fn denied_actions_get_403_with_kafkas_error_name() {
     let server = serve_with(Some(auth()), Some(hook)).await;
     let a = server.local_addr();
     let alice = basic("alice", "alice-secret");
-    for name in ["orders", "secret"] {
+    for name in ["orders", "secret", "t"] {
         let body = format!(r#"{{"name":"{name}","partitions":1}}"#);
         let r = send(
             a,
@@ -351,7 +355,12 @@ async fn denied_actions_get_403_with_kafkas_error_name() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["orders"]);
+    assert_eq!(names, ["orders", "t"]);
+    // A topic's consumers: only the groups bob may Describe.
+    let path = "/api/topics/t/consumers";
+    assert_eq!(get(a, path, &bob_h).await.json(), serde_json::json!([]));
+    let all = get(a, path, &[("Authorization", &alice)]).await.json();
+    assert_eq!(all[0]["group_id"], "g1");
     assert_eq!(
         get(a, "/api/groups", &bob_h)
             .await

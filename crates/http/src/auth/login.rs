@@ -31,7 +31,7 @@ pub async fn login_form(State(state): State<AppState>, Query(q): Query<NextQuery
     if state.auth.login.is_none() {
         return redirect("/", None);
     }
-    login_page(StatusCode::OK, &safe_next(q.next.as_deref()), "")
+    login_page(StatusCode::OK, &safe_next(q.next.as_deref()), "", "")
 }
 
 /// `POST /login` (form fields `username`, `password`, `next`): a session cookie and a redirect
@@ -49,6 +49,7 @@ pub async fn login_submit(State(state): State<AppState>, Form(form): Form<LoginF
         return login_page(
             StatusCode::UNAUTHORIZED,
             &next,
+            &user,
             "Invalid username or password.",
         );
     }
@@ -96,9 +97,11 @@ fn safe_next(next: Option<&str>) -> String {
     }
 }
 
-fn login_page(status: StatusCode, next: &str, error: &str) -> Response {
+/// The form; after a failed login with the user name filled in again.
+fn login_page(status: StatusCode, next: &str, user: &str, error: &str) -> Response {
     let html = LOGIN_HTML
         .replace("{{next}}", &escape(next))
+        .replace("{{user}}", &escape(user))
         .replace("{{error}}", &escape(error))
         .replace(
             "{{error_class}}",
