@@ -122,7 +122,8 @@ impl Default for BrokerConfig {
             log_cleaner: streamforge_log::CleanerConfig::default(),
             groups: Default::default(),
             txn: Default::default(),
-            // Loopback: the dashboard has no authentication and can create and delete topics.
+            // Loopback: without a login (`http_auth`) anyone reaching the dashboard can create
+            // and delete topics.
             http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             http: streamforge_http::HttpOptions::default(),
             http_auth: Default::default(),

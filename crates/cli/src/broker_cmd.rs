@@ -143,9 +143,9 @@ pub struct Args {
     /// Most partitions the broker hosts [default: derived from the open-files limit].
     #[arg(long, env = "STREAMFORGE_MAX_PARTITIONS")]
     pub max_partitions: Option<usize>,
-    /// Dashboard and /metrics address (HOST:PORT, :PORT), or `off`. It has no authentication and
-    /// can create and delete topics, so it listens on loopback only unless told otherwise
-    /// [default: 127.0.0.1:8080].
+    /// Dashboard and /metrics address (HOST:PORT, :PORT), or `off`. Without a login (see
+    /// --http-auth) it lets anyone create and delete topics, so it listens on loopback only
+    /// unless told otherwise [default: 127.0.0.1:8080].
     #[arg(long, env = "STREAMFORGE_HTTP_LISTEN")]
     pub http_listen: Option<String>,
     /// The dashboard's login: --http-auth, --http-session-timeout-ms, --http-metrics-auth.
