@@ -284,3 +284,20 @@ def test_the_dashboard_warns_when_exposed_without_authentication(broker_factory)
     b.command = command
     b.start()
     assert "the dashboard is reachable from the network and has no authentication" in b.log_text()
+
+
+def test_the_dashboard_with_a_login_warns_only_that_it_is_plain_http(broker_factory):
+    b = broker_factory(start=False)
+    default_command = b.command
+
+    def command() -> list[str]:
+        cmd = default_command()
+        cmd[cmd.index("--http-listen") + 1] = f"0.0.0.0:{free_port()}"
+        return cmd + ["--http-auth", "required"]
+
+    b.command = command
+    b.start()
+    log = b.log_text()
+    assert "has no authentication" not in log
+    assert "the dashboard asks for a login" in log
+    assert "the dashboard login is plain HTTP on a non-loopback address" in log

@@ -81,6 +81,8 @@ pub struct BrokerConfig {
     pub tiered: Option<streamforge_tiered::TieredConfig>,
     /// Dashboard extras (benchmark runner, history file; the history defaults to the data dir).
     pub http: streamforge_http::HttpOptions,
+    /// The dashboard's login (`--http-auth`, `--http-session-timeout-ms`, `--http-metrics-auth`).
+    pub http_auth: crate::http_auth::HttpAuthConfig,
     /// The clock this broker reads (its logs' runtime gets it too); the system clock by default.
     /// A test passes a `ManualClock` to run brokers under simulated time.
     pub clock: SharedClock,
@@ -126,9 +128,11 @@ impl Default for BrokerConfig {
             log_cleaner: streamforge_log::CleanerConfig::default(),
             groups: Default::default(),
             txn: Default::default(),
-            // Loopback: the dashboard has no authentication and can create and delete topics.
+            // Loopback: without a login (`http_auth`) anyone reaching the dashboard can create
+            // and delete topics.
             http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             http: streamforge_http::HttpOptions::default(),
+            http_auth: Default::default(),
             tiered: None,
             clock: SystemClock::shared(),
             metrics: None,

@@ -11,6 +11,7 @@ pub mod fetcher;
 pub mod frame_pool;
 pub mod group_service;
 pub mod handlers;
+pub mod http_auth;
 pub mod http_view;
 mod http_view_console;
 mod http_view_groups;
@@ -536,13 +537,10 @@ fn start_dashboard(
                 .join("bench-history.json"),
         );
     }
-    if !addr.ip().is_loopback() {
-        tracing::warn!(
-            addr = %addr,
-            "the dashboard is reachable from the network and has no authentication: anyone who \
-             can connect can create and delete topics (use --http-listen 127.0.0.1:PORT, or off)"
-        );
+    if options.auth.is_none() {
+        options.auth = http_auth::dashboard_auth(state);
     }
+    http_auth::log_exposure(addr, options.auth.as_ref());
     let view = Arc::new(http_view::BrokerView::new(state.clone()));
     streamforge_http::serve_on(listener, view, options)
         .map_err(|source| BrokerError::HttpBind { addr, source })

@@ -152,11 +152,14 @@ pub struct Args {
     /// Most partitions the broker hosts [default: derived from the open-files limit].
     #[arg(long, env = "STREAMFORGE_MAX_PARTITIONS")]
     pub max_partitions: Option<usize>,
-    /// Dashboard and /metrics address (HOST:PORT, :PORT), or `off`. It has no authentication and
-    /// can create and delete topics, so it listens on loopback only unless told otherwise
-    /// [default: 127.0.0.1:8080].
+    /// Dashboard and /metrics address (HOST:PORT, :PORT), or `off`. Without a login (see
+    /// --http-auth) it lets anyone create and delete topics, so it listens on loopback only
+    /// unless told otherwise [default: 127.0.0.1:8080].
     #[arg(long, env = "STREAMFORGE_HTTP_LISTEN")]
     pub http_listen: Option<String>,
+    /// The dashboard's login: --http-auth, --http-session-timeout-ms, --http-metrics-auth.
+    #[command(flatten)]
+    pub http_auth: crate::http_auth_args::HttpAuthArgs,
     /// Partitions of `__consumer_offsets` when it is created (`offsets.topic.num.partitions`) [default: 50].
     #[arg(long, env = "STREAMFORGE_OFFSETS_TOPIC_PARTITIONS")]
     pub offsets_topic_partitions: Option<i32>,
@@ -226,6 +229,9 @@ struct FileConfig {
     replica_fetch_response_max_bytes: Option<usize>,
     max_partitions: Option<usize>,
     http_listen: Option<String>,
+    http_auth: Option<String>,
+    http_session_timeout_ms: Option<u64>,
+    http_metrics_auth: Option<String>,
     offsets_topic_partitions: Option<i32>,
     group_initial_rebalance_delay_ms: Option<i64>,
     group_min_session_timeout_ms: Option<i32>,
@@ -329,6 +335,12 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
             Some(parse_listen(&h).with_context(|| format!("--http-listen {h} (or off)"))?)
         };
     }
+    let http_auth_file = crate::http_auth_args::FileValues {
+        http_auth: file.http_auth,
+        http_session_timeout_ms: file.http_session_timeout_ms,
+        http_metrics_auth: file.http_metrics_auth,
+    };
+    crate::http_auth_args::resolve(&args.http_auth, http_auth_file, &mut c.http_auth)?;
     let a = &args.tiered;
     let tiered_flags = a.remote_storage.is_some()
         || a.s3_bucket.is_some()

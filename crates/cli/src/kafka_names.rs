@@ -231,6 +231,7 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
         "http_listen",
         toml::Value::String(c.http_listen.map_or("off".to_string(), |a| a.to_string())),
     );
+    crate::http_auth_args::print(&c.http_auth, &mut put);
     put(
         "offsets_topic_partitions",
         int(g.offsets_topic_partitions.into()),

@@ -11,6 +11,7 @@ mod dump_log_cmd;
 mod groups_cmd;
 mod groups_describe;
 mod groups_reset;
+mod http_auth_args;
 mod kafka_names;
 mod produce_cmd;
 mod record_format;

@@ -31,6 +31,7 @@ async fn main() -> std::io::Result<()> {
         bench_runner: Some(Arc::new(support::FakeBench)),
         bench_history_path: None,
         metrics: None,
+        ..Default::default()
     };
     let server = serve(addr.parse().map_err(std::io::Error::other)?, view, options).await?;
     eprintln!("dashboard demo on http://{}", server.local_addr());

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 
 use axum::Json;
+use axum::extract::Extension;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
@@ -11,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use serde::Serialize;
 
+use crate::auth::{Action, Caller, Operation, Resource};
 use crate::bench::{BenchRequest, BenchRun};
 use crate::facade::{ClusterInfo, GroupInfo, GroupOffset};
 use crate::lag::partition_lag;
@@ -91,12 +93,22 @@ impl From<GroupInfo> for GroupJson {
     }
 }
 
-pub async fn groups(State(state): State<AppState>) -> ApiResult<Json<Vec<GroupJson>>> {
+/// Only the groups the caller may Describe (as Kafka's ListGroups lists them).
+pub async fn groups(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Vec<GroupJson>>> {
     let mut groups: Vec<GroupJson> = state
         .view
         .groups()
         .await?
         .into_iter()
+        .filter(|g| {
+            caller.allows(&Action::new(
+                Operation::Describe,
+                Resource::Group(g.group_id.clone()),
+            ))
+        })
         .map(GroupJson::from)
         .collect();
     groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));

@@ -2,12 +2,14 @@
 //! topic's consumers with their lag, and the broker page.
 
 use axum::Json;
+use axum::extract::Extension;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Action, Caller, Operation, Resource};
 use crate::console::{BrokerDetail, ConfigChange, ProduceMessage, Produced};
 use crate::lag::partition_lag;
 use crate::routes::{ApiError, ApiResult, AppState};
@@ -189,13 +191,20 @@ pub struct ConsumerPartitionJson {
 }
 
 /// `GET /api/topics/{t}/consumers`: every group with committed offsets on the topic.
+/// The groups on one topic (Describe on the topic, checked by the route), only those the
+/// caller may Describe.
 pub async fn topic_consumers(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(topic): Path<String>,
 ) -> ApiResult<Json<Vec<TopicConsumerJson>>> {
     state.view.topic(topic.clone()).await?;
     let mut out = Vec::new();
     for g in state.view.groups().await? {
+        let group = Resource::Group(g.group_id.clone());
+        if !caller.allows(&Action::new(Operation::Describe, group)) {
+            continue;
+        }
         let mut partitions: Vec<ConsumerPartitionJson> = g
             .offsets
             .iter()

@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 
 use axum::Json;
+use axum::extract::Extension;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Action, Caller, Operation, Resource};
 use crate::console::{OffsetReset, OffsetTarget, ResetOffset};
 use crate::lag_history::{LAG_HISTORY_POINTS_MAX, LAG_SAMPLE_INTERVAL, LagPoint};
 use crate::routes::{ApiError, ApiResult, AppState};
@@ -48,13 +50,19 @@ pub struct ResetJson {
 
 /// `POST /api/groups/{g}/reset-offsets`
 /// `{"topic", "partitions"?: [..], "to": "earliest"|"latest"|"offset"|"timestamp", "value"?: N}`.
+/// Read on the group (checked by the route) and on the topic, as OffsetCommit asks.
 pub async fn reset_offsets(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(group): Path<String>,
     body: Result<Json<ResetBody>, JsonRejection>,
 ) -> ApiResult<Json<ResetJson>> {
     let Json(body) = body
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {}", e.body_text())))?;
+    caller.check(Action::new(
+        Operation::Read,
+        Resource::Topic(body.topic.clone()),
+    ))?;
     check_partitions(&body.partitions)?;
     match body.target {
         OffsetTarget::Offset(o) if o < 0 => {
@@ -90,13 +98,19 @@ pub struct DeleteOffsetsBody {
 }
 
 /// `DELETE /api/groups/{g}/offsets` `{"topic", "partitions"?: [..]}`.
+/// Delete on the group (checked by the route) and Read on the topic, as OffsetDelete asks.
 pub async fn delete_offsets(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(group): Path<String>,
     body: Result<Json<DeleteOffsetsBody>, JsonRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let Json(body) = body
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {}", e.body_text())))?;
+    caller.check(Action::new(
+        Operation::Read,
+        Resource::Topic(body.topic.clone()),
+    ))?;
     check_partitions(&body.partitions)?;
     tracing::info!(group = %group, topic = %body.topic, "deleting group offsets from the dashboard");
     state

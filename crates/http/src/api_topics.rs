@@ -3,11 +3,13 @@
 use std::collections::HashMap;
 
 use axum::Json;
+use axum::extract::Extension;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::Serialize;
 
+use crate::auth::{Action, Caller, Operation, Resource};
 use crate::facade::{
     BatchInfo, ConfigEntry, CreateTopic, Message, MessageQuery, PartitionInfo, ReadStart, TopicInfo,
 };
@@ -56,8 +58,18 @@ impl From<TopicInfo> for TopicJson {
     }
 }
 
-pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<TopicJson>>> {
+/// Only the topics the caller may Describe (as Kafka's Metadata lists them).
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Vec<TopicJson>>> {
     let mut topics = state.view.topics().await?;
+    topics.retain(|t| {
+        caller.allows(&Action::new(
+            Operation::Describe,
+            Resource::Topic(t.name.clone()),
+        ))
+    });
     topics.sort_by(|a, b| (a.internal, &a.name).cmp(&(b.internal, &b.name)));
     Ok(Json(topics.into_iter().map(TopicJson::from).collect()))
 }
@@ -278,11 +290,16 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
 
 pub async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<CreateTopic>, JsonRejection>,
 ) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
     let Json(request) = body
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {}", e.body_text())))?;
     validate_topic_name(&request.name).map_err(ApiError::bad_request)?;
+    caller.check(Action::new(
+        Operation::Create,
+        Resource::Topic(request.name.clone()),
+    ))?;
     if !(1..=PARTITIONS_MAX).contains(&request.partitions) {
         return Err(ApiError::bad_request(format!(
             "partitions must be from 1 to {PARTITIONS_MAX}, got {}",

@@ -11,6 +11,7 @@ mod api_cluster;
 mod api_console;
 mod api_groups;
 mod api_topics;
+pub mod auth;
 pub mod bench;
 pub mod console;
 pub mod facade;
@@ -47,6 +48,11 @@ pub struct HttpOptions {
     /// The broker's metrics, served at `/metrics` and in the live view; the process default
     /// ([`install_metrics`]) when None.
     pub metrics: Option<Arc<MetricsHub>>,
+    /// The login (session cookie or Basic auth against the broker's users); None = no login,
+    /// every request is `User:ANONYMOUS`.
+    pub auth: Option<auth::HttpAuth>,
+    /// Asked before every action; None = [`auth::allow_all`].
+    pub authorizer: Option<auth::AuthorizeFn>,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -58,6 +64,11 @@ impl std::fmt::Debug for HttpOptions {
             )
             .field("bench_history_path", &self.bench_history_path)
             .field("metrics", &self.metrics)
+            .field("auth", &self.auth)
+            .field(
+                "authorizer",
+                &self.authorizer.as_ref().map(|_| "AuthorizeFn"),
+            )
             .finish()
     }
 }
@@ -137,6 +148,7 @@ pub fn serve_on(
         lag_history,
         metrics,
         live,
+        auth: Arc::new(auth::AuthState::new(options.auth, options.authorizer)),
         bench: Arc::new(bench::BenchHub::new(
             options.bench_runner,
             options.bench_history_path,

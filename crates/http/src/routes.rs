@@ -12,7 +12,7 @@ use crate::bench::BenchHub;
 use crate::facade::{ClusterView, ViewError};
 use crate::live::LiveSampler;
 use crate::metrics_tap::MetricsHub;
-use crate::{api_browse, api_cluster, api_console, api_groups, api_topics, ui};
+use crate::{api_browse, api_cluster, api_console, api_groups, api_topics, auth, ui};
 
 /// Everything a handler may need.
 #[derive(Clone)]
@@ -22,6 +22,8 @@ pub struct AppState {
     pub live: Arc<LiveSampler>,
     pub bench: Arc<BenchHub>,
     pub lag_history: Arc<crate::lag_history::LagHistory>,
+    /// Login, sessions and the authorization hook.
+    pub auth: Arc<crate::auth::AuthState>,
     /// Turns `true` at shutdown: open SSE streams end at once instead of holding it up.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -152,13 +154,21 @@ pub fn router(state: AppState) -> Router {
             get(api_cluster::bench_list).post(api_cluster::bench_start),
         )
         .route("/bench/{id}", get(api_cluster::bench_run))
+        .route("/whoami", get(auth::whoami))
+        .route_layer(axum::middleware::from_fn(auth::authorize_route))
         .fallback(api_not_found);
     Router::new()
         .nest("/api", api)
+        .route("/login", get(auth::login_form).post(auth::login_submit))
+        .route("/logout", post(auth::logout))
         .route("/metrics", get(api_cluster::metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/static/{*path}", get(ui::asset))
         .fallback(ui::page)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::gate,
+        ))
         .with_state(state)
 }
 

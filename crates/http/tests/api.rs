@@ -287,6 +287,7 @@ async fn benchmark_runs_and_is_kept_in_history() {
         bench_runner: Some(Arc::new(FakeBench)),
         bench_history_path: Some(path.clone()),
         metrics: None,
+        ..Default::default()
     };
     let server = serve(
         "127.0.0.1:0".parse().unwrap(),
@@ -337,6 +338,7 @@ async fn benchmark_runs_and_is_kept_in_history() {
         bench_runner: None,
         bench_history_path: Some(path),
         metrics: None,
+        ..Default::default()
     };
     let server = serve(
         "127.0.0.1:0".parse().unwrap(),

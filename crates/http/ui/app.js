@@ -55,6 +55,10 @@ SF.api = async (path, options = {}) => {
     err.status = 0;
     throw err;
   }
+  // The session ended (logout elsewhere, expiry): back to the login page, then here again.
+  if (response.status === 401) {
+    location.href = `/login?next=${encodeURIComponent(location.pathname + location.search)}`;
+  }
   const text = await response.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = { error: text.trim() }; }
@@ -258,6 +262,16 @@ SF.refreshClusterFoot = async () => {
   } catch (_) { /* shown on the next refresh */ }
 };
 
+// The signed-in user and the logout button, when the dashboard asks for a login.
+SF.showUser = async () => {
+  try {
+    const me = await SF.api("/api/whoami");
+    if (!me.login_required) return;
+    document.getElementById("user-name").textContent = me.user;
+    document.getElementById("user-box").classList.remove("hidden");
+  } catch (_) { /* a 401 already went to the login page */ }
+};
+
 SF.boot = async () => {
   document.addEventListener("click", (e) => {
     const a = e.target.closest("a[data-link]");
@@ -274,5 +288,6 @@ SF.boot = async () => {
   SF.render();
   SF.startLive();
   SF.refreshClusterFoot();
+  SF.showUser();
   setInterval(SF.refreshClusterFoot, 10000);
 };

@@ -62,6 +62,16 @@ impl CredentialStore {
         self.users.read().get(user)?.get(m.name()).cloned()
     }
 
+    /// Whether `password` is `user`'s: derives StoredKey with the stored salt (SHA-256's
+    /// credential first, then SHA-512's) and compares in constant time. PBKDF2: call it off the
+    /// async threads. SASL PLAIN and the dashboard's login both check passwords this way.
+    pub fn verify_password(&self, user: &str, password: &str) -> bool {
+        [Mechanism::ScramSha256, Mechanism::ScramSha512]
+            .into_iter()
+            .find_map(|m| self.get(user, m).map(|c| (m, c)))
+            .is_some_and(|(m, c)| super::scram::verify_password(m, &c, password))
+    }
+
     /// Every user with its mechanisms and iteration counts, sorted by name.
     pub fn describe(&self) -> Vec<(String, Vec<(Mechanism, u32)>)> {
         self.users

@@ -189,11 +189,7 @@ impl SaslSession {
         if user.is_empty() || (!authzid.is_empty() && authzid != user) {
             return failed();
         }
-        let ok = [Mechanism::ScramSha256, Mechanism::ScramSha512]
-            .into_iter()
-            .find_map(|m| self.store.get(user, m).map(|c| (m, c)))
-            .is_some_and(|(m, c)| scram::verify_password(m, &c, password));
-        if ok {
+        if self.store.verify_password(user, password) {
             Step::Done(Vec::new(), Principal::user(user))
         } else {
             failed()

@@ -293,6 +293,7 @@ pub async fn start() -> HttpServer {
         bench_runner: Some(Arc::new(FakeBench)),
         bench_history_path: None,
         metrics: None,
+        ..Default::default()
     };
     serve(
         "127.0.0.1:0".parse().unwrap(),
