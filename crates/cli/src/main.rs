@@ -12,6 +12,7 @@ mod groups_cmd;
 mod groups_describe;
 mod groups_reset;
 mod kafka_names;
+mod oauth_args;
 mod produce_cmd;
 mod record_format;
 mod topics_cmd;
