@@ -25,7 +25,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 import wire
-from harness import REPO_ROOT, BrokerProcess, free_port
+from harness import REPO_ROOT, BrokerProcess, find_binary, free_port
 
 TIMEOUT_S = 30
 ISSUER = "https://idp.streamforge.test"
@@ -295,6 +295,21 @@ def test_gen_jwks_makes_a_key_and_a_token_the_broker_accepts(tmp_path, certs):
         assert round_trip(conf, n=3) == [b"v0", b"v1", b"v2"]
     finally:
         b.proc.stop()
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "needs --sasl-oauthbearer-jwks-file"),
+    (["--sasl-oauthbearer-jwks-endpoint-url", "https://idp.example/jwks"], "only file: URLs"),
+    (["--sasl-oauthbearer-jwks-file", "/nonexistent/jwks.json"], "/nonexistent/jwks.json"),
+])
+def test_a_broker_without_usable_keys_refuses_to_start(tmp_path, args, message):
+    out = subprocess.run([str(find_binary()), "broker", "--data-dir", str(tmp_path / "d"),
+                          "--http-listen", "off", "--listeners",
+                          f"SASL_PLAINTEXT://127.0.0.1:{free_port()}",
+                          "--sasl-mechanisms", "OAUTHBEARER", *args],
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert out.returncode != 0
+    assert message in out.stderr + out.stdout
 
 
 def sasl_handshake(sock, mechanism: str) -> int:
