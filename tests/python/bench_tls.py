@@ -6,7 +6,9 @@ included), and OAUTHBEARER logins with an RS256 token from scripts/gen-jwks.
     STREAMFORGE_BIN=target/release/streamforge python3 tests/python/bench_tls.py \
         --messages 300000 --rounds 2
 
-Clients: confluent-kafka (librdkafka) for throughput; a raw-socket SCRAM client (salted password
+Clients: confluent-kafka (librdkafka) for throughput, or with `--client java` Kafka's own
+ProducerPerformance / ConsumerPerformance (kafka-producer-perf-test, kafka-consumer-perf-test)
+from the jars scripts/compare-kafka caches (run it once, e.g. `--smoke`, to fetch them); a raw-socket SCRAM client (salted password
 computed once, as a real client caches it) for the set-up rate, which then measures the broker's
 TLS-free SASL cost plus one TCP connect per login. Everything talks to 127.0.0.1 only.
 """
@@ -18,6 +20,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import ssl
 import subprocess
 import sys
@@ -69,6 +72,52 @@ def produce_consume(conf: dict, pid: int, messages: int, size: int) -> tuple[flo
     consume_rate = messages / (time.perf_counter() - t1)
     c.close()
     return produce_rate, consume_rate, cpu_s(pid) - cpu0
+
+
+JAVA_TOOL_OPTS = ["-Xmx256M", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+JAVA_PERF_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec")
+
+
+def java_tool(libs: Path, main: str, args: list[str]) -> str:
+    out = subprocess.run(["java", *JAVA_TOOL_OPTS, "-cp", f"{libs}/*", main, *args],
+                         capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"{main} failed:\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+def java_produce_consume(props: dict, pid: int, messages: int, size: int, libs: Path,
+                         work: Path) -> tuple[float, float, float]:
+    """The same workload with kafka-producer-perf-test and kafka-consumer-perf-test."""
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    cfg = work / f"{topic}.properties"
+    cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    cpu0 = cpu_s(pid)
+    out = java_tool(libs, "org.apache.kafka.tools.ProducerPerformance", [
+        "--topic", topic, "--num-records", str(messages), "--record-size", str(size),
+        "--throughput", "-1", "--producer-props", "acks=1", "linger.ms=5",
+        "--producer.config", str(cfg)])
+    produce_rate = float(JAVA_PERF_RE.search(out.strip().splitlines()[-1])[2])
+    out = java_tool(libs, "org.apache.kafka.tools.ConsumerPerformance", [
+        "--bootstrap-server", props["bootstrap.servers"], "--topic", topic,
+        "--messages", str(messages), "--timeout", "60000", "--consumer.config", str(cfg)])
+    row = [line for line in out.splitlines() if "," in line and not line.startswith("start")][-1]
+    consume_rate = float(row.split(",")[9])  # fetch.nMsg.sec: without the group join
+    return produce_rate, consume_rate, cpu_s(pid) - cpu0
+
+
+def java_props(conf: dict, certs: Path) -> dict:
+    """confluent-kafka settings as the Java client's."""
+    props = {"bootstrap.servers": conf["bootstrap.servers"]}
+    if "security.protocol" in conf:
+        props["security.protocol"] = conf["security.protocol"]
+        props["ssl.truststore.type"] = "PEM"
+        props["ssl.truststore.location"] = str(certs / "ca.pem")
+    if "sasl.mechanisms" in conf:
+        props["sasl.mechanism"] = conf["sasl.mechanisms"]
+        props["sasl.jaas.config"] = ("org.apache.kafka.common.security.scram.ScramLoginModule "
+                                     f'required username="bench" password="{PASSWORD}";')
+    return props
 
 
 class Connector:
@@ -162,6 +211,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--logins", type=int, default=300)
     ap.add_argument("--login-threads", type=int, default=4)
+    ap.add_argument("--client", choices=["confluent", "java"], default="confluent")
+    ap.add_argument("--kafka-libs", type=Path,
+                    default=Path.home() / ".cache" / "streamforge" / "kafka-4.1.1" / "libs")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-tls-"))
     certs = work / "certs"
@@ -191,11 +243,17 @@ def main() -> None:
                 "security.protocol": "SASL_SSL", **tls, "sasl.mechanisms": "SCRAM-SHA-256",
                 "sasl.username": "bench", "sasl.password": PASSWORD},
         }
-        print(f"{args.messages} x {args.size_bytes} B, confluent-kafka, acks=1, "
+        print(f"{args.messages} x {args.size_bytes} B, {args.client} client, acks=1, "
               f"binary {find_binary()}")
         for r in range(args.rounds):
             for name, conf in confs.items():
-                prod, cons, cpu = produce_consume(conf, b.pid, args.messages, args.size_bytes)
+                if args.client == "java":
+                    prod, cons, cpu = java_produce_consume(java_props(conf, certs), b.pid,
+                                                           args.messages, args.size_bytes,
+                                                           args.kafka_libs, work)
+                else:
+                    prod, cons, cpu = produce_consume(conf, b.pid, args.messages,
+                                                      args.size_bytes)
                 print(f"round {r + 1} {name:24} produce {prod:>10,.0f} msg/s  "
                       f"consume {cons:>10,.0f} msg/s  broker CPU {cpu:.2f} s", flush=True)
         report_logins(args, ports, certs, (work / "jwks" / "token.jwt").read_text().strip())
