@@ -244,6 +244,14 @@ impl Broker {
                 shutdown_rx.clone(),
             ));
         }
+        if let Some(jwt) = &state.security.oauthbearer {
+            let interval_ms = state.config.security.oauthbearer.jwks_refresh_ms;
+            state.spawn(security::jwt::run_reloader(
+                jwt.clone(),
+                interval_ms,
+                shutdown_rx.clone(),
+            ));
+        }
         let serving = state.spawn(server::run(
             state.clone(),
             listeners,
@@ -330,11 +338,20 @@ fn security_state(
                 message: e.to_string(),
             }
         })?;
+    let oauthbearer = if cfg.serves_oauthbearer() {
+        Some(
+            security::jwt::JwtValidator::load(&cfg.oauthbearer)
+                .map_err(|e| BrokerError::Config(e.to_string()))?,
+        )
+    } else {
+        None
+    };
     Ok(security::SecurityState {
         endpoints: security::endpoints(cfg, bound, legacy),
         credentials: Arc::new(credentials),
         tls,
         principal_mapper,
+        oauthbearer,
     })
 }
 

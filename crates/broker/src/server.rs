@@ -120,6 +120,7 @@ async fn serve_accepted(
                 security.credentials.clone(),
                 sec.connections_max_reauth_ms,
             )
+            .with_oauthbearer(security.oauthbearer.clone())
         }),
         auth_deadline: protocol
             .is_sasl()

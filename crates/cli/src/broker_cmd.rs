@@ -60,6 +60,9 @@ pub struct Args {
     /// `connections.max.reauth.ms` (KIP-368): SASL sessions last this long, 0 = forever [default: 0].
     #[arg(long, env = "STREAMFORGE_CONNECTIONS_MAX_REAUTH_MS")]
     pub connections_max_reauth_ms: Option<u64>,
+    /// SASL/OAUTHBEARER token checks (`sasl.oauthbearer.*`).
+    #[command(flatten)]
+    pub oauthbearer: crate::oauth_args::OAuthArgs,
     /// Data directory [default: ./data].
     #[arg(long, env = "STREAMFORGE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -197,6 +200,13 @@ struct FileConfig {
     connections_max_reauth_ms: Option<u64>,
     ssl_handshake_timeout_ms: Option<u64>,
     sasl_handshake_timeout_ms: Option<u64>,
+    sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    sasl_oauthbearer_jwks_endpoint_url: Option<String>,
+    sasl_oauthbearer_jwks_refresh_ms: Option<u64>,
+    sasl_oauthbearer_clock_skew_seconds: Option<u64>,
+    sasl_oauthbearer_expected_issuer: Option<String>,
+    sasl_oauthbearer_expected_audience: Option<String>,
+    sasl_oauthbearer_sub_claim_name: Option<String>,
     advertised_listener: Option<String>,
     data_dir: Option<PathBuf>,
     node_id: Option<i32>,
@@ -440,7 +450,16 @@ fn security_settings(
     {
         sec.connections_max_reauth_ms = v;
     }
-    Ok(())
+    let file_oauth = crate::oauth_args::OAuthArgs {
+        sasl_oauthbearer_jwks_file: file.sasl_oauthbearer_jwks_file.clone(),
+        sasl_oauthbearer_jwks_endpoint_url: file.sasl_oauthbearer_jwks_endpoint_url.clone(),
+        sasl_oauthbearer_jwks_refresh_ms: file.sasl_oauthbearer_jwks_refresh_ms,
+        sasl_oauthbearer_clock_skew_seconds: file.sasl_oauthbearer_clock_skew_seconds,
+        sasl_oauthbearer_expected_issuer: file.sasl_oauthbearer_expected_issuer.clone(),
+        sasl_oauthbearer_expected_audience: file.sasl_oauthbearer_expected_audience.clone(),
+        sasl_oauthbearer_sub_claim_name: file.sasl_oauthbearer_sub_claim_name.clone(),
+    };
+    crate::oauth_args::apply(&mut sec.oauthbearer, &args.oauthbearer, &file_oauth)
 }
 
 /// A listener address as Kafka's `listeners` accepts it: `HOST:PORT`, `:PORT` (every

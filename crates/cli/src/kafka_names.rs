@@ -16,6 +16,30 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ("ssl.principal.mapping.rules", "ssl_principal_mapping_rules"),
     ("sasl.enabled.mechanisms", "sasl_mechanisms"),
     ("connections.max.reauth.ms", "connections_max_reauth_ms"),
+    (
+        "sasl.oauthbearer.jwks.endpoint.url",
+        "sasl_oauthbearer_jwks_endpoint_url",
+    ),
+    (
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+        "sasl_oauthbearer_jwks_refresh_ms",
+    ),
+    (
+        "sasl.oauthbearer.clock.skew.seconds",
+        "sasl_oauthbearer_clock_skew_seconds",
+    ),
+    (
+        "sasl.oauthbearer.expected.issuer",
+        "sasl_oauthbearer_expected_issuer",
+    ),
+    (
+        "sasl.oauthbearer.expected.audience",
+        "sasl_oauthbearer_expected_audience",
+    ),
+    (
+        "sasl.oauthbearer.sub.claim.name",
+        "sasl_oauthbearer_sub_claim_name",
+    ),
     ("log.dirs", "data_dir"),
     ("log.dir", "data_dir"),
     ("node.id", "node_id"),
@@ -169,6 +193,9 @@ fn print_security(
             "connections_max_reauth_ms",
             toml::Value::Integer(sec.connections_max_reauth_ms as i64),
         );
+    }
+    if sec.serves_oauthbearer() {
+        crate::oauth_args::print(&sec.oauthbearer, put);
     }
 }
 

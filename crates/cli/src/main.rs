@@ -13,6 +13,7 @@ mod groups_describe;
 mod groups_reset;
 mod http_auth_args;
 mod kafka_names;
+mod oauth_args;
 mod produce_cmd;
 mod record_format;
 mod topics_cmd;

@@ -67,6 +67,10 @@ fn scram_mechanisms(text: &str) -> anyhow::Result<Vec<Mechanism>> {
                 m != Mechanism::Plain,
                 "PLAIN uses the SCRAM credentials; name a SCRAM mechanism"
             );
+            anyhow::ensure!(
+                m != Mechanism::OAuthBearer,
+                "OAUTHBEARER has no stored credentials (tokens are checked against the JWKS); name a SCRAM mechanism"
+            );
             Ok(m)
         })
         .collect()

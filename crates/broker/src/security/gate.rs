@@ -36,7 +36,7 @@ pub async fn check(session: &mut Option<SaslSession>, frame: &Bytes, peer: Socke
         return Gate::Pass;
     };
     if s.expects_raw_token() {
-        return raw_token(session, frame.clone()).await;
+        return raw_token(session, frame.clone(), peer).await;
     }
     let Ok(prefix) = HeaderPrefix::parse(frame) else {
         return Gate::Pass; // the router closes it with the reason
@@ -110,7 +110,7 @@ async fn authenticate(session: &mut Option<SaslSession>, frame: Bytes, peer: Soc
         .as_ref()
         .is_some_and(SaslSession::expects_authenticate);
     let step = if expected {
-        step_blocking(session, body.auth_bytes).await
+        step_blocking(session, body.auth_bytes, peer).await
     } else {
         Step::Failed("SaslAuthenticate in the wrong SASL state".into())
     };
@@ -150,8 +150,8 @@ async fn authenticate(session: &mut Option<SaslSession>, frame: Bytes, peer: Soc
 
 /// SaslHandshake v0: the token is the whole frame, answered with a bare length-prefixed token;
 /// a failure closes the connection without an answer (as Kafka does).
-async fn raw_token(session: &mut Option<SaslSession>, frame: Bytes) -> Gate {
-    match step_blocking(session, frame).await {
+async fn raw_token(session: &mut Option<SaslSession>, frame: Bytes, peer: SocketAddr) -> Gate {
+    match step_blocking(session, frame, peer).await {
         Step::Challenge(bytes) | Step::Done(bytes, _) => {
             let mut out = BytesMut::with_capacity(4 + bytes.len());
             out.put_i32(bytes.len() as i32);
@@ -165,8 +165,9 @@ async fn raw_token(session: &mut Option<SaslSession>, frame: Bytes) -> Gate {
     }
 }
 
-/// Run one token through the session on the blocking pool (PLAIN runs PBKDF2).
-async fn step_blocking(session: &mut Option<SaslSession>, token: Bytes) -> Step {
+/// Run one token through the session on the blocking pool (PLAIN runs PBKDF2, OAUTHBEARER a
+/// signature check).
+async fn step_blocking(session: &mut Option<SaslSession>, token: Bytes, peer: SocketAddr) -> Step {
     let Some(mut s) = session.take() else {
         return Step::Failed("no SASL session".into());
     };
@@ -176,7 +177,10 @@ async fn step_blocking(session: &mut Option<SaslSession>, token: Bytes) -> Step 
     })
     .await
     {
-        Ok((s, step)) => {
+        Ok((mut s, step)) => {
+            if let Some(reason) = s.take_refusal() {
+                tracing::warn!(%peer, reason, "OAUTHBEARER token refused");
+            }
             *session = Some(s);
             step
         }

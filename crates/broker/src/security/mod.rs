@@ -1,11 +1,14 @@
 //! Listener security: Kafka's four security protocols per listener (`listeners`,
 //! `advertised.listeners`), TLS with rustls (optionally mutual, `tls`), SASL PLAIN and
-//! SCRAM-SHA-256/512 (`sasl`, `scram`) with salted credentials in the data dir (`credentials`).
+//! SCRAM-SHA-256/512 (`sasl`, `scram`) with salted credentials in the data dir (`credentials`),
+//! OAUTHBEARER (`oauthbearer`) with JWTs checked against a JWKS file (`jwt`).
 //! See docs/SECURITY.md.
 
 pub mod credentials;
 pub mod gate;
+pub mod jwt;
 pub mod listeners;
+pub mod oauthbearer;
 pub mod principal;
 pub mod sasl;
 pub mod scram;
@@ -48,13 +51,15 @@ pub enum Mechanism {
     Plain,
     ScramSha256,
     ScramSha512,
+    OAuthBearer,
 }
 
 impl Mechanism {
-    pub const ALL: [Mechanism; 3] = [
+    pub const ALL: [Mechanism; 4] = [
         Mechanism::Plain,
         Mechanism::ScramSha256,
         Mechanism::ScramSha512,
+        Mechanism::OAuthBearer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +67,7 @@ impl Mechanism {
             Mechanism::Plain => "PLAIN",
             Mechanism::ScramSha256 => "SCRAM-SHA-256",
             Mechanism::ScramSha512 => "SCRAM-SHA-512",
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 
@@ -78,7 +84,7 @@ impl Mechanism {
         match self {
             Mechanism::ScramSha256 => 1,
             Mechanism::ScramSha512 => 2,
-            Mechanism::Plain => 0,
+            Mechanism::Plain | Mechanism::OAuthBearer => 0,
         }
     }
 }
@@ -91,10 +97,10 @@ impl std::str::FromStr for Mechanism {
             .into_iter()
             .find(|m| m.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| match s.to_ascii_uppercase().as_str() {
-                "OAUTHBEARER" | "GSSAPI" => {
-                    format!("SASL mechanism {s} is not served yet (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 are)")
+                "GSSAPI" => {
+                    format!("SASL mechanism {s} is not served yet (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER are)")
                 }
-                _ => format!("unknown SASL mechanism '{s}' (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
+                _ => format!("unknown SASL mechanism '{s}' (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)"),
             })
     }
 }
@@ -127,6 +133,8 @@ pub struct SecurityConfig {
     pub connections_max_reauth_ms: u64,
     /// PBKDF2 iterations of the credentials `streamforge users create` writes.
     pub scram_iterations: u32,
+    /// `sasl.oauthbearer.*`: how OAUTHBEARER tokens are checked.
+    pub oauthbearer: jwt::OAuthConfig,
 }
 
 impl Default for SecurityConfig {
@@ -145,6 +153,7 @@ impl Default for SecurityConfig {
             sasl_handshake_timeout_ms: 10_000,
             connections_max_reauth_ms: 0,
             scram_iterations: scram::ITERATIONS_DEFAULT,
+            oauthbearer: jwt::OAuthConfig::default(),
         }
     }
 }
@@ -154,6 +163,11 @@ impl SecurityConfig {
     /// SaslAuthenticate).
     pub fn serves_sasl(&self) -> bool {
         self.listeners.iter().any(|l| l.protocol.is_sasl())
+    }
+
+    /// Whether OAUTHBEARER tokens will be checked (a SASL listener with it enabled).
+    pub fn serves_oauthbearer(&self) -> bool {
+        self.serves_sasl() && self.sasl_mechanisms.contains(&Mechanism::OAuthBearer)
     }
 }
 
@@ -174,6 +188,8 @@ pub struct SecurityState {
     /// The acceptor of TLS listeners (`None` when no listener speaks TLS).
     pub tls: Option<std::sync::Arc<tls::TlsSource>>,
     pub principal_mapper: principal::PrincipalMapper,
+    /// The OAUTHBEARER token checker (`None` unless OAUTHBEARER is enabled on a SASL listener).
+    pub oauthbearer: Option<std::sync::Arc<jwt::JwtValidator>>,
 }
 
 impl SecurityState {

@@ -1,6 +1,7 @@
 //! One connection's SASL state on a SASL_PLAINTEXT / SASL_SSL listener: SaslHandshake (v0, then
-//! raw tokens; v1, then SaslAuthenticate), PLAIN and SCRAM-SHA-256/512, and re-authentication
-//! (KIP-368) once `connections.max.reauth.ms` runs out. Until a client has authenticated only
+//! raw tokens; v1, then SaslAuthenticate), PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER, and
+//! re-authentication (KIP-368) once the session ends: after `connections.max.reauth.ms`, and for
+//! OAUTHBEARER at the token's `exp` if that comes first. Until a client has authenticated only
 //! ApiVersions, SaslHandshake and SaslAuthenticate are answered; anything else closes the
 //! connection, as does a failed login (after its SASL_AUTHENTICATION_FAILED answer).
 
@@ -9,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::Mechanism;
 use super::credentials::CredentialStore;
+use super::jwt::{self, JwtValidator};
+use super::oauthbearer;
 use super::principal::Principal;
 use super::scram::{self, ScramError, ServerExchange};
 
@@ -34,6 +37,9 @@ enum Phase {
         exchange: Box<ServerExchange>,
         raw: bool,
     },
+    /// OAUTHBEARER: the token was refused and `{"status":"invalid_token"}` sent; waiting for the
+    /// client's `%x01`, answered with SASL_AUTHENTICATION_FAILED.
+    OAuthRefused { raw: bool },
     /// Authenticated.
     Authenticated,
 }
@@ -58,6 +64,12 @@ pub struct SaslSession {
     /// When the session ends (`connections.max.reauth.ms`), if it does.
     expires_at: Option<Instant>,
     reauth: Option<Duration>,
+    /// Checks OAUTHBEARER tokens (`None`: OAUTHBEARER is not enabled).
+    oauthbearer: Option<Arc<JwtValidator>>,
+    /// When the credential of the login in progress expires (an OAUTHBEARER token's `exp`).
+    credential_expires_at: Option<Instant>,
+    /// Why the last OAUTHBEARER token was refused, for the connection's log line.
+    refusal: Option<String>,
 }
 
 impl SaslSession {
@@ -69,7 +81,21 @@ impl SaslSession {
             principal: None,
             expires_at: None,
             reauth: (reauth_ms > 0).then(|| Duration::from_millis(reauth_ms)),
+            oauthbearer: None,
+            credential_expires_at: None,
+            refusal: None,
         }
+    }
+
+    /// Serve OAUTHBEARER (when enabled) with this token checker.
+    pub fn with_oauthbearer(mut self, validator: Option<Arc<JwtValidator>>) -> Self {
+        self.oauthbearer = validator;
+        self
+    }
+
+    /// Why the last OAUTHBEARER token was refused (once).
+    pub fn take_refusal(&mut self) -> Option<String> {
+        self.refusal.take()
     }
 
     pub fn enabled_names(&self) -> Vec<&'static str> {
@@ -94,7 +120,9 @@ impl SaslSession {
     pub fn expects_raw_token(&self) -> bool {
         matches!(
             self.phase,
-            Phase::Token { raw: true, .. } | Phase::ScramFinal { raw: true, .. }
+            Phase::Token { raw: true, .. }
+                | Phase::ScramFinal { raw: true, .. }
+                | Phase::OAuthRefused { raw: true }
         )
     }
 
@@ -102,7 +130,9 @@ impl SaslSession {
     pub fn expects_authenticate(&self) -> bool {
         matches!(
             self.phase,
-            Phase::Token { raw: false, .. } | Phase::ScramFinal { raw: false, .. }
+            Phase::Token { raw: false, .. }
+                | Phase::ScramFinal { raw: false, .. }
+                | Phase::OAuthRefused { raw: false }
         )
     }
 
@@ -140,6 +170,15 @@ impl SaslSession {
                 mechanism: Mechanism::Plain,
                 ..
             } => self.plain(token),
+            Phase::Token {
+                mechanism: Mechanism::OAuthBearer,
+                raw,
+            } => self.oauthbearer(token, raw, now),
+            Phase::OAuthRefused { .. } => {
+                // Kafka's server fails the login on the client's %x01; anything else is not
+                // a valid answer to the error either.
+                Step::Failed(oauthbearer::INVALID_TOKEN_CHALLENGE.to_string())
+            }
             Phase::Token { mechanism, raw } => self.scram_first(mechanism, token, raw),
             Phase::ScramFinal { exchange, .. } => match exchange.finish(token) {
                 Ok(server_final) => Step::Done(server_final, Principal::user(exchange.user())),
@@ -165,8 +204,51 @@ impl SaslSession {
         }
         self.phase = Phase::Authenticated;
         self.principal = Some(principal.clone());
-        self.expires_at = self.reauth.map(|d| now + d);
+        let reauth_at = self.reauth.map(|d| now + d);
+        // KIP-368: the session ends at the earlier of connections.max.reauth.ms and the
+        // credential's own expiry.
+        self.expires_at = match (reauth_at, self.credential_expires_at.take()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Step::Done(bytes, principal)
+    }
+
+    /// OAUTHBEARER (RFC 7628): the client initial response carries the token; a refused token
+    /// is answered with the `invalid_token` error challenge first, as Kafka's server does.
+    fn oauthbearer(&mut self, token: &[u8], raw: bool, now: Instant) -> Step {
+        let Some(validator) = self.oauthbearer.clone() else {
+            return Step::Failed("OAUTHBEARER is not configured on this broker".into());
+        };
+        let response = match oauthbearer::parse_client_response(token) {
+            Ok(r) => r,
+            Err(e) => {
+                self.refusal = Some(e.to_string());
+                return Step::Failed(
+                    "Authentication failed during authentication due to invalid credentials with SASL mechanism OAUTHBEARER".into(),
+                );
+            }
+        };
+        let valid = match validator.validate(&response.token) {
+            Ok(v) => v,
+            Err(e) => {
+                self.refusal = Some(e.to_string());
+                self.phase = Phase::OAuthRefused { raw };
+                return Step::Challenge(oauthbearer::INVALID_TOKEN_CHALLENGE.as_bytes().to_vec());
+            }
+        };
+        if !response.authzid.is_empty() && response.authzid != valid.principal {
+            return Step::Failed(format!(
+                "Authentication failed: Client requested an authorization id ({}) that is different from the token's principal name ({})",
+                response.authzid, valid.principal
+            ));
+        }
+        let left_ms = valid
+            .expires_at_ms
+            .saturating_sub(jwt::unix_now_ms())
+            .max(0);
+        self.credential_expires_at = Some(now + Duration::from_millis(left_ms as u64));
+        Step::Done(Vec::new(), Principal::user(valid.principal))
     }
 
     /// RFC 4616: `[authzid] NUL authcid NUL passwd`, checked against the user's SCRAM
@@ -275,5 +357,67 @@ mod tests {
             s.authenticate(b"bob\0alice\0pw", now),
             Step::Failed(_)
         ));
+    }
+
+    #[test]
+    fn oauthbearer_answers_invalid_token_then_fails_and_the_session_ends_at_exp() {
+        use crate::security::jwt::tests::{Signer, claims, validator, write_jwks};
+        let dir = tempfile::tempdir().unwrap();
+        let signer = Signer::es256("k1");
+        let v = validator(write_jwks(dir.path(), &[&signer]), |_| {});
+        let (_d, store) = store_with("alice", "pw");
+        let new_session = |reauth_ms| {
+            SaslSession::new(vec![Mechanism::OAuthBearer], store.clone(), reauth_ms)
+                .with_oauthbearer(Some(v.clone()))
+        };
+        let response = |t: &str| format!("n,,\x01auth=Bearer {t}\x01\x01").into_bytes();
+        let now = Instant::now();
+        let mut s = new_session(0);
+        assert_eq!(s.handshake("OAUTHBEARER", 1), HandshakeOutcome::Accepted);
+        let expired = signer.sign(&claims("alice", -120));
+        match s.authenticate(&response(&expired), now) {
+            Step::Challenge(c) => assert_eq!(c, br#"{"status":"invalid_token"}"#),
+            other => panic!("{other:?}"),
+        }
+        assert!(s.take_refusal().unwrap().contains("ExpiredSignature"));
+        assert!(s.expects_authenticate());
+        assert!(
+            matches!(s.authenticate(b"\x01", now), Step::Failed(m) if m.contains("invalid_token"))
+        );
+        assert!(!s.is_authenticated());
+
+        // A 60 s token with a 1000 s reauth limit: the session ends at exp.
+        let mut s = new_session(1_000_000);
+        assert_eq!(s.handshake("OAUTHBEARER", 1), HandshakeOutcome::Accepted);
+        let good = signer.sign(&claims("alice", 60));
+        assert!(
+            matches!(s.authenticate(&response(&good), now), Step::Done(_, p) if p.name == "alice")
+        );
+        let left = s.session_lifetime_ms(now);
+        assert!((55_000..=60_000).contains(&left), "{left}");
+        // Re-authentication must keep the principal.
+        assert_eq!(s.handshake("OAUTHBEARER", 1), HandshakeOutcome::Accepted);
+        let bob = signer.sign(&claims("bob", 60));
+        assert!(
+            matches!(s.authenticate(&response(&bob), now), Step::Failed(m) if m.contains("principals"))
+        );
+
+        // A 1 s reauth limit comes before exp; a garbage response and a wrong authzid fail.
+        let mut s = new_session(1000);
+        assert_eq!(s.handshake("OAUTHBEARER", 1), HandshakeOutcome::Accepted);
+        assert!(matches!(
+            s.authenticate(&response(&good), now),
+            Step::Done(..)
+        ));
+        assert_eq!(s.session_lifetime_ms(now), 1000);
+        let mut s = new_session(0);
+        assert_eq!(s.handshake("OAUTHBEARER", 1), HandshakeOutcome::Accepted);
+        assert!(matches!(s.authenticate(b"garbage", now), Step::Failed(_)));
+        let mut s = new_session(0);
+        assert_eq!(s.handshake("OAUTHBEARER", 1), HandshakeOutcome::Accepted);
+        let with_authzid = format!("n,a=bob,\x01auth=Bearer {good}\x01\x01");
+        assert!(
+            matches!(s.authenticate(with_authzid.as_bytes(), now), Step::Failed(m) if m.contains("authorization id"))
+        );
     }
 }

@@ -131,7 +131,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// `saslname` decoding: `=2C` is `,` and `=3D` is `=`; any other `=` is malformed.
-fn decode_saslname(s: &str) -> Result<String, ScramError> {
+pub(super) fn decode_saslname(s: &str) -> Result<String, ScramError> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find('=') {
