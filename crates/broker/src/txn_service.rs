@@ -154,6 +154,67 @@ impl TxnService {
         result
     }
 
+    /// The first transactional batch of a producer on a partition (KIP-890): with `add`
+    /// (Produce v12, transaction version 2) the partition joins the producer's transaction,
+    /// otherwise it must already be in it (part 1's verification). `append` runs under the
+    /// coordinator's lock, so no marker of this producer can come between the check and the
+    /// append (markers are written under the same lock). Errors are the coordinator's as
+    /// Kafka's produce path translates them.
+    pub fn verified_append<T>(
+        &self,
+        state: &BrokerState,
+        producer: (&str, i64, i16),
+        partition: (String, i32),
+        add: bool,
+        append: impl FnOnce() -> T,
+    ) -> Result<T, ResponseError> {
+        let (tid, pid, epoch) = producer;
+        let mut inner = self.inner.lock();
+        let checked = if add {
+            let mut out = TxnEffects::default();
+            let added = inner.coordinator.add_partitions(
+                now_ms(),
+                tid,
+                pid,
+                epoch,
+                std::slice::from_ref(&partition),
+                &mut out,
+            );
+            let durable = self.apply(state, &mut inner, out);
+            self.timer_wakeup.notify_one();
+            added.and_then(|()| {
+                durable
+                    .then_some(())
+                    .ok_or(ResponseError::CoordinatorNotAvailable)
+            })
+        } else {
+            let code = inner.coordinator.verify_partitions(
+                tid,
+                pid,
+                epoch,
+                std::slice::from_ref(&partition),
+            )[0];
+            match code {
+                0 => Ok(()),
+                c => Err(ResponseError::try_from_code(c).unwrap_or(ResponseError::InvalidTxnState)),
+            }
+        };
+        match checked {
+            Ok(()) => Ok(append()),
+            // Retriable coordinator errors that older producers do not retry on a Produce:
+            // NOT_ENOUGH_REPLICAS makes them retry without a metadata refresh (as Kafka).
+            Err(
+                ResponseError::CoordinatorNotAvailable
+                | ResponseError::CoordinatorLoadInProgress
+                | ResponseError::NotCoordinator,
+            ) => Err(ResponseError::NotEnoughReplicas),
+            Err(ResponseError::ConcurrentTransactions) if !add => {
+                Err(ResponseError::NotEnoughReplicas)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Read-only access (describe, list, TxnOffsetCommit checks).
     pub fn read<R>(&self, f: impl FnOnce(&TxnCoordinator) -> R) -> R {
         f(&self.inner.lock().coordinator)

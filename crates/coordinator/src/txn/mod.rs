@@ -17,6 +17,7 @@ mod records_v1;
 #[cfg(test)]
 mod tests;
 mod v2;
+pub use v2::TRANSACTION_VERSION_EPOCH_BUMP;
 #[cfg(test)]
 mod v2_tests;
 
@@ -141,6 +142,10 @@ pub struct TxnConfig {
     pub state_partitions: i32,
     /// `transaction.max.timeout.ms` (default 15 minutes).
     pub max_timeout_ms: i32,
+    /// The finalized `transaction.version` feature level ApiVersions advertises (Kafka 4.x's
+    /// default for a new cluster is 2): at 2, clients use KIP-890 part 2 (EndTxn v5, Produce
+    /// v12, no client AddPartitionsToTxn); at 0 or 1 they use the KIP-98 protocol.
+    pub transaction_version: i16,
 }
 
 impl Default for TxnConfig {
@@ -148,6 +153,7 @@ impl Default for TxnConfig {
         TxnConfig {
             state_partitions: DEFAULT_TRANSACTION_STATE_PARTITIONS,
             max_timeout_ms: 900_000,
+            transaction_version: v2::TRANSACTION_VERSION_EPOCH_BUMP,
         }
     }
 }
@@ -193,6 +199,11 @@ impl TxnCoordinator {
             config,
             txns: BTreeMap::new(),
         }
+    }
+
+    /// The finalized `transaction.version` level.
+    pub fn transaction_version(&self) -> i16 {
+        self.config.transaction_version
     }
 
     /// The `__transaction_state` partition of a transactional id (Kafka's

@@ -84,6 +84,14 @@ impl Log {
             .max(self.log_start_offset)
     }
 
+    /// Whether `producer_id` has an open transaction in this log (a transactional batch since
+    /// its last marker).
+    pub fn has_open_transaction(&self, producer_id: i64) -> bool {
+        self.producers
+            .get(producer_id)
+            .is_some_and(|e| e.current_txn_first_offset != crate::producer_state::NO_TXN)
+    }
+
     /// Open transactions as (first offset, producer id), oldest first.
     pub fn open_transactions(&self) -> Vec<(i64, i64)> {
         self.producers.ongoing().collect()
