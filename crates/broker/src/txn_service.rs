@@ -17,7 +17,7 @@ use streamforge_coordinator::txn::{
 use streamforge_coordinator::{OFFSETS_TOPIC, TxnOffset};
 use streamforge_log::TxnMarker;
 use streamforge_protocol::control::ControlType;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::BrokerState;
 use crate::partition::{Acks, AppendParams, FetchIsolation, FetchParams, Partition};
@@ -47,7 +47,6 @@ pub struct TxnService {
     partitions: OnceLock<Vec<Arc<Partition>>>,
     /// Its partition count when this broker creates it.
     wanted_partitions: i32,
-    timer_wakeup: Notify,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +72,6 @@ impl TxnService {
                 }),
                 partitions: OnceLock::new(),
                 wanted_partitions: config.state_partitions.max(1),
-                timer_wakeup: Notify::new(),
             });
         };
         // An existing topic keeps its partition count: placement depends on it.
@@ -104,7 +102,6 @@ impl TxnService {
             }),
             partitions: OnceLock::from(topic.partitions.clone()),
             wanted_partitions: topic.partitions.len() as i32,
-            timer_wakeup: Notify::new(),
         })
     }
 
@@ -147,7 +144,9 @@ impl TxnService {
         let result = f(&mut inner.coordinator, now_ms(), &mut out);
         let durable = self.apply(state, &mut inner, out);
         drop(inner);
-        self.timer_wakeup.notify_one();
+        // The timer is not woken per request: it looks again within TIMER_IDLE_MS, so a
+        // timeout fires at most that late (Kafka checks every 10 s), and the hot path of a
+        // transaction (AddPartitionsToTxn, EndTxn) saves a thread hop and a lock round.
         if !durable {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
@@ -181,7 +180,6 @@ impl TxnService {
                 &mut out,
             );
             let durable = self.apply(state, &mut inner, out);
-            self.timer_wakeup.notify_one();
             added.and_then(|()| {
                 durable
                     .then_some(())
@@ -405,7 +403,6 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
-            _ = state.txns.timer_wakeup.notified() => {}
         }
     }
 }
