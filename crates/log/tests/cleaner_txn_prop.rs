@@ -146,8 +146,8 @@ fn write(log: &mut Log, ops: &[Op], ts: i64) -> Model {
     // Every transaction but producer 1's ends (committed when the op count is even).
     for (p, t) in open {
         if p != 1 {
-            end(log, p, ops.len() % 2 == 0, ts);
-            model.txns[t] = Some(ops.len() % 2 == 0);
+            end(log, p, ops.len().is_multiple_of(2), ts);
+            model.txns[t] = Some(ops.len().is_multiple_of(2));
         }
     }
     model

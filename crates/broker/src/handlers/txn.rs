@@ -159,14 +159,14 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
     metrics::histogram!("streamforge_end_txn_seconds").record(started.elapsed().as_secs_f64());
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
-    if result.is_ok() && epoch_bump {
-        if let Some((p, e)) = state
+    if result.is_ok()
+        && epoch_bump
+        && let Some((p, e)) = state
             .txns
             .read(|c| c.get(tid).map(|m| (m.producer_id, m.producer_epoch)))
-        {
-            resp.producer_id = ProducerId(p);
-            resp.producer_epoch = e;
-        }
+    {
+        resp.producer_id = ProducerId(p);
+        resp.producer_epoch = e;
     }
     resp.error_code = code(result);
     Ok(Some(req.respond(&resp)?))
