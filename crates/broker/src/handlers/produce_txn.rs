@@ -40,7 +40,7 @@ pub(crate) fn append(
     };
     // The common case: the producer's transaction is already open here.
     let open = |log: &streamforge_log::Log| {
-        if log.has_open_transaction(pid) {
+        if log.has_open_transaction(pid, epoch) {
             Ok(())
         } else {
             Err(PartitionError::NotInTransaction)

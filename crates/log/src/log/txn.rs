@@ -85,11 +85,12 @@ impl Log {
     }
 
     /// Whether `producer_id` has an open transaction in this log (a transactional batch since
-    /// its last marker).
-    pub fn has_open_transaction(&self, producer_id: i64) -> bool {
-        self.producers
-            .get(producer_id)
-            .is_some_and(|e| e.current_txn_first_offset != crate::producer_state::NO_TXN)
+    /// its last marker) under `epoch`: under transaction version 2 each transaction has its own
+    /// epoch, so an older one still open here (its marker not yet written) is not this one.
+    pub fn has_open_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.get(producer_id).is_some_and(|e| {
+            e.current_txn_first_offset != crate::producer_state::NO_TXN && e.epoch == epoch
+        })
     }
 
     /// Open transactions as (first offset, producer id), oldest first.
