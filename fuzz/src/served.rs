@@ -16,7 +16,7 @@ macro_rules! served {
 
 // Keep in the order of router.rs, one line per route (scripts/fuzz parses both).
 served! {
-    Produce, 0, 11;
+    Produce, 0, 12;
     Fetch, 4, 12;
     ListOffsets, 1, 10;
     Metadata, 0, 13;
@@ -51,8 +51,8 @@ served! {
     AlterUserScramCredentials, 0, 0;
     AddPartitionsToTxn, 0, 5;
     AddOffsetsToTxn, 0, 4;
-    EndTxn, 0, 4;
-    TxnOffsetCommit, 0, 4;
+    EndTxn, 0, 5;
+    TxnOffsetCommit, 0, 5;
     DescribeTransactions, 0, 0;
     ListTransactions, 0, 1;
     WriteTxnMarkers, 0, 1;

@@ -6,15 +6,19 @@ Usage: STREAMFORGE_BIN=target/release/streamforge python3 tests/python/bench_tra
 Starts one broker, then alternates an idempotent run and a transactional run (one transaction
 per `--per-txn` messages), each producing `--messages` 100-byte messages to a fresh 10-partition
 topic (confluent-kafka, acks=all). Prints msgs/s per run, the transactional/idempotent ratio of
-the medians, and p50/p99 of commit_transaction over every transaction.
+the medians, p50/p99 of commit_transaction over every transaction, and the broker's own handling
+time per request (from `/metrics`: mean, and the histogram bucket holding the p99) for EndTxn,
+AddPartitionsToTxn and Produce.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -73,6 +77,22 @@ def run_transactional(bootstrap: str, name: str, messages: int, per_txn: int, co
     return messages / (time.perf_counter() - start)
 
 
+def broker_side(http_url: str, api: str) -> str:
+    """The broker's handling time of `api` from its request-duration histogram."""
+    text = urllib.request.urlopen(f"{http_url}/metrics", timeout=10).read().decode()
+    name = "streamforge_request_duration_seconds"
+    buckets = [(float(le), int(n)) for le, n in re.findall(
+        rf'{name}_bucket{{api="{api}",le="([0-9.e+-]+)"}} (\d+)', text)]
+    total = re.search(rf'{name}_sum{{api="{api}"}} ([0-9.e+-]+)', text)
+    count = re.search(rf'{name}_count{{api="{api}"}} (\d+)', text)
+    if not buckets or not total or not count or int(count.group(1)) == 0:
+        return f"{api}: no requests"
+    n = int(count.group(1))
+    p99 = next((le for le, c in sorted(buckets) if c >= 0.99 * n), float("inf"))
+    mean_ms = float(total.group(1)) / n * 1000
+    return f"{api}: {n} requests, mean {mean_ms:.3f} ms, p99 <= {p99 * 1000:g} ms"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=100_000)
@@ -80,7 +100,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        b = BrokerProcess(Path(d)).start()
+        b = BrokerProcess(Path(d), http=True).start()
         try:
             idem, txn, commits = [], [], []
             for r in range(args.rounds):
@@ -94,6 +114,8 @@ def main() -> None:
             p99 = commits[min(len(commits) - 1, int(len(commits) * 0.99))] * 1000
             print(f"transactional / idempotent (medians): {ratio:.3f}")
             print(f"commit_transaction (EndTxn) over {len(commits)} transactions: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+            for api in ("EndTxn", "AddPartitionsToTxn", "Produce"):
+                print("broker-side", broker_side(b.http_url, api))
         finally:
             b.stop()
 

@@ -71,7 +71,7 @@ macro_rules! route {
 pub static ROUTES: &[Route] = &[
     // Produce is advertised from v0 (librdkafka disables compression otherwise); the codec
     // decodes v3+, the only versions that carry RecordBatch v2.
-    route!(Produce, 0, 11, produce::handle),
+    route!(Produce, 0, 12, produce::handle),
     route!(Fetch, 4, 12, fetch::handle),
     route!(ListOffsets, 1, 10, offsets::handle_list_offsets),
     route!(Metadata, 0, 13, metadata::handle),
@@ -138,8 +138,8 @@ pub static ROUTES: &[Route] = &[
     // brokers' verify-only batches (KIP-890 part 1); EndTxn v5 / TxnOffsetCommit v5 are v2.
     route!(AddPartitionsToTxn, 0, 5, txn::handle_add_partitions),
     route!(AddOffsetsToTxn, 0, 4, txn::handle_add_offsets),
-    route!(EndTxn, 0, 4, txn::handle_end_txn),
-    route!(TxnOffsetCommit, 0, 4, txn::handle_txn_offset_commit),
+    route!(EndTxn, 0, 5, txn::handle_end_txn),
+    route!(TxnOffsetCommit, 0, 5, txn::handle_txn_offset_commit),
     route!(DescribeTransactions, 0, 0, txn_admin::handle_describe),
     // v2's transactional-id pattern is not applied yet.
     route!(ListTransactions, 0, 1, txn_admin::handle_list),

@@ -17,7 +17,7 @@ use streamforge_coordinator::txn::{
 use streamforge_coordinator::{OFFSETS_TOPIC, TxnOffset};
 use streamforge_log::TxnMarker;
 use streamforge_protocol::control::ControlType;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::BrokerState;
 use crate::partition::{Acks, AppendParams, FetchIsolation, FetchParams, Partition};
@@ -47,7 +47,6 @@ pub struct TxnService {
     partitions: OnceLock<Vec<Arc<Partition>>>,
     /// Its partition count when this broker creates it.
     wanted_partitions: i32,
-    timer_wakeup: Notify,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +72,6 @@ impl TxnService {
                 }),
                 partitions: OnceLock::new(),
                 wanted_partitions: config.state_partitions.max(1),
-                timer_wakeup: Notify::new(),
             });
         };
         // An existing topic keeps its partition count: placement depends on it.
@@ -104,7 +102,6 @@ impl TxnService {
             }),
             partitions: OnceLock::from(topic.partitions.clone()),
             wanted_partitions: topic.partitions.len() as i32,
-            timer_wakeup: Notify::new(),
         })
     }
 
@@ -147,11 +144,73 @@ impl TxnService {
         let result = f(&mut inner.coordinator, now_ms(), &mut out);
         let durable = self.apply(state, &mut inner, out);
         drop(inner);
-        self.timer_wakeup.notify_one();
+        // The timer is not woken per request: it looks again within TIMER_IDLE_MS, so a
+        // timeout fires at most that late (Kafka checks every 10 s), and the hot path of a
+        // transaction (AddPartitionsToTxn, EndTxn) saves a thread hop and a lock round.
         if !durable {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
         result
+    }
+
+    /// The first transactional batch of a producer on a partition (KIP-890): with `add`
+    /// (Produce v12, transaction version 2) the partition joins the producer's transaction,
+    /// otherwise it must already be in it (part 1's verification). `append` runs under the
+    /// coordinator's lock, so no marker of this producer can come between the check and the
+    /// append (markers are written under the same lock). Errors are the coordinator's as
+    /// Kafka's produce path translates them.
+    pub fn verified_append<T>(
+        &self,
+        state: &BrokerState,
+        producer: (&str, i64, i16),
+        partition: (String, i32),
+        add: bool,
+        append: impl FnOnce() -> T,
+    ) -> Result<T, ResponseError> {
+        let (tid, pid, epoch) = producer;
+        let mut inner = self.inner.lock();
+        let checked = if add {
+            let mut out = TxnEffects::default();
+            let added = inner.coordinator.add_partitions(
+                now_ms(),
+                tid,
+                pid,
+                epoch,
+                std::slice::from_ref(&partition),
+                &mut out,
+            );
+            let durable = self.apply(state, &mut inner, out);
+            added.and_then(|()| {
+                durable
+                    .then_some(())
+                    .ok_or(ResponseError::CoordinatorNotAvailable)
+            })
+        } else {
+            let code = inner.coordinator.verify_partitions(
+                tid,
+                pid,
+                epoch,
+                std::slice::from_ref(&partition),
+            )[0];
+            match code {
+                0 => Ok(()),
+                c => Err(ResponseError::try_from_code(c).unwrap_or(ResponseError::InvalidTxnState)),
+            }
+        };
+        match checked {
+            Ok(()) => Ok(append()),
+            // Retriable coordinator errors that older producers do not retry on a Produce:
+            // NOT_ENOUGH_REPLICAS makes them retry without a metadata refresh (as Kafka).
+            Err(
+                ResponseError::CoordinatorNotAvailable
+                | ResponseError::CoordinatorLoadInProgress
+                | ResponseError::NotCoordinator,
+            ) => Err(ResponseError::NotEnoughReplicas),
+            Err(ResponseError::ConcurrentTransactions) if !add => {
+                Err(ResponseError::NotEnoughReplicas)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Read-only access (describe, list, TxnOffsetCommit checks).
@@ -344,7 +403,6 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
-            _ = state.txns.timer_wakeup.notified() => {}
         }
     }
 }

@@ -137,6 +137,10 @@ pub struct Args {
     /// `max.connections` [default: 10000].
     #[arg(long, env = "STREAMFORGE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// The finalized `transaction.version` feature: 2 serves KIP-890 part 2 (an epoch bump
+    /// per transaction) to clients that use it, 0 keeps every client on KIP-98 [default: 2].
+    #[arg(long, env = "STREAMFORGE_TRANSACTION_VERSION", value_parser = clap::value_parser!(i16).range(0..=2))]
+    pub transaction_version: Option<i16>,
     /// `connections.max.idle.ms` [default: 600000].
     #[arg(long, env = "STREAMFORGE_CONNECTIONS_MAX_IDLE_MS")]
     pub connections_max_idle_ms: Option<u64>,
@@ -232,6 +236,7 @@ struct FileConfig {
     socket_request_max_bytes: Option<usize>,
     queued_max_request_bytes: Option<usize>,
     max_connections: Option<usize>,
+    transaction_version: Option<i16>,
     connections_max_idle_ms: Option<u64>,
     request_read_timeout_ms: Option<u64>,
     fetch_max_bytes: Option<usize>,
@@ -314,6 +319,7 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(socket_request_max_bytes);
     set!(queued_max_request_bytes);
     set!(max_connections);
+    set!(transaction_version => c.txn.transaction_version);
     set!(connections_max_idle_ms);
     set!(request_read_timeout_ms);
     set!(fetch_max_bytes);

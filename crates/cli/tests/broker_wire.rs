@@ -155,7 +155,7 @@ fn api_versions_advertises_routes_and_answers_newer_versions_in_v0() {
     let mut c = b.connect();
     let r: ApiVersionsResponse = c.call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default());
     let produce = r.api_keys.iter().find(|k| k.api_key == 0).unwrap();
-    assert_eq!((produce.min_version, produce.max_version), (0, 11));
+    assert_eq!((produce.min_version, produce.max_version), (0, 12));
     // A version we do not know: v0 body, UNSUPPORTED_VERSION, our ApiVersions range.
     let id = c.send(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default());
     let raw = {

@@ -167,7 +167,6 @@ impl ProducerStateManager {
         self.producers.is_empty()
     }
 
-    #[cfg(test)]
     pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
     }

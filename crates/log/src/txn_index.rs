@@ -119,6 +119,45 @@ pub fn rewrite(dir: &Path, base: i64, entries: &[AbortedTxn]) -> io::Result<()> 
     fs::rename(&tmp, &path)
 }
 
+/// `<base>.txnindex.swap`: a cleaned segment's index, written before the cleaner's swap and
+/// installed with it (or by recovery, which completes the swap).
+pub fn swap_path(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{}.txnindex.swap", file_stem(base)))
+}
+
+/// Write segment `base`'s swap index (possibly empty) and fsync it.
+pub fn write_swap(dir: &Path, base: i64, entries: &[AbortedTxn]) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(entries.len() * ENTRY_BYTES);
+    for e in entries {
+        encode(e, &mut buf);
+    }
+    let mut f = fs::File::create(swap_path(dir, base))?;
+    f.write_all(&buf)?;
+    f.sync_data()
+}
+
+/// Install segment `base`'s swap index if there is one: it replaces `<base>.txnindex` (an
+/// empty one removes it). Returns whether there was one.
+pub fn install_swap(dir: &Path, base: i64) -> io::Result<bool> {
+    let swap = swap_path(dir, base);
+    let len = match fs::metadata(&swap) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if len == 0 {
+        for path in [txn_index_path(dir, base), swap] {
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    } else {
+        fs::rename(&swap, txn_index_path(dir, base))?;
+    }
+    Ok(true)
+}
+
 /// The in-memory aborted-transaction index of one log, ordered by `last_offset`.
 #[derive(Debug, Default)]
 pub struct AbortedTxns {
@@ -139,6 +178,20 @@ impl AbortedTxns {
 
     pub fn clear(&mut self) {
         self.entries.clear();
+    }
+
+    /// The entries whose marker is in `[from, to)` become `entries` (a cleaned segment's).
+    pub fn replace_markers_in(&mut self, from: i64, to: i64, entries: &[AbortedTxn]) {
+        assert!(
+            entries
+                .iter()
+                .all(|e| e.last_offset >= from && e.last_offset < to),
+            "a cleaned segment's aborted transactions lie in its range [{from}, {to})"
+        );
+        self.entries
+            .retain(|e| e.last_offset < from || e.last_offset >= to);
+        let at = self.entries.partition_point(|e| e.last_offset < from);
+        self.entries.splice(at..at, entries.iter().copied());
     }
 
     /// Keep only entries whose marker is in `[from, to)`.

@@ -13,6 +13,7 @@ pub mod log_dirs;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+pub mod produce_txn;
 pub mod producer;
 pub mod scram_users;
 pub mod txn;

@@ -34,14 +34,14 @@ struct PartitionData {
 
 /// Why a partition's batches were refused: the Kafka error code, `error_message`, and (for a
 /// record that failed validation) `record_errors` (ProduceResponse v8+).
-struct Rejection {
+pub(crate) struct Rejection {
     code: i16,
     message: Option<String>,
     record_errors: Vec<BatchIndexAndErrorMessage>,
 }
 
 impl Rejection {
-    fn new(code: ErrorCode, message: Option<String>) -> Rejection {
+    pub(crate) fn new(code: ErrorCode, message: Option<String>) -> Rejection {
         Rejection {
             code: code.code(),
             message,
@@ -49,7 +49,7 @@ impl Rejection {
         }
     }
 
-    fn from_partition(e: PartitionError) -> Rejection {
+    pub(crate) fn from_partition(e: PartitionError) -> Rejection {
         let code = e.kafka_code();
         let mut record_errors = Vec::new();
         if let PartitionError::Log(streamforge_log::LogError::Records(r)) = &e
@@ -84,11 +84,17 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     }
     // Destructuring the temporary drops its other fields (and their slices of the frame) now.
     let ProduceRequest {
+        transactional_id,
         acks,
         timeout_ms,
         topic_data,
         ..
     } = req.decode::<ProduceRequest>()?;
+    let txn = transactional_id.map(|t| crate::handlers::produce_txn::TxnProduce {
+        transactional_id: t.0.to_string(),
+        // Produce v12+ means transaction version 2: the partition joins the transaction.
+        add_partitions: req.api_version >= 12,
+    });
     let append_acks = Acks::from_kafka(acks);
     let body_start = req.body.as_ptr() as usize;
     let body_len = req.body.len();
@@ -137,7 +143,15 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             r.log_start_offset = -1;
             let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
             let result = if let Some(acks) = append_acks {
-                append_checked(&state, &name, p.index, &mut body, p.records, acks)
+                append_checked(
+                    &state,
+                    &name,
+                    p.index,
+                    &mut body,
+                    p.records,
+                    acks,
+                    txn.as_ref(),
+                )
             } else {
                 Err(Rejection::new(ErrorCode::InvalidRequiredAcks, None))
             };
@@ -224,6 +238,7 @@ fn append_checked(
     body: &mut Body,
     records: Option<Range<usize>>,
     acks: Acks,
+    txn: Option<&crate::handlers::produce_txn::TxnProduce>,
 ) -> Result<streamforge_log::AppendInfo, Rejection> {
     if is_internal_topic(name) {
         // Only the broker writes its internal topics (Kafka: InvalidTopicException).
@@ -234,27 +249,39 @@ fn append_checked(
     }
     match state.replicas.partition(name, index) {
         None => Err(Rejection::new(ErrorCode::UnknownTopicOrPartition, None)),
-        Some(partition) => append(&partition, body, records, AppendParams { acks }),
+        Some(partition) => {
+            let range = records.unwrap_or(0..0);
+            if range.len() < RECORD_BATCH_HEADER_BYTES {
+                return Err(Rejection::new(
+                    ErrorCode::InvalidRecord,
+                    Some("produce request without a complete record batch".into()),
+                ));
+            }
+            let mut shared;
+            let batches: &mut [u8] = match body {
+                Body::Owned(buf) => &mut buf[range],
+                Body::Shared(bytes) => {
+                    shared = bytes[range].to_vec();
+                    &mut shared
+                }
+            };
+            let params = AppendParams { acks };
+            match txn {
+                None => append(&partition, batches, params),
+                Some(txn) => {
+                    crate::handlers::produce_txn::append(state, txn, &partition, batches, params)
+                }
+            }
+        }
     }
 }
 
 fn append(
     partition: &Partition,
-    body: &mut Body,
-    records: Option<Range<usize>>,
+    batches: &mut [u8],
     params: AppendParams,
 ) -> Result<streamforge_log::AppendInfo, Rejection> {
-    let range = records.unwrap_or(0..0);
-    if range.len() < RECORD_BATCH_HEADER_BYTES {
-        return Err(Rejection::new(
-            ErrorCode::InvalidRecord,
-            Some("produce request without a complete record batch".into()),
-        ));
-    }
-    let result = match body {
-        Body::Owned(buf) => partition.append(&mut buf[range], params),
-        Body::Shared(bytes) => partition.append(&mut bytes[range].to_vec(), params),
-    };
+    let result = partition.append(batches, params);
     // acks=all on one broker: the only in-sync replica (us) has it once appended (the
     // partition decides); fsync follows the log's flush policy (flush.messages / flush.ms).
     result.map_err(Rejection::from_partition)

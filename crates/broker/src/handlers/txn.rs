@@ -142,19 +142,33 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
     let request: EndTxnRequest = req.decode()?;
     let mut resp = EndTxnResponse::default();
     let started = std::time::Instant::now();
-    resp.error_code = code(state.txns.run(&state, |c, now, out| {
-        c.end_txn(
-            now,
-            &request.transactional_id.0,
-            request.producer_id.0,
-            request.producer_epoch,
-            request.committed,
-            out,
-        )
-    }));
+    // v5+ is transaction version 2 (KIP-890 part 2), as Kafka reads it: the epoch is bumped
+    // and the answer carries the producer id and epoch of the next transaction.
+    let epoch_bump = req.api_version >= 5;
+    let tid = &request.transactional_id.0;
+    let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
+    let st = state.clone();
+    let mut new_id = || st.producer_ids.init_idempotent().ok().map(|(p, _)| p);
+    let result = state.txns.run(&state, |c, now, out| {
+        if epoch_bump {
+            c.end_txn_v2(now, tid, pid, epoch, request.committed, &mut new_id, out)
+        } else {
+            c.end_txn(now, tid, pid, epoch, request.committed, out)
+        }
+    });
     metrics::histogram!("streamforge_end_txn_seconds").record(started.elapsed().as_secs_f64());
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
+    if result.is_ok()
+        && epoch_bump
+        && let Some((p, e)) = state
+            .txns
+            .read(|c| c.get(tid).map(|m| (m.producer_id, m.producer_epoch)))
+    {
+        resp.producer_id = ProducerId(p);
+        resp.producer_epoch = e;
+    }
+    resp.error_code = code(result);
     Ok(Some(req.respond(&resp)?))
 }
 
@@ -162,16 +176,24 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     let request: TxnOffsetCommitRequest = req.decode()?;
     let group = request.group_id.0.to_string();
     let partition = offsets_partition(&state, &group);
-    // The group's offsets partition must be in the producer's open transaction
-    // (AddOffsetsToTxn first): otherwise the producer's error (fenced, unknown, not open).
-    let check = state.txns.read(|c| {
-        c.verify_partitions(
-            &request.transactional_id.0,
-            request.producer_id.0,
-            request.producer_epoch,
-            std::slice::from_ref(&partition),
-        )[0]
-    });
+    let (tid, pid, epoch) = (
+        &request.transactional_id.0,
+        request.producer_id.0,
+        request.producer_epoch,
+    );
+    let check = if req.api_version >= 5 {
+        // Transaction version 2 sends no AddOffsetsToTxn: the group's offsets partition joins
+        // the transaction here (Kafka's group coordinator adds it through AddPartitionsToTxn).
+        code(state.txns.run(&state, |c, now, out| {
+            c.add_partitions(now, tid, pid, epoch, std::slice::from_ref(&partition), out)
+        }))
+    } else {
+        // The group's offsets partition must be in the producer's open transaction
+        // (AddOffsetsToTxn first): otherwise the producer's error (fenced, unknown, not open).
+        state
+            .txns
+            .read(|c| c.verify_partitions(tid, pid, epoch, std::slice::from_ref(&partition))[0])
+    };
     let mut offsets = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {

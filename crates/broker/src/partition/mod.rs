@@ -136,6 +136,10 @@ pub enum PartitionError {
     /// start-up): retriable, so a consumer waits instead of resetting its offset.
     #[error("the remote storage of this tiered partition is not loaded yet")]
     RemoteNotLoaded,
+    /// A transactional batch of a producer with no open transaction here, for a partition
+    /// its transaction coordinator has not got (KIP-890 part 1 verification).
+    #[error("the partition was not added to the transaction")]
+    NotInTransaction,
     #[error(transparent)]
     Remote(#[from] TieredError),
     #[error(transparent)]
@@ -159,6 +163,7 @@ impl PartitionError {
                 ResponseError::NotEnoughReplicasAfterAppend.code()
             }
             PartitionError::RequestTimedOut => ResponseError::RequestTimedOut.code(),
+            PartitionError::NotInTransaction => ResponseError::InvalidTxnState.code(),
             PartitionError::Remote(e) => e.kafka_code(),
             PartitionError::Log(e) => e.kafka_code(),
         }
@@ -463,6 +468,18 @@ impl Partition {
         batches: &mut [u8],
         params: AppendParams,
     ) -> Result<AppendInfo, PartitionError> {
+        self.append_checked(batches, params, |_| Ok(()))
+    }
+
+    /// `append`, with `precheck` run on the log under the partition's lock first (the
+    /// transaction check of a transactional batch: nothing can end a transaction between it
+    /// and the append).
+    pub(crate) fn append_checked(
+        &self,
+        batches: &mut [u8],
+        params: AppendParams,
+        precheck: impl FnOnce(&Log) -> Result<(), PartitionError>,
+    ) -> Result<AppendInfo, PartitionError> {
         // Without followers the ISR is this broker, so every `acks` is met by the local
         // append; with followers acks=all first needs `min.insync.replicas` in the ISR, and
         // the caller waits in the purgatory for the high watermark.
@@ -471,6 +488,7 @@ impl Partition {
             if serving.role != PartitionRole::Leader {
                 return Err(PartitionError::NotLeaderOrFollower);
             }
+            precheck(log)?;
             if acks == Acks::All
                 && let Some(replica) = &serving.replica
             {

@@ -13,8 +13,13 @@
 //! written again (they are idempotent for the log: a second marker ends nothing).
 
 pub mod records;
+mod records_v1;
 #[cfg(test)]
 mod tests;
+mod v2;
+pub use v2::TRANSACTION_VERSION_EPOCH_BUMP;
+#[cfg(test)]
+mod v2_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -101,6 +106,33 @@ pub struct TxnMetadata {
     pub last_update_ms: i64,
     /// When the open transaction started (-1 when none).
     pub start_ms: i64,
+    /// The client's transaction version (Kafka's `ClientTransactionVersion`): 2 when its last
+    /// EndTxn was v5+ (KIP-890 part 2: the epoch is bumped at every EndTxn), else 0.
+    pub client_transaction_version: i16,
+    /// The producer id before the last epoch exhaustion (-1 when none): a retried EndTxn
+    /// under it is answered, not fenced.
+    pub previous_producer_id: i64,
+    /// The producer id the transaction moves to once its markers are written, when the
+    /// epoch bump of a transaction-version-2 EndTxn exhausted the epoch (-1 when none).
+    pub next_producer_id: i64,
+}
+
+impl TxnMetadata {
+    /// A transactional id's first state: Empty at epoch 0.
+    pub fn new(producer_id: i64, timeout_ms: i32, now_ms: i64) -> TxnMetadata {
+        TxnMetadata {
+            producer_id,
+            producer_epoch: 0,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: BTreeSet::new(),
+            last_update_ms: now_ms,
+            start_ms: -1,
+            client_transaction_version: 0,
+            previous_producer_id: -1,
+            next_producer_id: -1,
+        }
+    }
 }
 
 /// Settings.
@@ -110,6 +142,10 @@ pub struct TxnConfig {
     pub state_partitions: i32,
     /// `transaction.max.timeout.ms` (default 15 minutes).
     pub max_timeout_ms: i32,
+    /// The finalized `transaction.version` feature level ApiVersions advertises (Kafka 4.x's
+    /// default for a new cluster is 2): at 2, clients use KIP-890 part 2 (EndTxn v5, Produce
+    /// v12, no client AddPartitionsToTxn); at 0 or 1 they use the KIP-98 protocol.
+    pub transaction_version: i16,
 }
 
 impl Default for TxnConfig {
@@ -117,6 +153,7 @@ impl Default for TxnConfig {
         TxnConfig {
             state_partitions: DEFAULT_TRANSACTION_STATE_PARTITIONS,
             max_timeout_ms: 900_000,
+            transaction_version: v2::TRANSACTION_VERSION_EPOCH_BUMP,
         }
     }
 }
@@ -162,6 +199,11 @@ impl TxnCoordinator {
             config,
             txns: BTreeMap::new(),
         }
+    }
+
+    /// The finalized `transaction.version` level.
+    pub fn transaction_version(&self) -> i16 {
+        self.config.transaction_version
     }
 
     /// The `__transaction_state` partition of a transactional id (Kafka's
@@ -235,18 +277,8 @@ impl TxnCoordinator {
                 return Err(ResponseError::CoordinatorNotAvailable);
             }
             let pid = new_producer_id().ok_or(ResponseError::CoordinatorNotAvailable)?;
-            self.txns.insert(
-                tid.to_string(),
-                TxnMetadata {
-                    producer_id: pid,
-                    producer_epoch: 0,
-                    timeout_ms,
-                    state: TxnState::Empty,
-                    partitions: BTreeSet::new(),
-                    last_update_ms: now_ms,
-                    start_ms: -1,
-                },
-            );
+            self.txns
+                .insert(tid.to_string(), TxnMetadata::new(pid, timeout_ms, now_ms));
             self.persist(tid, out);
             return Ok((pid, 0));
         };
@@ -419,6 +451,14 @@ impl TxnCoordinator {
         m.partitions.clear();
         m.start_ms = -1;
         m.last_update_ms = now_ms;
+        if m.next_producer_id >= 0 {
+            // The epoch bump of this EndTxn exhausted the epoch: the producer continues under
+            // the new id (its markers were written under the old one).
+            m.previous_producer_id = m.producer_id;
+            m.producer_id = m.next_producer_id;
+            m.producer_epoch = 0;
+            m.next_producer_id = -1;
+        }
         self.persist(tid, out);
     }
 

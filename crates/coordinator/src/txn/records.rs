@@ -3,6 +3,10 @@
 //! producer_epoch i16, transaction_timeout_ms i32, transaction_status i8, partitions
 //! [topic string, [partition i32]], last_update_timestamp_ms i64, start_timestamp_ms i64`.
 //! A tombstone (null value) removes the transactional id (expiry).
+//!
+//! A transaction-version-2 id (KIP-890 part 2) is written as Kafka's flexible v1 value: the
+//! same fields with compact strings and arrays, and the tagged fields `PreviousProducerId`
+//! (0), `NextProducerId` (1) and `ClientTransactionVersion` (2). Both versions are read.
 
 use std::collections::BTreeSet;
 
@@ -13,6 +17,9 @@ use crate::records::{OffsetsRecord, RecordsError};
 
 const KEY_VERSION: i16 = 0;
 const VALUE_VERSION: i16 = 0;
+/// The first flexible value version (tagged fields).
+const VALUE_VERSION_FLEXIBLE: i16 = 1;
+
 /// Bounds the partitions decoded from one record.
 const RECORD_PARTITIONS_MAX: i32 = 1_000_000;
 
@@ -29,12 +36,22 @@ pub fn key(transactional_id: &str) -> Bytes {
 }
 
 pub fn record(transactional_id: &str, m: &TxnMetadata) -> OffsetsRecord {
-    let mut buf = BytesMut::with_capacity(64);
-    buf.put_i16(VALUE_VERSION);
-    buf.put_i64(m.producer_id);
-    buf.put_i16(m.producer_epoch);
-    buf.put_i32(m.timeout_ms);
-    buf.put_i8(m.state.code());
+    let value = if m.client_transaction_version == 0
+        && m.previous_producer_id < 0
+        && m.next_producer_id < 0
+    {
+        value_v0(m)
+    } else {
+        super::records_v1::value_v1(m)
+    };
+    OffsetsRecord {
+        key: key(transactional_id),
+        value: Some(value),
+    }
+}
+
+/// The partitions of a transaction grouped by topic, in order.
+pub(super) fn by_topic(m: &TxnMetadata) -> Vec<(&str, Vec<i32>)> {
     let mut topics: Vec<(&str, Vec<i32>)> = Vec::new();
     for (t, p) in &m.partitions {
         match topics.last_mut() {
@@ -42,6 +59,17 @@ pub fn record(transactional_id: &str, m: &TxnMetadata) -> OffsetsRecord {
             _ => topics.push((t.as_str(), vec![*p])),
         }
     }
+    topics
+}
+
+fn value_v0(m: &TxnMetadata) -> Bytes {
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_i16(VALUE_VERSION);
+    buf.put_i64(m.producer_id);
+    buf.put_i16(m.producer_epoch);
+    buf.put_i32(m.timeout_ms);
+    buf.put_i8(m.state.code());
+    let topics = by_topic(m);
     buf.put_i32(topics.len() as i32);
     for (t, ps) in topics {
         put_str(&mut buf, t);
@@ -52,38 +80,35 @@ pub fn record(transactional_id: &str, m: &TxnMetadata) -> OffsetsRecord {
     }
     buf.put_i64(m.last_update_ms);
     buf.put_i64(m.start_ms);
-    OffsetsRecord {
-        key: key(transactional_id),
-        value: Some(buf.freeze()),
-    }
+    buf.freeze()
 }
 
-struct Reader(Bytes);
+pub(super) struct Reader(pub(super) Bytes);
 
 impl Reader {
-    fn need(&self, n: usize, what: &'static str) -> Result<(), RecordsError> {
+    pub(super) fn need(&self, n: usize, what: &'static str) -> Result<(), RecordsError> {
         if self.0.remaining() < n {
             return Err(RecordsError::Truncated(what));
         }
         Ok(())
     }
-    fn i8(&mut self, what: &'static str) -> Result<i8, RecordsError> {
+    pub(super) fn i8(&mut self, what: &'static str) -> Result<i8, RecordsError> {
         self.need(1, what)?;
         Ok(self.0.get_i8())
     }
-    fn i16(&mut self, what: &'static str) -> Result<i16, RecordsError> {
+    pub(super) fn i16(&mut self, what: &'static str) -> Result<i16, RecordsError> {
         self.need(2, what)?;
         Ok(self.0.get_i16())
     }
-    fn i32(&mut self, what: &'static str) -> Result<i32, RecordsError> {
+    pub(super) fn i32(&mut self, what: &'static str) -> Result<i32, RecordsError> {
         self.need(4, what)?;
         Ok(self.0.get_i32())
     }
-    fn i64(&mut self, what: &'static str) -> Result<i64, RecordsError> {
+    pub(super) fn i64(&mut self, what: &'static str) -> Result<i64, RecordsError> {
         self.need(8, what)?;
         Ok(self.0.get_i64())
     }
-    fn string(&mut self, what: &'static str) -> Result<String, RecordsError> {
+    pub(super) fn string(&mut self, what: &'static str) -> Result<String, RecordsError> {
         let len = self.i16(what)?;
         if len < 0 {
             return Err(RecordsError::Invalid(what));
@@ -109,6 +134,9 @@ pub fn decode_key(key: &[u8]) -> Result<String, RecordsError> {
 pub fn decode_value(value: &Bytes) -> Result<TxnMetadata, RecordsError> {
     let mut r = Reader(value.clone());
     let version = r.i16("transaction value version")?;
+    if version == VALUE_VERSION_FLEXIBLE {
+        return super::records_v1::decode_v1(r);
+    }
     if version != VALUE_VERSION {
         return Err(RecordsError::UnsupportedVersion {
             what: "transaction value",
@@ -144,5 +172,8 @@ pub fn decode_value(value: &Bytes) -> Result<TxnMetadata, RecordsError> {
         partitions,
         last_update_ms,
         start_ms,
+        client_transaction_version: 0,
+        previous_producer_id: -1,
+        next_producer_id: -1,
     })
 }

@@ -12,6 +12,8 @@ use streamforge_protocol::kafka_protocol::compression::{Compressor, Gzip, Lz4, S
 
 use super::offset_map::OffsetMap;
 use super::records::{Records, put_with_timestamp_delta};
+use super::txn_filter::TxnFilter;
+use crate::txn_index::AbortedTxn;
 
 /// What decides which records a batch keeps.
 pub struct RetainRules<'a> {
@@ -28,8 +30,10 @@ pub struct RetainRules<'a> {
 pub struct BatchOutcome {
     pub records_kept: u64,
     pub records_removed: u64,
-    /// The delete horizon of a kept batch holding tombstones.
+    /// The delete horizon of a kept batch holding tombstones (or of a kept marker).
     pub delete_horizon_ms: Option<i64>,
+    /// A kept ABORT marker whose transaction still has data: its `.txnindex` entry stays.
+    pub aborted_entry: Option<AbortedTxn>,
 }
 
 /// Reusable buffers (one set per cleaner thread).
@@ -58,15 +62,18 @@ pub enum FilterError {
 pub fn filter_batch(
     batch: &RecordBatch<'_>,
     rules: &RetainRules<'_>,
+    txn: &mut TxnFilter,
     scratch: &mut Scratch,
     out: &mut Vec<u8>,
 ) -> Result<BatchOutcome, FilterError> {
-    if batch.is_control() || batch.is_transactional() {
-        // This broker refuses transactional producers, so these only come from elsewhere (a
-        // restored log): keep them whole rather than guess at transaction state.
-        out.extend_from_slice(batch.as_bytes());
+    if batch.is_control() {
+        return super::txn_filter::filter_marker(batch, rules, txn, out);
+    }
+    if txn.on_data_batch(batch) {
+        // An aborted transaction's records: none is ever read (Kafka's cleaner drops them).
+        keep_empty_if_producers_last(batch, rules, out)?;
         return Ok(BatchOutcome {
-            records_kept: batch.record_count().max(0) as u64,
+            records_removed: batch.record_count().max(0) as u64,
             ..BatchOutcome::default()
         });
     }
@@ -87,12 +94,7 @@ pub fn filter_batch(
         return Ok(outcome);
     }
     if outcome.records_kept == 0 {
-        let last_of_producer = batch.producer_id() >= 0
-            && rules.producer_last_offsets.get(&batch.producer_id()) == Some(&batch.last_offset());
-        if last_of_producer {
-            let (ts, max_ts) = (batch.base_timestamp(), batch.max_timestamp());
-            write_batch(batch, &[], 0, ts, max_ts, batch.attributes(), out)?;
-        }
+        keep_empty_if_producers_last(batch, rules, out)?;
         return Ok(outcome);
     }
     let (base_timestamp, attributes) = if new_horizon {
@@ -119,6 +121,22 @@ pub fn filter_batch(
         out,
     )?;
     Ok(outcome)
+}
+
+/// An emptied batch stays (without records) when it is its producer's last: the producer's
+/// sequence and epoch survive a restart (Kafka's rule).
+fn keep_empty_if_producers_last(
+    batch: &RecordBatch<'_>,
+    rules: &RetainRules<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), FilterError> {
+    let last_of_producer = batch.producer_id() >= 0
+        && rules.producer_last_offsets.get(&batch.producer_id()) == Some(&batch.last_offset());
+    if last_of_producer {
+        let (ts, max_ts) = (batch.base_timestamp(), batch.max_timestamp());
+        write_batch(batch, &[], 0, ts, max_ts, batch.attributes(), out)?;
+    }
+    Ok(())
 }
 
 /// Which records of a batch stay.
@@ -176,7 +194,7 @@ fn select(
 
 /// The kept records re-encoded against a base timestamp of `horizon`: the batch's base
 /// timestamp now holds the delete horizon (KIP-534), and each record keeps its timestamp.
-fn rebase(
+pub(super) fn rebase(
     batch: &RecordBatch<'_>,
     kept: &[u8],
     ranges: &[(usize, usize)],
@@ -248,7 +266,7 @@ fn compress(codec: u8, records: &[u8], offset: i64) -> Result<BytesMut, FilterEr
 
 /// Write a batch with `original`'s base offset, leader epoch, `lastOffsetDelta` and producer
 /// fields around `records` (uncompressed), compressing them with `original`'s codec.
-fn write_batch(
+pub(super) fn write_batch(
     original: &RecordBatch<'_>,
     records: &[u8],
     count: i32,
@@ -358,7 +376,14 @@ mod tests {
             };
             let mut out = Vec::new();
             let view = RecordBatch::parse(&batch).unwrap();
-            let done = filter_batch(&view, &rules, &mut Scratch::default(), &mut out).unwrap();
+            let done = filter_batch(
+                &view,
+                &rules,
+                &mut TxnFilter::default(),
+                &mut Scratch::default(),
+                &mut out,
+            )
+            .unwrap();
             assert_eq!((done.records_kept, done.records_removed), (2, 1));
             assert_eq!(done.delete_horizon_ms, Some(11_000));
             let cleaned = RecordBatch::parse(&out).unwrap();
@@ -390,7 +415,14 @@ mod tests {
             };
             let mut again = Vec::new();
             let view = RecordBatch::parse(&out).unwrap();
-            filter_batch(&view, &later, &mut Scratch::default(), &mut again).unwrap();
+            filter_batch(
+                &view,
+                &later,
+                &mut TxnFilter::default(),
+                &mut Scratch::default(),
+                &mut again,
+            )
+            .unwrap();
             assert_eq!(
                 decode(&again),
                 vec![(102, b"a".to_vec(), Some(b"2".to_vec()))]
@@ -420,7 +452,14 @@ mod tests {
             };
             let mut out = Vec::new();
             let view = RecordBatch::parse(&batch).unwrap();
-            filter_batch(&view, &rules, &mut Scratch::default(), &mut out).unwrap();
+            filter_batch(
+                &view,
+                &rules,
+                &mut TxnFilter::default(),
+                &mut Scratch::default(),
+                &mut out,
+            )
+            .unwrap();
             assert_eq!(!out.is_empty(), kept);
             if kept {
                 let empty = RecordBatch::parse(&out).unwrap();
@@ -459,7 +498,7 @@ mod tests {
             map.put(b"k", 5);
             let none = HashMap::new();
             let rules = RetainRules { map: &map, now_ms: 1, delete_retention_ms: 1, producer_last_offsets: &none };
-            let _ = filter_batch(&view, &rules, &mut Scratch::default(), &mut Vec::new());
+            let _ = filter_batch(&view, &rules, &mut TxnFilter::default(), &mut Scratch::default(), &mut Vec::new());
         }
     }
 }

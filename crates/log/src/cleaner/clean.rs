@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use super::batch_filter::{FilterError, RetainRules, Scratch, filter_batch};
 use super::offset_map::OffsetMap;
 use super::throttle::Throttle;
+use super::txn_filter::TxnFilter;
 use super::view::{CleanPlan, CleanView, CleanableSegment};
 use crate::segment::{SEGMENT_MAX_BYTES, SEGMENT_RELATIVE_OFFSET_MAX, log_path};
+use crate::txn_index::AbortedTxn;
 
 /// Suffix of a cleaned segment being written (deleted by recovery: the old segments are intact).
 pub const CLEANED_SUFFIX: &str = ".cleaned";
@@ -42,6 +44,9 @@ pub struct CleanedGroup {
     pub cleaned_path: Option<PathBuf>,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// The aborted transactions whose ABORT marker the cleaned segment keeps (its new
+    /// `.txnindex`; the entries of markers that went are dropped with them).
+    pub aborted: Vec<AbortedTxn>,
 }
 
 /// What a pass produced.
@@ -65,6 +70,8 @@ pub fn build_offset_map(
     throttle: &mut Throttle,
 ) -> Result<i64, CleanError> {
     let mut end = plan.first_dirty_offset;
+    // Aborted transactions' records never win a key (Kafka's `buildOffsetMap`).
+    let mut txn = TxnFilter::new(view.aborted.clone());
     for seg in &view.segments {
         if seg.base_offset >= plan.first_uncleanable_offset {
             break;
@@ -86,7 +93,9 @@ pub fn build_offset_map(
                 return Ok(end);
             }
             throttle.account(batch.size_bytes() as u64)?;
-            if !batch.is_control() && !batch.is_transactional() {
+            if batch.is_control() {
+                txn.on_marker(&batch);
+            } else if !txn.on_data_batch(&batch) {
                 put_keys(&batch, map)?;
             }
             end = batch.last_offset() + 1;
@@ -173,6 +182,7 @@ pub fn clean_group(
     view: &CleanView,
     group: &[&CleanableSegment],
     rules: &RetainRules<'_>,
+    txn: &mut TxnFilter,
     scratch: &mut Scratch,
     throttle: &mut Throttle,
     outcome: &mut CleanOutcome,
@@ -186,9 +196,11 @@ pub fn clean_group(
         .open(&path)?;
     let mut buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
     let (mut read, mut written) = (0u64, 0u64);
+    let mut aborted = Vec::new();
     for seg in group {
         for batch in seg.batches() {
-            let done = filter_batch(&batch, rules, scratch, &mut buf)?;
+            let done = filter_batch(&batch, rules, txn, scratch, &mut buf)?;
+            aborted.extend(done.aborted_entry);
             outcome.records_kept += done.records_kept;
             outcome.records_removed += done.records_removed;
             if let Some(h) = done.delete_horizon_ms {
@@ -220,6 +232,7 @@ pub fn clean_group(
         cleaned_path,
         bytes_read: read,
         bytes_written: written,
+        aborted,
     })
 }
 
@@ -263,8 +276,18 @@ pub fn clean_log(
         ..CleanOutcome::default()
     };
     let mut scratch = Scratch::default();
+    let mut txn = TxnFilter::new(view.aborted.clone());
     for group in group_segments(view, end) {
-        match clean_group(view, &group, &rules, &mut scratch, throttle, &mut outcome) {
+        let cleaned = clean_group(
+            view,
+            &group,
+            &rules,
+            &mut txn,
+            &mut scratch,
+            throttle,
+            &mut outcome,
+        );
+        match cleaned {
             Ok(g) => outcome.groups.push(g),
             Err(e) => {
                 discard(&outcome.groups);

@@ -15,6 +15,7 @@ mod offsets_file;
 mod records;
 pub(crate) mod swap;
 mod throttle;
+mod txn_filter;
 mod view;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

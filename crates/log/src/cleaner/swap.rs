@@ -3,15 +3,19 @@
 //!
 //! Steps of [`Log::install_cleaned`] for a group `[X, Y, ...]` cleaned into `X.log.cleaned`
 //! (already fsynced):
+//! 0. write `X.txnindex.swap`: the aborted transactions whose markers the group keeps;
 //! 1. rename `X.log.cleaned` → `X.log.swap`, fsync the directory (the commit point);
 //! 2. delete the other segments of the group (`Y.log`, its indexes);
-//! 3. delete `X.index`, `X.timeindex` (they describe the old `X.log`);
+//! 3. delete `X.index`, `X.timeindex` (they describe the old `X.log`), install
+//!    `X.txnindex.swap` as `X.txnindex` (none when it is empty);
 //! 4. rename `X.log.swap` → `X.log` (replacing the old file atomically), fsync the directory;
 //! 5. open the new segment, rebuild its indexes from its batches, seal and fsync them.
 //!
-//! A crash before 1 leaves the old segments and a `.cleaned` file, which recovery deletes. A
+//! A crash before 1 leaves the old segments, a `.cleaned` file and maybe a `.txnindex.swap`,
+//! which recovery deletes. A
 //! crash after 1 leaves a `.swap` file: recovery deletes every segment whose base offset lies in
-//! `(X, last offset of the swap file]` and `X`'s indexes, then renames the swap file to `X.log`
+//! `(X, last offset of the swap file]` and `X`'s indexes, installs `X.txnindex.swap` if it is
+//! still there, then renames the swap file to `X.log`
 //! — steps 2–4 again, each of which may already be done. Readers holding slices of the old
 //! files keep them (unlinked inodes stay mapped).
 
@@ -26,6 +30,7 @@ use crate::LogError;
 use crate::checkpoint::sync_dir;
 use crate::log::{Log, sizing};
 use crate::segment::{self, Segment, index_path, log_path, time_index_path};
+use crate::txn_index;
 
 /// Test hook: where an install stops, to simulate a crash at each step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +85,9 @@ impl Log {
             return Ok(false);
         }
         self.mark_dirty()?;
+        let x = group.base_offset;
+        let last = group.replaced.last().map_or(x, |(b, _)| *b);
+        let group_end = self.segments.get(&last).map_or(x, |s| s.next_offset());
         let Some(cleaned) = &group.cleaned_path else {
             // Nothing kept: the segments just go (each deletion leaves a valid log).
             for (base, _) in &group.replaced {
@@ -87,10 +95,12 @@ impl Log {
                     seg.delete(&self.config.runtime)?;
                 }
             }
+            self.aborted
+                .replace_markers_in(x, group_end, &group.aborted);
             self.refresh_group_files()?;
             return Ok(true);
         };
-        let x = group.base_offset;
+        txn_index::write_swap(&self.dir, x, &group.aborted)?;
         let swap = swap_path(&self.dir, x);
         fs::rename(cleaned, &swap)?;
         sync_dir(&self.dir)?;
@@ -107,6 +117,7 @@ impl Log {
         }
         remove_if_present(&index_path(&self.dir, x))?;
         remove_if_present(&time_index_path(&self.dir, x))?;
+        txn_index::install_swap(&self.dir, x)?;
         if stop == Some(SwapStep::AfterDeletingIndexes) {
             return Ok(true);
         }
@@ -128,6 +139,9 @@ impl Log {
             // Its files are already replaced: only the descriptors and mappings go.
             self.config.runtime.release(old);
         }
+        // The markers that went take their aborted-transaction entries with them.
+        self.aborted
+            .replace_markers_in(x, group_end, &group.aborted);
         self.refresh_group_files()?;
         Ok(true)
     }
@@ -168,9 +182,19 @@ pub(crate) fn complete_interrupted_swaps(dir: &Path) -> io::Result<bool> {
         }
     }
     swaps.sort_unstable();
-    for x in swaps {
-        complete_swap(dir, x)?;
+    for x in &swaps {
+        complete_swap(dir, *x)?;
         changed = true;
+    }
+    // A swap index whose segment swap never started (a crash before step 1): the old files
+    // are intact and keep their own indexes.
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_str().is_some_and(|n| n.ends_with(".txnindex.swap")) {
+            fs::remove_file(entry.path())?;
+            changed = true;
+        }
     }
     if changed {
         sync_dir(dir)?;
@@ -200,6 +224,7 @@ fn complete_swap(dir: &Path, x: i64) -> io::Result<()> {
     }
     remove_if_present(&index_path(dir, x))?;
     remove_if_present(&time_index_path(dir, x))?;
+    txn_index::install_swap(dir, x)?;
     fs::rename(&swap, log_path(dir, x))?;
     tracing::warn!(dir = %dir.display(), segment = x, last_offset = last, "completed an interrupted cleaner swap");
     Ok(())

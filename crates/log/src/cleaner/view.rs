@@ -48,6 +48,11 @@ pub struct CleanView {
     pub config: LogConfig,
     /// Producer id → last offset of its last batch.
     pub producer_last_offsets: HashMap<i64, i64>,
+    /// The aborted transactions overlapping the sealed segments (the `.txnindex` entries).
+    pub aborted: Vec<crate::txn_index::AbortedTxn>,
+    /// The first offset of the oldest open transaction: its segment and later ones are not
+    /// cleaned (their transactions' outcomes are not known yet; Kafka's rule).
+    pub first_unstable_offset: Option<i64>,
 }
 
 /// The section a pass cleans: `[first_dirty, first_uncleanable)` is dirty; everything below
@@ -96,6 +101,8 @@ impl Log {
             segments,
             config: self.config.clone(),
             producer_last_offsets,
+            aborted: self.aborted.overlapping(self.log_start_offset, active),
+            first_unstable_offset: self.first_unstable_offset(),
         })
     }
 }
@@ -120,6 +127,14 @@ impl CleanView {
                     .is_some_and(|t| now_ms.saturating_sub(t) < lag)
             })
             .map_or(self.active_base_offset, |s| s.base_offset);
+        let first_uncleanable = match self.first_unstable_offset {
+            Some(unstable) => self
+                .segments
+                .iter()
+                .find(|s| s.next_offset > unstable)
+                .map_or(first_uncleanable, |s| s.base_offset.min(first_uncleanable)),
+            None => first_uncleanable,
+        };
         if first_dirty >= first_uncleanable && !force {
             return None;
         }
@@ -192,6 +207,8 @@ mod tests {
             segments,
             config,
             producer_last_offsets: HashMap::new(),
+            aborted: Vec::new(),
+            first_unstable_offset: None,
         }
     }
 

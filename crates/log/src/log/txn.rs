@@ -84,6 +84,15 @@ impl Log {
             .max(self.log_start_offset)
     }
 
+    /// Whether `producer_id` has an open transaction in this log (a transactional batch since
+    /// its last marker) under `epoch`: under transaction version 2 each transaction has its own
+    /// epoch, so an older one still open here (its marker not yet written) is not this one.
+    pub fn has_open_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.get(producer_id).is_some_and(|e| {
+            e.current_txn_first_offset != crate::producer_state::NO_TXN && e.epoch == epoch
+        })
+    }
+
     /// Open transactions as (first offset, producer id), oldest first.
     pub fn open_transactions(&self) -> Vec<(i64, i64)> {
         self.producers.ongoing().collect()

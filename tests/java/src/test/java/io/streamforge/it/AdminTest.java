@@ -266,5 +266,8 @@ class AdminTest {
         FeatureMetadata f = A.describeFeatures().featureMetadata().get(T, TimeUnit.SECONDS);
         assertNotNull(f.finalizedFeatures());
         assertNotNull(f.supportedFeatures());
+        // KIP-890 part 2, as a Kafka 4.x cluster finalizes it.
+        assertEquals((short) 2, f.finalizedFeatures().get("transaction.version").maxVersionLevel());
+        assertEquals((short) 2, f.supportedFeatures().get("transaction.version").maxVersion());
     }
 }

@@ -126,6 +126,22 @@ public final class Broker implements AutoCloseable {
                 + "\n" + logTail());
     }
 
+    /**
+     * SIGKILL the broker (no clean shutdown: the state on disk is what a crash leaves) and
+     * start it again on the same port and data directory.
+     */
+    public synchronized void killAndRestart() {
+        try {
+            process.destroyForcibly().waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+            launch();
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot restart the broker", e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted restarting the broker", e);
+        }
+    }
+
     /** The last lines of the broker's log (printed when a test fails). */
     public String logTail() {
         try {

@@ -23,14 +23,18 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Produced;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
 
-/** Kafka Streams word count under processing.guarantee=exactly_once_v2. */
+/**
+ * Kafka Streams word count under processing.guarantee=exactly_once_v2, on a steady broker and
+ * across a SIGKILL + restart of the broker while the application runs.
+ */
 @ExtendWith(KnownGaps.class)
-@Timeout(value = 180, unit = TimeUnit.SECONDS)
+@Timeout(value = 300, unit = TimeUnit.SECONDS)
 class StreamsEosTest {
     static final Broker B = Broker.shared();
 
@@ -87,5 +91,105 @@ class StreamsEosTest {
             }
         }
         assertEquals(expected, latest);
+    }
+
+    private static Map<String, Long> produceLines(Broker b, String in, int rounds, Map<String, Long> expected) {
+        String[] lines = {"a b c", "b c", "c", "a a", "d"};
+        try (KafkaProducer<String, String> p = Util.producer(b, Map.of())) {
+            for (int round = 0; round < rounds; round++) {
+                for (String line : lines) {
+                    p.send(new ProducerRecord<>(in, null, line));
+                    for (String w : line.split(" ")) {
+                        expected.merge(w, 1L, Long::sum);
+                    }
+                }
+            }
+        }
+        return expected;
+    }
+
+    /** Reads the output's read_committed counts into `latest` until they equal `expected`. */
+    private static void awaitCounts(KafkaConsumer<String, Long> c, Map<String, Long> latest,
+                                    Map<String, Long> expected, long seconds) {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        while (!latest.equals(expected) && System.nanoTime() < deadline) {
+            for (ConsumerRecord<String, Long> r : c.poll(Duration.ofMillis(500))) {
+                latest.put(r.key(), r.value());
+            }
+        }
+    }
+
+    @Test
+    void wordCountStaysExactAcrossABrokerKill() throws Exception {
+        try (Broker b = Broker.start()) {
+            String in = Util.unique("words-in");
+            String out = Util.unique("words-out");
+            Util.createTopic(b, in, 2);
+            Util.createTopic(b, out, 2);
+            Map<String, Long> expected = produceLines(b, in, 20, new HashMap<>());
+            Properties props = new Properties();
+            props.put(StreamsConfig.APPLICATION_ID_CONFIG, Util.unique("wordcount"));
+            props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, b.bootstrap());
+            props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+            props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+            props.put(StreamsConfig.STATE_DIR_CONFIG, Files.createTempDirectory("streams").toString());
+            props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
+            props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+            props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+            props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+            StreamsBuilder builder = new StreamsBuilder();
+            builder.<String, String>stream(in)
+                    .flatMapValues(v -> Arrays.asList(v.toLowerCase(Locale.ROOT).split(" ")))
+                    .groupBy((k, w) -> w)
+                    .count()
+                    .toStream()
+                    .to(out, Produced.with(Serdes.String(), Serdes.Long()));
+            Map<String, Long> latest = new HashMap<>();
+            try (KafkaStreams streams = new KafkaStreams(builder.build(), props)) {
+                // A thread that dies on the outage is replaced, as an operator would configure.
+                streams.setUncaughtExceptionHandler(e -> StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.REPLACE_THREAD);
+                streams.start();
+                try (KafkaConsumer<String, Long> c = countsConsumer(b)) {
+                    c.assign(List.of(new TopicPartition(out, 0), new TopicPartition(out, 1)));
+                    awaitCounts(c, latest, expected, 90);
+                    assertEquals(expected, latest, "before the kill");
+                    // More input, and the kill as soon as its first counts are committed: the
+                    // application is in the middle of it (several 200 ms transactions).
+                    Map<String, Long> before = new HashMap<>(latest);
+                    produceLines(b, in, 300, expected);
+                    awaitProgress(c, before, 60);
+                }
+                b.killAndRestart();
+                produceLines(b, in, 20, expected);
+                latest.clear();
+                try (KafkaConsumer<String, Long> c = countsConsumer(b)) {
+                    c.assign(List.of(new TopicPartition(out, 0), new TopicPartition(out, 1)));
+                    awaitCounts(c, latest, expected, 150);
+                }
+            }
+            assertEquals(expected, latest, "after the kill: every word counted exactly once");
+        }
+    }
+
+    /** Polls until some count moved past `before`. */
+    private static void awaitProgress(KafkaConsumer<String, Long> c, Map<String, Long> before, long seconds) {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        while (System.nanoTime() < deadline) {
+            for (ConsumerRecord<String, Long> r : c.poll(Duration.ofMillis(50))) {
+                if (r.value() > before.getOrDefault(r.key(), 0L)) {
+                    return;
+                }
+            }
+        }
+        throw new AssertionError("the application made no progress on the new input");
+    }
+
+    private static KafkaConsumer<String, Long> countsConsumer(Broker b) {
+        return new KafkaConsumer<>(Map.of(
+                ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, b.bootstrap(),
+                ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed",
+                ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest",
+                ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic"),
+                new StringDeserializer(), new LongDeserializer());
     }
 }
