@@ -90,6 +90,8 @@ pub struct BrokerConfig {
     pub metrics: Option<Arc<MetricsHub>>,
     /// Listeners with security protocols, TLS and SASL (`listeners` overrides `listen`).
     pub security: crate::security::SecurityConfig,
+    /// `quota.window.num` / `quota.window.size.seconds`: the client-quota sensors' windows.
+    pub quota_window: crate::quota::rate::RateConfig,
 }
 
 impl Default for BrokerConfig {
@@ -127,6 +129,7 @@ impl Default for BrokerConfig {
             clock: SystemClock::shared(),
             metrics: None,
             security: Default::default(),
+            quota_window: Default::default(),
         }
     }
 }
