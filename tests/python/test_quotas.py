@@ -100,10 +100,10 @@ def consume_for(bootstrap: str, topic: str, client_id: str, seconds: float) -> R
             "group.id": f"{client_id}-group",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            # Responses of at most 256 KiB (the broker caps a quota'd fetch at one window).
-            "fetch.max.bytes": 262_144,
-            "max.partition.fetch.bytes": 262_144,
-            "message.max.bytes": 262_144,
+            # Responses of at most 128 KiB (the broker caps a quota'd fetch at one window).
+            "fetch.max.bytes": 131_072,
+            "max.partition.fetch.bytes": 131_072,
+            "message.max.bytes": 131_072,
             "statistics.interval.ms": 500,
             "stats_cb": run.stats,
         }
