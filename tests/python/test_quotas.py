@@ -237,3 +237,66 @@ def test_consumer_held_to_its_byte_rate_while_an_unquoted_one_is_not(broker_fact
     assert any(line.startswith("streamforge_quota_rate") and 'client_id="limited-consumer"' in line
                for line in text.splitlines())
     assert 'client_id="free-consumer"' not in text
+
+
+def test_a_user_quota_follows_the_sasl_principal_not_the_client_id(broker_factory, topic_name):
+    import subprocess
+
+    from harness import find_binary, free_port
+
+    sasl_port = free_port()
+    b = broker_factory(start=False)
+    b.extra_args = [
+        "--listeners", f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "--sasl-mechanisms", "SCRAM-SHA-256",
+    ]
+    b.start()
+    subprocess.run([str(find_binary()), "users", "-b", b.bootstrap, "create", "alice", "--password",
+                    "alice-secret"], check=True, capture_output=True, timeout=30)
+    create_topic(b.bootstrap, topic_name)
+    q = QuotaAdmin(b.bootstrap)
+    try:
+        assert q.alter([({"user": "alice"}, {"producer_byte_rate": 20_000})])[0][0] == 0
+    finally:
+        q.close()
+
+    def produce(conf: dict) -> int:
+        run = Run()
+        p = Producer({**conf, "client.id": "same-client", "statistics.interval.ms": 200,
+                      "stats_cb": run.stats, "linger.ms": 5})
+        for _ in range(60):
+            p.produce(topic_name, VALUE)
+        assert p.flush(60) == 0
+        p.poll(0.5)
+        return run.throttle_ms_max
+
+    alice = produce({"bootstrap.servers": f"127.0.0.1:{sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+                     "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": "alice",
+                     "sasl.password": "alice-secret"})
+    anonymous = produce({"bootstrap.servers": b.bootstrap})
+    assert alice > 0
+    assert anonymous == 0
+
+
+def test_request_percentage_delays_other_requests_of_that_client_only(broker_factory):
+    b = broker_factory()
+    q = QuotaAdmin(b.bootstrap)
+    try:
+        # 0.01 % of a thread: 0.1 ms of handler time per second.
+        assert q.alter([({"client-id": "busy"}, {"request_percentage": 0.01})])[0][0] == 0
+    finally:
+        q.close()
+
+    def twenty_metadata_requests(client_id: str) -> float:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap, "client.id": client_id})
+        admin.list_topics(timeout=30)
+        started = time.monotonic()
+        for _ in range(20):
+            admin.list_topics(timeout=30)
+        return time.monotonic() - started
+
+    busy = twenty_metadata_requests("busy")
+    idle = twenty_metadata_requests("idle")
+    print(f"20 Metadata requests: busy {busy:.2f} s, idle {idle:.2f} s")
+    assert busy > 2.0
+    assert idle < busy / 4
