@@ -237,6 +237,7 @@ def test_consumer_held_to_its_byte_rate_while_an_unquoted_one_is_not(broker_fact
     assert any(line.startswith("streamforge_quota_rate") and 'client_id="limited-consumer"' in line
                for line in text.splitlines())
     assert 'client_id="free-consumer"' not in text
+    assert "# HELP streamforge_quota_throttle_time_ms_total " in text
 
 
 def test_a_user_quota_follows_the_sasl_principal_not_the_client_id(broker_factory, topic_name):

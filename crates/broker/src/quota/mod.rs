@@ -255,6 +255,19 @@ impl Sensors {
     }
 }
 
+/// `# HELP` of the quota families.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        THROTTLE_TIME_METRIC,
+        "Client-quota throttle time in ms, by quota key and quota entity (user, client_id)"
+    );
+    metrics::describe_gauge!(
+        RATE_METRIC,
+        "Client-quota rate as last measured (bytes/s, or percent for request_percentage)"
+    );
+    metrics::describe_gauge!(LIMIT_METRIC, "Client-quota bound of the entity");
+}
+
 /// KIP-219: responses of these versions carry `throttle_time_ms` and the client backs off
 /// itself, so the broker answers at once and then mutes the connection; older versions get
 /// their response delayed instead (Kafka's `shouldClientThrottle`).
