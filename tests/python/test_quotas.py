@@ -301,3 +301,59 @@ def test_request_percentage_delays_other_requests_of_that_client_only(broker_fac
     print(f"20 Metadata requests: busy {busy:.2f} s, idle {idle:.2f} s")
     assert busy > 2.0
     assert idle < busy / 4
+
+
+def produce_throttle_ms(data: bytes, version: int) -> tuple[int, int]:
+    """(first partition's error code, throttle_time_ms) of a Produce v3-v7 response."""
+    import wire
+
+    r = wire.Reader(data)
+    r.i32()  # correlation id
+    error = 0
+    for _ in range(r.i32()):
+        r.string()
+        for _ in range(r.i32()):
+            r.i32()
+            error = r.i16()
+            r.i64()  # base offset
+            r.i64()  # log append time
+            if version >= 5:
+                r.i64()  # log start offset
+    return error, r.i32()
+
+
+def test_kip219_new_versions_are_answered_at_once_then_muted_old_ones_delayed(broker_factory, topic_name):
+    import wire
+
+    b = broker_factory()
+    create_topic(b.bootstrap, topic_name)
+    q = QuotaAdmin(b.bootstrap)
+    try:
+        # Each client id its own sensor: 900 KB against 75 KB/s over the 10 s minimum window is
+        # 90 KB/s, so Kafka's throttle time is (90 - 75) / 75 * 10 s = 2 s.
+        assert q.alter([({"client-id": None}, {"producer_byte_rate": 75_000})])[0][0] == 0
+    finally:
+        q.close()
+    batch = wire.record_batch([(None, VALUE)] * 90)
+    body = wire.produce_v3_body(topic_name, 0, batch, acks=1)
+    for version, client_id in ((3, "old-client"), (7, "new-client")):
+        with wire.connect(b.port, timeout_s=30) as s:
+            started = time.monotonic()
+            wire.send_request(s, 0, version, body, correlation_id=5, client_id=client_id)
+            error, throttle_ms = produce_throttle_ms(wire.recv_frame(s), version)
+            answered_s = time.monotonic() - started
+            assert error == 0
+            assert 1_500 <= throttle_ms <= 2_500, throttle_ms
+            wire.send_request(s, 18, 0, b"", correlation_id=6, client_id=client_id)
+            wire.recv_frame(s)
+            next_answered_s = time.monotonic() - started - answered_s
+        print(f"Produce v{version}: answered after {answered_s:.2f} s (throttle {throttle_ms} ms), "
+              f"next request {next_answered_s:.2f} s later")
+        if version < 6:
+            # No client-side throttling before Produce v6: the broker delays the response.
+            assert answered_s >= throttle_ms / 1000 * 0.9
+            assert next_answered_s < 0.5
+        else:
+            # KIP-219: the response at once, then nothing read from the connection.
+            assert answered_s < 1.0
+            assert next_answered_s >= throttle_ms / 1000 * 0.9
