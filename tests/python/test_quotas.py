@@ -357,3 +357,18 @@ def test_kip219_new_versions_are_answered_at_once_then_muted_old_ones_delayed(br
             # KIP-219: the response at once, then nothing read from the connection.
             assert answered_s < 1.0
             assert next_answered_s >= throttle_ms / 1000 * 0.9
+
+
+def test_a_long_poll_is_not_request_time(broker_factory, topic_name):
+    # Kafka's request quota counts the time on request threads, not the time a Fetch waits in
+    # purgatory: an idle consumer long-polling (500 ms each) under 5 % is never throttled.
+    b = broker_factory()
+    create_topic(b.bootstrap, topic_name)
+    q = QuotaAdmin(b.bootstrap)
+    try:
+        assert q.alter([({"client-id": "poller"}, {"request_percentage": 5})])[0][0] == 0
+    finally:
+        q.close()
+    idle = consume_for(b.bootstrap, topic_name, "poller", 6.0)
+    assert idle.events == []
+    assert idle.throttle_ms_max == 0

@@ -305,14 +305,13 @@ async fn handle(
         Ok(Routed::Handler(api_key, handler, req)) => {
             client_id = req.client_id.clone();
             let started = Instant::now();
-            let result = AssertUnwindSafe(handler(state.clone(), req))
-                .catch_unwind()
-                .await;
+            let mut polled = crate::quota::PollTime::new(handler(state.clone(), req));
+            let result = AssertUnwindSafe(&mut polled).catch_unwind().await;
             let name = api_name(api_key);
-            handler_time = started.elapsed();
+            handler_time = polled.busy();
             metrics::counter!("streamforge_requests_total", "api" => name).increment(1);
             metrics::histogram!("streamforge_request_duration_seconds", "api" => name)
-                .record(handler_time.as_secs_f64());
+                .record(started.elapsed().as_secs_f64());
             match result {
                 Ok(result) => (api_key, result),
                 Err(_) => {
@@ -348,10 +347,10 @@ async fn handle(
     }
 }
 
-/// The request quota (KIP-124) for every API but Produce and Fetch (their handlers record it
-/// with their byte rates, and put the throttle time in the response). These responses keep
-/// `throttle_time_ms` 0, so the response itself is delayed: the client waits for it, as
-/// Kafka's clients do for versions that predate KIP-219.
+/// The request quota (KIP-124; the handler's time in `poll`, not its waits) for every API but
+/// Produce and Fetch (their handlers record it with their byte rates, and put the throttle time
+/// in the response). These responses keep `throttle_time_ms` 0, so the response itself is
+/// delayed: the client waits for it, as Kafka's clients do for versions that predate KIP-219.
 async fn throttle_request(
     state: &BrokerState,
     api_key: ApiKey,

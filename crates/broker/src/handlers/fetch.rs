@@ -17,8 +17,8 @@ use tokio::time::Instant;
 
 use crate::BrokerState;
 use crate::partition::{FetchIsolation, FetchParams};
-use crate::quota::ClientIdentity;
 use crate::quota::entity::QuotaKey;
+use crate::quota::{BusyTime, ClientIdentity};
 use crate::router::HandlerResult;
 
 /// Longest long poll we honour, whatever the client asks.
@@ -29,7 +29,8 @@ const BATCH_RECORDS_COUNT_OFFSET: usize = streamforge_protocol::batch::field::RE
 const BATCH_LOG_OVERHEAD_BYTES: usize = streamforge_protocol::batch::LOG_OVERHEAD_BYTES;
 
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
-    let started = Instant::now();
+    // Time spent working (not in the long poll): what request_percentage counts.
+    let mut busy = BusyTime::start();
     let request: FetchRequest = req.decode()?;
     let mut plan = FetchPlan::new(&state.config, &request);
     if plan.replica_id < 0
@@ -54,17 +55,19 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         let read = read_all(&state, &plan).await;
         let satisfied = read.bytes >= min_bytes || read.errors || max_wait_ms == 0;
         if satisfied || watchers.is_empty() || Instant::now() >= deadline || *shutdown.borrow() {
-            return Ok(Some(respond(&state, &req, read, &plan, started)));
+            return Ok(Some(respond(&state, &req, read, &plan, busy.total())));
         }
+        busy.pause();
         let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
         tokio::select! {
             _ = changed => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = shutdown.changed() => {}
         }
+        busy.resume();
         if Instant::now() >= deadline {
             let read = read_all(&state, &plan).await;
-            return Ok(Some(respond(&state, &req, read, &plan, started)));
+            return Ok(Some(respond(&state, &req, read, &plan, busy.total())));
         }
     }
 }
@@ -260,7 +263,7 @@ fn respond(
     req: &RequestFrame,
     read: FetchPass,
     plan: &FetchPlan,
-    started: Instant,
+    busy: std::time::Duration,
 ) -> ResponseFrame {
     let mut parts = FetchResponseParts {
         throttle_time_ms: 0,
@@ -276,7 +279,7 @@ fn respond(
     let who = ClientIdentity::of(req);
     let size = frame.len_bytes() as f64;
     let bandwidth_ms = state.quotas.record(QuotaKey::ConsumerByteRate, who, size);
-    let request_ms = state.quotas.record_request_time(who, started.elapsed());
+    let request_ms = state.quotas.record_request_time(who, busy);
     let throttle_ms = bandwidth_ms.max(request_ms);
     if throttle_ms == 0 {
         count_bytes_out(&parts.topics);

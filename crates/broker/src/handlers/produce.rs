@@ -85,7 +85,8 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             req.api_version
         )));
     }
-    let started = std::time::Instant::now();
+    // Time spent working (not waiting for the ISR): what request_percentage counts.
+    let mut busy = crate::quota::BusyTime::start();
     // Kafka counts the whole request against producer_byte_rate.
     let request_bytes = req.body.len();
     let (user, client_id) = (req.principal.clone(), req.client_id.clone());
@@ -191,7 +192,9 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     }
     if !delayed_waits.is_empty() {
         let timeout = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+        busy.pause();
         let results = state.produce_purgatory.wait(&delayed_waits, timeout).await;
+        busy.resume();
         for ((ti, pi), result) in delayed.into_iter().zip(results) {
             if let Err(e) = result {
                 let r = &mut resp.responses[ti].partition_responses[pi];
@@ -213,7 +216,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         user: user.as_deref().unwrap_or(ANONYMOUS),
         client_id: client_id.as_deref().unwrap_or(""),
     };
-    let throttle_ms = produce_throttle_ms(&state, who, request_bytes, acks, started);
+    let throttle_ms = produce_throttle_ms(&state, who, request_bytes, acks, busy.total());
     if acks == 0 {
         // No response to carry the throttle time: the connection is muted here, before
         // the next request is read.
@@ -234,13 +237,13 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
 }
 
 /// Kafka's Produce quotas: the request's bytes against `producer_byte_rate`, and (not for
-/// acks=0) the handler time against `request_percentage`; the larger throttle applies.
+/// acks=0) the handler's busy time against `request_percentage`; the larger throttle applies.
 fn produce_throttle_ms(
     state: &BrokerState,
     who: ClientIdentity<'_>,
     request_bytes: usize,
     acks: i16,
-    started: std::time::Instant,
+    busy: std::time::Duration,
 ) -> u64 {
     let bandwidth_ms = state
         .quotas
@@ -248,7 +251,7 @@ fn produce_throttle_ms(
     let request_ms = if acks == 0 {
         0
     } else {
-        state.quotas.record_request_time(who, started.elapsed())
+        state.quotas.record_request_time(who, busy)
     };
     bandwidth_ms.max(request_ms)
 }

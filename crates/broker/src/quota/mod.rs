@@ -8,6 +8,7 @@
 //! client for it (`connection.rs`). Sensors idle for `SENSOR_INACTIVE_MS` (Kafka: one hour) are
 //! dropped, and there are at most `SENSORS_MAX`, so memory stays bounded whatever the clients.
 
+pub mod busy;
 pub mod entity;
 pub mod rate;
 pub mod store;
@@ -20,6 +21,7 @@ use kafka_protocol::messages::ApiKey;
 use parking_lot::{Mutex, RwLock};
 use streamforge_protocol::clock::SharedClock;
 
+pub use busy::{BusyTime, PollTime};
 use entity::{ClientQuotaRecord, QuotaConfigs, QuotaKey, Resolved, resolve};
 use rate::{Rate, RateConfig};
 use store::{QuotaStore, QuotaStoreError};
