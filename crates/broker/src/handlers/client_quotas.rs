@@ -19,6 +19,7 @@ use streamforge_protocol::{RequestFrame, ResponseError};
 
 use crate::BrokerState;
 use crate::handlers::message;
+use crate::quota::AlterError;
 use crate::quota::entity::{
     CLIENT_ID, ClientQuotaRecord, ENTITY_NAME_BYTES_MAX, EntityName, IP, QuotaEntity, QuotaKey,
     USER,
@@ -273,12 +274,20 @@ pub async fn handle_alter(state: Arc<BrokerState>, req: RequestFrame) -> Handler
         let quotas = state.quotas.clone();
         let stored = tokio::task::spawn_blocking(move || quotas.alter(&records))
             .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r);
-        if let Err(e) = stored {
-            tracing::error!(error = %e, "storing client quotas failed");
+            .map_err(|e| (ResponseError::UnknownServerError, e.to_string()))
+            .and_then(|r| {
+                r.map_err(|e| match e {
+                    // A bound of ours (Kafka has none): the request, not the broker, is at fault.
+                    AlterError::TooManyEntities => (ResponseError::InvalidRequest, e.to_string()),
+                    AlterError::Store(_) => {
+                        tracing::error!(error = %e, "storing client quotas failed");
+                        (ResponseError::UnknownServerError, e.to_string())
+                    }
+                })
+            });
+        if let Err(failure) = stored {
             for i in applied {
-                outcomes[i] = Err((ResponseError::UnknownServerError, e.clone()));
+                outcomes[i] = Err(failure.clone());
             }
         }
     }

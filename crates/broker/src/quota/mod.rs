@@ -83,6 +83,15 @@ struct Sensors {
     labelled: HashSet<(String, String)>,
 }
 
+/// Why an alteration was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum AlterError {
+    #[error("at most {QUOTA_ENTITIES_MAX} client quota entities")]
+    TooManyEntities,
+    #[error(transparent)]
+    Store(#[from] QuotaStoreError),
+}
+
 pub struct QuotaManager {
     store: Box<dyn QuotaStore>,
     configs: RwLock<QuotaConfigs>,
@@ -120,16 +129,14 @@ impl QuotaManager {
     }
 
     /// Persist `records` (blocking I/O), then make them visible. `Err` leaves nothing changed.
-    pub fn alter(&self, records: &[ClientQuotaRecord]) -> Result<(), String> {
+    pub fn alter(&self, records: &[ClientQuotaRecord]) -> Result<(), AlterError> {
         let _one_at_a_time = self.alter_lock.lock();
         let mut next = self.configs.read().clone();
         entity::replay(&mut next, records);
         if next.len() > QUOTA_ENTITIES_MAX {
-            return Err(format!("at most {QUOTA_ENTITIES_MAX} quota entities"));
+            return Err(AlterError::TooManyEntities);
         }
-        self.store
-            .persist(records, &next)
-            .map_err(|e| e.to_string())?;
+        self.store.persist(records, &next)?;
         *self.configs.write() = next;
         for r in records {
             tracing::info!(entity = %r.entity, key = r.key.name(), value = ?r.value, "client quota altered");
