@@ -373,3 +373,25 @@ def test_a_long_poll_is_not_request_time(broker_factory, topic_name):
     idle = consume_for(b.bootstrap, topic_name, "poller", 6.0)
     assert idle.events == []
     assert idle.throttle_ms_max == 0
+
+
+def test_a_throttled_acks0_produce_mutes_the_connection(broker_factory, topic_name):
+    import wire
+
+    b = broker_factory()
+    create_topic(b.bootstrap, topic_name)
+    q = QuotaAdmin(b.bootstrap)
+    try:
+        assert q.alter([({"client-id": "fire-and-forget"}, {"producer_byte_rate": 75_000})])[0][0] == 0
+    finally:
+        q.close()
+    body = wire.produce_v3_body(topic_name, 0, wire.record_batch([(None, VALUE)] * 90), acks=0)
+    with wire.connect(b.port, timeout_s=30) as s:
+        started = time.monotonic()
+        wire.send_request(s, 0, 7, body, correlation_id=5, client_id="fire-and-forget")
+        wire.send_request(s, 18, 0, b"", correlation_id=6, client_id="fire-and-forget")
+        r = wire.Reader(wire.recv_frame(s))
+        assert r.i32() == 6  # no Produce response: the first frame answers ApiVersions
+        waited_s = time.monotonic() - started
+    # 900 KB against 75 KB/s: throttled 2 s (as in the acks=1 case above).
+    assert 1.8 <= waited_s < 4.0, waited_s

@@ -128,6 +128,11 @@ pub async fn serve<R, W>(
         if out.is_empty() {
             let principal = info.principal_name();
             match handle(&state, frame, permit, peer, info.listener, principal).await {
+                // Nothing to send (a throttled acks=0 Produce): only the mute.
+                Some(Some(silent)) if silent.chunks.is_empty() => {
+                    crate::quota::mute_for(&state.shutdown, silent.throttle_ms).await;
+                    continue;
+                }
                 Some(Some(response)) => match check_response_frame(&response) {
                     Ok(()) => {
                         mute_after_ms = response.throttle_ms;

@@ -203,6 +203,7 @@ pub struct ResponseFrame {
     pub error_codes: Vec<i16>,
     /// Quota throttle time: the connection is muted this long after the response is sent
     /// (or, for versions whose clients do not back off themselves, the response is delayed).
+    /// A frame with no chunks sends nothing and only mutes (a throttled acks=0 Produce).
     pub throttle_ms: u64,
 }
 

@@ -218,15 +218,18 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     };
     let throttle_ms = produce_throttle_ms(&state, who, request_bytes, acks, busy.total());
     if acks == 0 {
-        // No response to carry the throttle time: the connection is muted here, before
-        // the next request is read.
-        crate::quota::mute_for(&state.shutdown, throttle_ms).await;
         // No response for acks=0; on an error Kafka closes the connection so the producer
-        // notices and refreshes its metadata.
+        // notices and refreshes its metadata. A throttle travels in a frame with nothing to
+        // send: the connection mutes itself once this request's memory is released.
         return if any_error {
             Err(HandlerError::Close("acks=0 produce failed".into()))
         } else {
-            Ok(None)
+            Ok(
+                (throttle_ms > 0).then(|| streamforge_protocol::ResponseFrame {
+                    throttle_ms,
+                    ..Default::default()
+                }),
+            )
         };
     }
     resp.throttle_time_ms = i32::try_from(throttle_ms).unwrap_or(i32::MAX);
