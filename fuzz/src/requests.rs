@@ -143,6 +143,8 @@ fn decode_body(req: &RequestFrame) {
         ApiKey::DescribeTransactions => drop(decode!(req, DescribeTransactionsRequest)),
         ApiKey::ListTransactions => drop(decode!(req, ListTransactionsRequest)),
         ApiKey::WriteTxnMarkers => drop(decode!(req, WriteTxnMarkersRequest)),
+        ApiKey::DescribeClientQuotas => drop(decode!(req, DescribeClientQuotasRequest)),
+        ApiKey::AlterClientQuotas => drop(decode!(req, AlterClientQuotasRequest)),
         other => panic!("{other:?} is served but has no decoder in the fuzz harness"),
     }
 }

@@ -56,6 +56,8 @@ served! {
     DescribeTransactions, 0, 0;
     ListTransactions, 0, 1;
     WriteTxnMarkers, 0, 1;
+    DescribeClientQuotas, 0, 1;
+    AlterClientQuotas, 0, 1;
 }
 
 /// The served range for `api_key`, if the broker serves it.

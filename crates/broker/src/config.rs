@@ -98,6 +98,8 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: u64,
     /// Kafka's `broker.heartbeat.interval.ms`.
     pub broker_heartbeat_interval_ms: u64,
+    /// `quota.window.num` / `quota.window.size.seconds`: the client-quota sensors' windows.
+    pub quota_window: crate::quota::rate::RateConfig,
 }
 
 impl Default for BrokerConfig {
@@ -140,6 +142,7 @@ impl Default for BrokerConfig {
             default_replication_factor: 1,
             broker_session_timeout_ms: 9_000,
             broker_heartbeat_interval_ms: 2_000,
+            quota_window: Default::default(),
         }
     }
 }

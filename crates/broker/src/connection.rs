@@ -26,6 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use crate::router::{self, HandlerError, HandlerResult};
 use crate::security::SASL_RECEIVE_BYTES_MAX;
 use crate::security::gate::{self, Gate};
+use crate::security::principal::Principal;
 use crate::security::sasl::SaslSession;
 use crate::{BrokerState, ms};
 
@@ -66,6 +67,16 @@ pub struct ConnectionInfo {
     pub sasl: Option<SaslSession>,
     /// SASL listeners: authentication must succeed by this time.
     pub auth_deadline: Option<tokio::time::Instant>,
+    /// The client certificate's principal (mutual TLS); SASL's, once authenticated, wins.
+    pub principal: Option<Principal>,
+}
+
+impl ConnectionInfo {
+    /// The principal's name for quotas (and soon ACLs); `None` = `ANONYMOUS`.
+    fn principal_name(&self) -> Option<String> {
+        let sasl = self.sasl.as_ref().and_then(SaslSession::principal);
+        sasl.or(self.principal.as_ref()).map(|p| p.name.clone())
+    }
 }
 
 /// Serve one connection over any stream halves (a `TcpStream`'s, or a TLS stream's).
@@ -101,6 +112,7 @@ pub async fn serve<R, W>(
             }
         };
         let mut close_after = None;
+        let mut mute_after_ms = 0;
         match gate::check(&mut info.sasl, &frame, peer).await {
             Gate::Pass => {}
             Gate::Reply(resp) => out.extend(resp.chunks),
@@ -114,9 +126,18 @@ pub async fn serve<R, W>(
             }
         }
         if out.is_empty() {
-            match handle(&state, frame, permit, peer, info.listener).await {
+            let principal = info.principal_name();
+            match handle(&state, frame, permit, peer, info.listener, principal).await {
+                // Nothing to send (a throttled acks=0 Produce): only the mute.
+                Some(Some(silent)) if silent.chunks.is_empty() => {
+                    crate::quota::mute_for(&state.shutdown, silent.throttle_ms).await;
+                    continue;
+                }
                 Some(Some(response)) => match check_response_frame(&response) {
-                    Ok(()) => out.extend(response.chunks),
+                    Ok(()) => {
+                        mute_after_ms = response.throttle_ms;
+                        out.extend(response.chunks)
+                    }
                     Err(e) => {
                         tracing::error!(%peer, error = %e, "response frame is malformed, closing connection");
                         break;
@@ -140,6 +161,9 @@ pub async fn serve<R, W>(
             tracing::warn!(%peer, reason, "SASL authentication failed, closing connection");
             break;
         }
+        // KIP-219: the response said how long to back off; nothing is read from this client
+        // meanwhile (Kafka mutes the channel).
+        crate::quota::mute_for(&state.shutdown, mute_after_ms).await;
     }
     let _ = wr.shutdown().await;
     tracing::debug!(%peer, "connection closed");
@@ -268,6 +292,7 @@ async fn handle(
     permit: OwnedSemaphorePermit,
     peer: SocketAddr,
     listener: usize,
+    principal: Option<String>,
 ) -> Option<Option<ResponseFrame>> {
     let prefix = match HeaderPrefix::parse(&frame) {
         Ok(p) => p,
@@ -277,14 +302,18 @@ async fn handle(
         }
     };
     let (api_key, correlation_id) = (prefix.api_key, prefix.correlation_id);
-    let result = match route(frame, prefix, peer, listener) {
+    let api_version = prefix.api_version;
+    let mut client_id = None;
+    let mut handler_time = std::time::Duration::ZERO;
+    let result = match route(frame, prefix, peer, listener, principal.clone()) {
         Ok(Routed::Ready(api_key, result)) => (api_key, result),
         Ok(Routed::Handler(api_key, handler, req)) => {
+            client_id = req.client_id.clone();
             let started = Instant::now();
-            let result = AssertUnwindSafe(handler(state.clone(), req))
-                .catch_unwind()
-                .await;
+            let mut polled = crate::quota::PollTime::new(handler(state.clone(), req));
+            let result = AssertUnwindSafe(&mut polled).catch_unwind().await;
             let name = api_name(api_key);
+            handler_time = polled.busy();
             metrics::counter!("streamforge_requests_total", "api" => name).increment(1);
             metrics::histogram!("streamforge_request_duration_seconds", "api" => name)
                 .record(started.elapsed().as_secs_f64());
@@ -304,12 +333,45 @@ async fn handle(
     // The frame's memory reservation ends with its handler.
     drop(permit);
     match result {
-        (_, Ok(resp)) => Some(resp),
+        (api_key, Ok(Some(mut resp))) => {
+            let who = crate::quota::ClientIdentity {
+                user: principal
+                    .as_deref()
+                    .unwrap_or(crate::security::principal::ANONYMOUS),
+                client_id: client_id.as_deref().unwrap_or(""),
+            };
+            throttle_request(state, api_key, api_version, who, handler_time, &mut resp).await;
+            Some(Some(resp))
+        }
+        (_, Ok(None)) => Some(None),
         (api_key, Err(e)) => {
             let api = api_name(api_key);
             tracing::warn!(%peer, api, correlation_id, error = %e, "request failed, closing connection");
             None
         }
+    }
+}
+
+/// The request quota (KIP-124; the handler's time in `poll`, not its waits) for every API but
+/// Produce and Fetch (their handlers record it with their byte rates, and put the throttle time
+/// in the response). These responses keep `throttle_time_ms` 0, so the response itself is
+/// delayed: the client waits for it, as Kafka's clients do for versions that predate KIP-219.
+async fn throttle_request(
+    state: &BrokerState,
+    api_key: ApiKey,
+    api_version: i16,
+    who: crate::quota::ClientIdentity<'_>,
+    handler_time: std::time::Duration,
+    resp: &mut ResponseFrame,
+) {
+    let recorded_by_handler = matches!(api_key, ApiKey::Produce | ApiKey::Fetch);
+    if !recorded_by_handler && !crate::quota::exempt(api_key) {
+        let throttle_ms = state.quotas.record_request_time(who, handler_time);
+        resp.throttle_ms = resp.throttle_ms.max(throttle_ms);
+    }
+    if resp.throttle_ms > 0 && !crate::quota::client_throttles(api_key, api_version) {
+        crate::quota::mute_for(&state.shutdown, resp.throttle_ms).await;
+        resp.throttle_ms = 0;
     }
 }
 
@@ -325,6 +387,7 @@ fn route(
     prefix: HeaderPrefix,
     peer: SocketAddr,
     listener: usize,
+    principal: Option<String>,
 ) -> Result<Routed, HandlerError> {
     let api_key = ApiKey::try_from(prefix.api_key)
         .ok()
@@ -356,6 +419,7 @@ fn route(
     let mut req = RequestFrame::parse(frame)?;
     req.client_addr = Some(peer.ip());
     req.listener = listener;
+    req.principal = principal;
     Ok(Routed::Handler(api_key, route.handler, req))
 }
 

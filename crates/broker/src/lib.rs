@@ -21,6 +21,7 @@ pub mod partition;
 mod partition_create;
 pub mod partition_limit;
 pub mod producer_ids;
+pub mod quota;
 pub mod replica_manager;
 pub mod request_metrics;
 pub mod router;
@@ -108,6 +109,8 @@ pub struct BrokerState {
     pub metrics: Option<Arc<MetricsHub>>,
     /// Listeners' endpoints, TLS acceptor, SCRAM credentials.
     pub security: security::SecurityState,
+    /// Client quotas and their sensors (`quota`).
+    pub quotas: Arc<quota::QuotaManager>,
 }
 
 impl BrokerState {
@@ -179,6 +182,12 @@ impl Broker {
             txn_service::TxnService::open(&replicas, config.txn.clone())
                 .map_err(|e| BrokerError::Config(e.to_string()))?,
         );
+        let quotas = quota::open_in(
+            &config.data_dir,
+            config.quota_window,
+            Arc::clone(&config.clock),
+        )
+        .map_err(|e| BrokerError::Config(e.to_string()))?;
         let request_memory_kib = request_memory_kib(&config);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let config_clock = Arc::clone(&config.clock);
@@ -207,6 +216,7 @@ impl Broker {
             clock: Arc::clone(&config_clock),
             metrics,
             security,
+            quotas,
         });
         let partitions_max = partition_limit::resolve(state.config.max_partitions);
         state.replicas.set_partitions_max(partitions_max);

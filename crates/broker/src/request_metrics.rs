@@ -119,6 +119,7 @@ pub fn describe() {
         "streamforge_offline_partitions",
         "Partitions whose log could not be opened"
     );
+    crate::quota::describe_metrics();
 }
 
 #[cfg(test)]

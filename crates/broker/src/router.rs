@@ -12,8 +12,8 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    admin, api_versions, cluster, configs, fetch, group_protocol, groups, log_dirs, metadata,
-    offsets, produce, producer, scram_users, txn, txn_admin,
+    admin, api_versions, client_quotas, cluster, configs, fetch, group_protocol, groups, log_dirs,
+    metadata, offsets, produce, producer, scram_users, txn, txn_admin,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -144,6 +144,9 @@ pub static ROUTES: &[Route] = &[
     // v2's transactional-id pattern is not applied yet.
     route!(ListTransactions, 0, 1, txn_admin::handle_list),
     route!(WriteTxnMarkers, 0, 1, txn_admin::handle_write_markers),
+    // Client quotas (KIP-546); enforcement in `crate::quota`.
+    route!(DescribeClientQuotas, 0, 1, client_quotas::handle_describe),
+    route!(AlterClientQuotas, 0, 1, client_quotas::handle_alter),
 ];
 
 /// The route serving `api_key`, if any.

@@ -111,7 +111,7 @@ async fn serve_accepted(
     let security = &state.security;
     let protocol = security.endpoint(listener).protocol;
     let sec = &state.config.security;
-    let info = ConnectionInfo {
+    let mut info = ConnectionInfo {
         peer,
         listener,
         sasl: protocol.is_sasl().then(|| {
@@ -125,6 +125,7 @@ async fn serve_accepted(
         auth_deadline: protocol
             .is_sasl()
             .then(|| tokio::time::Instant::now() + ms(sec.sasl_handshake_timeout_ms)),
+        principal: None,
     };
     if !protocol.is_tls() {
         let (rd, wr) = stream.into_split();
@@ -154,7 +155,10 @@ async fn serve_accepted(
         .map(|c| c.as_ref().to_vec());
     if let Some(der) = cert {
         match security.principal_mapper.principal(&der) {
-            Ok(p) => tracing::debug!(%peer, principal = %p, "TLS client authenticated"),
+            Ok(p) => {
+                tracing::debug!(%peer, principal = %p, "TLS client authenticated");
+                info.principal = Some(p);
+            }
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "no principal for the client certificate, closing connection");
                 return;

@@ -63,6 +63,12 @@ pub struct Args {
     /// SASL/OAUTHBEARER token checks (`sasl.oauthbearer.*`).
     #[command(flatten)]
     pub oauthbearer: crate::oauth_args::OAuthArgs,
+    /// `quota.window.num`: samples per client-quota sensor [default: 11].
+    #[arg(long, env = "STREAMFORGE_QUOTA_WINDOW_NUM")]
+    pub quota_window_num: Option<usize>,
+    /// `quota.window.size.seconds`: the span of one client-quota sample [default: 1].
+    #[arg(long, env = "STREAMFORGE_QUOTA_WINDOW_SIZE_SECONDS")]
+    pub quota_window_size_seconds: Option<u64>,
     /// Data directory [default: ./data].
     #[arg(long, env = "STREAMFORGE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -202,6 +208,8 @@ struct FileConfig {
     ssl_reload_interval_ms: Option<u64>,
     sasl_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
+    quota_window_num: Option<usize>,
+    quota_window_size_seconds: Option<u64>,
     ssl_handshake_timeout_ms: Option<u64>,
     sasl_handshake_timeout_ms: Option<u64>,
     sasl_oauthbearer_jwks_file: Option<PathBuf>,
@@ -295,6 +303,15 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         c.listen = only.addr;
         c.security.listeners.clear();
     }
+    let quota_num = args.quota_window_num.or(file.quota_window_num);
+    let quota_secs = args
+        .quota_window_size_seconds
+        .or(file.quota_window_size_seconds);
+    c.quota_window = streamforge_broker::quota::rate::RateConfig::new(
+        quota_num.unwrap_or(streamforge_broker::quota::rate::QUOTA_WINDOW_NUM_DEFAULT),
+        quota_secs.unwrap_or(streamforge_broker::quota::rate::QUOTA_WINDOW_SIZE_SECONDS_DEFAULT),
+    )
+    .map_err(anyhow::Error::msg)?;
     set!(data_dir);
     set!(node_id);
     set!(num_partitions);

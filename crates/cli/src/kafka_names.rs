@@ -40,6 +40,8 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
         "sasl.oauthbearer.sub.claim.name",
         "sasl_oauthbearer_sub_claim_name",
     ),
+    ("quota.window.num", "quota_window_num"),
+    ("quota.window.size.seconds", "quota_window_size_seconds"),
     ("log.dirs", "data_dir"),
     ("log.dir", "data_dir"),
     ("node.id", "node_id"),
@@ -219,6 +221,11 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
         toml::Value::String(c.data_dir.display().to_string()),
     );
     put("node_id", int(c.node_id.into()));
+    put("quota_window_num", uint(c.quota_window.samples as u64));
+    put(
+        "quota_window_size_seconds",
+        uint((c.quota_window.window_ms / 1000) as u64),
+    );
     put("num_partitions", int(c.num_partitions.into()));
     put(
         "default_replication_factor",

@@ -126,6 +126,8 @@ mod tests {
 codes!(DescribeUserScramCredentialsResponse, r => std::iter::once(r.error_code)
     .chain(r.results.iter().map(|u| u.error_code)));
 codes!(AlterUserScramCredentialsResponse, r => r.results.iter().map(|u| u.error_code));
+top_level!(DescribeClientQuotasResponse);
+codes!(AlterClientQuotasResponse, r => r.entries.iter().map(|e| e.error_code));
 // v0-3 answer per topic and partition, v4+ per transaction (and a top-level code).
 codes!(AddPartitionsToTxnResponse, r => std::iter::once(r.error_code)
 .chain(r.results_by_topic_v3_and_below.iter().flat_map(|t| {

@@ -207,6 +207,7 @@ impl ChunkWriter {
         ResponseFrame {
             chunks: self.chunks,
             error_codes: Vec::new(),
+            throttle_ms: 0,
         }
     }
 }

@@ -73,6 +73,9 @@ pub struct RequestFrame {
     /// Index of the broker listener the request came in on (Metadata answers with that
     /// listener's advertised endpoint); 0, the first listener, unless the connection sets it.
     pub listener: usize,
+    /// The name of the connection's principal (`User:` stripped: the SASL user or the client
+    /// certificate's mapped subject), set by the connection; `None` = `ANONYMOUS`.
+    pub principal: Option<String>,
     /// The body, a zero-copy slice of the frame.
     pub body: Bytes,
 }
@@ -102,6 +105,7 @@ impl RequestFrame {
             client_id,
             client_addr: None,
             listener: 0,
+            principal: None,
             body: frame,
         })
     }
@@ -197,6 +201,10 @@ pub struct ResponseFrame {
     pub chunks: Vec<Bytes>,
     /// The non-zero error codes the response carries (for the broker's error metrics).
     pub error_codes: Vec<i16>,
+    /// Quota throttle time: the connection is muted this long after the response is sent
+    /// (or, for versions whose clients do not back off themselves, the response is delayed).
+    /// A frame with no chunks sends nothing and only mutes (a throttled acks=0 Produce).
+    pub throttle_ms: u64,
 }
 
 impl ResponseFrame {
@@ -248,6 +256,7 @@ pub fn encode_response<T: Encodable + ErrorCodes>(
     Ok(ResponseFrame {
         chunks: vec![buf.freeze()],
         error_codes: nonzero_error_codes(body),
+        throttle_ms: 0,
     })
 }
 
@@ -294,6 +303,8 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::DescribeTransactions => "DescribeTransactions",
         ApiKey::ListTransactions => "ListTransactions",
         ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
+        ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
+        ApiKey::AlterClientQuotas => "AlterClientQuotas",
         _ => "Other",
     }
 }

@@ -8,15 +8,17 @@ use bytes::Bytes;
 use futures::future::select_all;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::FetchRequest;
-use streamforge_protocol::RequestFrame;
 use streamforge_protocol::fetch_writer::{
     AbortedTxn, FetchPartition, FetchResponseParts, FetchTopic, write_fetch_response,
 };
+use streamforge_protocol::{RequestFrame, ResponseFrame};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::BrokerState;
 use crate::partition::{FetchIsolation, FetchParams};
+use crate::quota::entity::QuotaKey;
+use crate::quota::{BusyTime, ClientIdentity};
 use crate::router::HandlerResult;
 
 /// Longest long poll we honour, whatever the client asks.
@@ -27,8 +29,15 @@ const BATCH_RECORDS_COUNT_OFFSET: usize = streamforge_protocol::batch::field::RE
 const BATCH_LOG_OVERHEAD_BYTES: usize = streamforge_protocol::batch::LOG_OVERHEAD_BYTES;
 
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
+    // Time spent working (not in the long poll): what request_percentage counts.
+    let mut busy = BusyTime::start();
     let request: FetchRequest = req.decode()?;
-    let plan = FetchPlan::new(&state.config, &request);
+    let mut plan = FetchPlan::new(&state.config, &request);
+    if plan.replica_id < 0
+        && let Some(cap) = state.quotas.fetch_bytes_max(ClientIdentity::of(&req))
+    {
+        plan.response_max_bytes = plan.response_max_bytes.min(cap);
+    }
     let max_wait_ms = i64::from(request.max_wait_ms).clamp(0, FETCH_MAX_WAIT_MS_CAP);
     let deadline = Instant::now() + std::time::Duration::from_millis(max_wait_ms as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -46,17 +55,19 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         let read = read_all(&state, &plan).await;
         let satisfied = read.bytes >= min_bytes || read.errors || max_wait_ms == 0;
         if satisfied || watchers.is_empty() || Instant::now() >= deadline || *shutdown.borrow() {
-            return Ok(Some(respond(&req, read)));
+            return Ok(Some(respond(&state, &req, read, &plan, busy.total())));
         }
+        busy.pause();
         let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
         tokio::select! {
             _ = changed => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = shutdown.changed() => {}
         }
+        busy.resume();
         if Instant::now() >= deadline {
             let read = read_all(&state, &plan).await;
-            return Ok(Some(respond(&req, read)));
+            return Ok(Some(respond(&state, &req, read, &plan, busy.total())));
         }
     }
 }
@@ -244,7 +255,48 @@ fn read_for_follower(
     Ok((read.read, read.diverging_epoch))
 }
 
-fn respond(req: &RequestFrame, read: FetchPass) -> streamforge_protocol::ResponseFrame {
+/// The response, with the consumer's quotas applied (never a follower's): its bytes against
+/// `consumer_byte_rate` and the handler time against `request_percentage`. Over quota, Kafka
+/// takes the bytes back and answers with no data and the throttle time (KIP-219).
+fn respond(
+    state: &BrokerState,
+    req: &RequestFrame,
+    read: FetchPass,
+    plan: &FetchPlan,
+    busy: std::time::Duration,
+) -> ResponseFrame {
+    let mut parts = FetchResponseParts {
+        throttle_time_ms: 0,
+        error_code: 0,
+        session_id: 0, // sessionless: every fetch is a full fetch
+        topics: Vec::new(),
+    };
+    let frame = encode(req, read, &mut parts);
+    if plan.replica_id >= 0 {
+        count_bytes_out(&parts.topics);
+        return frame;
+    }
+    let who = ClientIdentity::of(req);
+    let size = frame.len_bytes() as f64;
+    let bandwidth_ms = state.quotas.record(QuotaKey::ConsumerByteRate, who, size);
+    let request_ms = state.quotas.record_request_time(who, busy);
+    let throttle_ms = bandwidth_ms.max(request_ms);
+    if throttle_ms == 0 {
+        count_bytes_out(&parts.topics);
+        return frame;
+    }
+    state.quotas.unrecord(QuotaKey::ConsumerByteRate, who, size);
+    let empty = FetchResponseParts {
+        throttle_time_ms: i32::try_from(throttle_ms).unwrap_or(i32::MAX),
+        topics: Vec::new(),
+        ..parts
+    };
+    let mut throttled = write_fetch_response(req.api_version, req.correlation_id, &empty);
+    throttled.throttle_ms = throttle_ms;
+    throttled
+}
+
+fn encode(req: &RequestFrame, read: FetchPass, parts: &mut FetchResponseParts) -> ResponseFrame {
     crate::request_metrics::count(
         "Fetch",
         read.topics
@@ -252,7 +304,13 @@ fn respond(req: &RequestFrame, read: FetchPass) -> streamforge_protocol::Respons
             .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
         Some(crate::request_metrics::FAILED_FETCH),
     );
-    for t in &read.topics {
+    parts.topics = read.topics;
+    write_fetch_response(req.api_version, req.correlation_id, parts)
+}
+
+/// The messages- and bytes-out counters, for a response that carries its data.
+fn count_bytes_out(topics: &[FetchTopic]) {
+    for t in topics {
         let bytes: usize = t
             .partitions
             .iter()
@@ -267,13 +325,6 @@ fn respond(req: &RequestFrame, read: FetchPass) -> streamforge_protocol::Respons
                 .increment(bytes as u64);
         }
     }
-    let parts = FetchResponseParts {
-        throttle_time_ms: 0,
-        error_code: 0,
-        session_id: 0, // sessionless: every fetch is a full fetch
-        topics: read.topics,
-    };
-    write_fetch_response(req.api_version, req.correlation_id, &parts)
 }
 
 /// Records in whole batches, from their headers (cheap; for the messages-out counter).

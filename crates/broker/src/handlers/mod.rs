@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod api_versions;
 pub mod broker_configs;
+pub mod client_quotas;
 pub mod cluster;
 pub mod configs;
 pub mod fetch;

@@ -20,8 +20,11 @@ use crate::BrokerState;
 use crate::handlers::{message, topic_name};
 use crate::partition::replica::Replication;
 use crate::partition::{Acks, AppendParams, Partition, PartitionError};
+use crate::quota::ClientIdentity;
+use crate::quota::entity::QuotaKey;
 use crate::replica_manager::is_internal_topic;
 use crate::router::{HandlerError, HandlerResult};
+use crate::security::principal::ANONYMOUS;
 
 /// Smallest possible RecordBatch v2 (header without records).
 const RECORD_BATCH_HEADER_BYTES: usize = streamforge_protocol::batch::HEADER_BYTES;
@@ -82,6 +85,11 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             req.api_version
         )));
     }
+    // Time spent working (not waiting for the ISR): what request_percentage counts.
+    let mut busy = crate::quota::BusyTime::start();
+    // Kafka counts the whole request against producer_byte_rate.
+    let request_bytes = req.body.len();
+    let (user, client_id) = (req.principal.clone(), req.client_id.clone());
     // Destructuring the temporary drops its other fields (and their slices of the frame) now.
     let ProduceRequest {
         transactional_id,
@@ -198,7 +206,9 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     }
     if !delayed_waits.is_empty() {
         let timeout = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+        busy.pause();
         let results = state.produce_purgatory.wait(&delayed_waits, timeout).await;
+        busy.resume();
         for ((ti, pi), result) in delayed.into_iter().zip(results) {
             if let Err(e) = result {
                 let r = &mut resp.responses[ti].partition_responses[pi];
@@ -216,18 +226,51 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             .flat_map(|t| t.partition_responses.iter().map(|p| p.error_code)),
         Some(crate::request_metrics::FAILED_PRODUCE),
     );
+    let who = ClientIdentity {
+        user: user.as_deref().unwrap_or(ANONYMOUS),
+        client_id: client_id.as_deref().unwrap_or(""),
+    };
+    let throttle_ms = produce_throttle_ms(&state, who, request_bytes, acks, busy.total());
     if acks == 0 {
         // No response for acks=0; on an error Kafka closes the connection so the producer
-        // notices and refreshes its metadata.
+        // notices and refreshes its metadata. A throttle travels in a frame with nothing to
+        // send: the connection mutes itself once this request's memory is released.
         return if any_error {
             Err(HandlerError::Close("acks=0 produce failed".into()))
         } else {
-            Ok(None)
+            Ok(
+                (throttle_ms > 0).then(|| streamforge_protocol::ResponseFrame {
+                    throttle_ms,
+                    ..Default::default()
+                }),
+            )
         };
     }
-    let frame =
+    resp.throttle_time_ms = i32::try_from(throttle_ms).unwrap_or(i32::MAX);
+    let mut frame =
         streamforge_protocol::frame::encode_response(api_key, api_version, correlation_id, &resp)?;
+    frame.throttle_ms = throttle_ms;
     Ok(Some(frame))
+}
+
+/// Kafka's Produce quotas: the request's bytes against `producer_byte_rate`, and (not for
+/// acks=0) the handler's busy time against `request_percentage`; the larger throttle applies.
+fn produce_throttle_ms(
+    state: &BrokerState,
+    who: ClientIdentity<'_>,
+    request_bytes: usize,
+    acks: i16,
+    busy: std::time::Duration,
+) -> u64 {
+    let bandwidth_ms = state
+        .quotas
+        .record(QuotaKey::ProducerByteRate, who, request_bytes as f64);
+    let request_ms = if acks == 0 {
+        0
+    } else {
+        state.quotas.record_request_time(who, busy)
+    };
+    bandwidth_ms.max(request_ms)
 }
 
 /// Kafka's order of checks for one partition: internal topic, hosted partition, batches.

@@ -159,6 +159,7 @@ async fn raw_token(session: &mut Option<SaslSession>, frame: Bytes, peer: Socket
             Gate::Reply(ResponseFrame {
                 chunks: vec![out.freeze()],
                 error_codes: Vec::new(),
+                throttle_ms: 0,
             })
         }
         Step::Failed(message) => Gate::Close(message),

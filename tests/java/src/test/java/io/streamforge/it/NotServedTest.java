@@ -14,7 +14,6 @@ import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.acl.AclBindingFilter;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
-import org.apache.kafka.common.quota.ClientQuotaFilter;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -44,7 +43,7 @@ class NotServedTest {
     @Test
     void aclsQuotasTokens() {
         assertUnsupported("DescribeAcls", () -> A.describeAcls(AclBindingFilter.ANY).values());
-        assertUnsupported("DescribeClientQuotas", () -> A.describeClientQuotas(ClientQuotaFilter.all()).entities());
+        // DescribeClientQuotas is served now (QuotasTest).
         // DescribeUserScramCredentials is served now (SecurityTest).
         assertUnsupported("DescribeDelegationToken", () -> A.describeDelegationToken().delegationTokens());
     }
