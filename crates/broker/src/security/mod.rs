@@ -3,6 +3,7 @@
 //! SCRAM-SHA-256/512 (`sasl`, `scram`) with salted credentials in the data dir (`credentials`).
 //! See docs/SECURITY.md.
 
+pub mod acl;
 pub mod credentials;
 pub mod gate;
 pub mod listeners;
