@@ -143,6 +143,9 @@ fn decode_body(req: &RequestFrame) {
         ApiKey::DescribeTransactions => drop(decode!(req, DescribeTransactionsRequest)),
         ApiKey::ListTransactions => drop(decode!(req, ListTransactionsRequest)),
         ApiKey::WriteTxnMarkers => drop(decode!(req, WriteTxnMarkersRequest)),
+        ApiKey::DescribeAcls => drop(decode!(req, DescribeAclsRequest)),
+        ApiKey::CreateAcls => drop(decode!(req, CreateAclsRequest)),
+        ApiKey::DeleteAcls => drop(decode!(req, DeleteAclsRequest)),
         other => panic!("{other:?} is served but has no decoder in the fuzz harness"),
     }
 }

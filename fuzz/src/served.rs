@@ -56,6 +56,9 @@ served! {
     DescribeTransactions, 0, 0;
     ListTransactions, 0, 1;
     WriteTxnMarkers, 0, 1;
+    DescribeAcls, 1, 3;
+    CreateAcls, 1, 3;
+    DeleteAcls, 1, 3;
 }
 
 /// The served range for `api_key`, if the broker serves it.

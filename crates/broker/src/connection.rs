@@ -66,6 +66,18 @@ pub struct ConnectionInfo {
     pub sasl: Option<SaslSession>,
     /// SASL listeners: authentication must succeed by this time.
     pub auth_deadline: Option<tokio::time::Instant>,
+    /// The client certificate's principal (SSL listeners with mutual TLS).
+    pub tls_principal: Option<crate::security::principal::Principal>,
+}
+
+impl ConnectionInfo {
+    /// Who sends this connection's requests: the SASL user, else the certificate's principal,
+    /// else `None` (Kafka's `User:ANONYMOUS`).
+    fn principal_name(&self) -> Option<Arc<str>> {
+        let sasl = self.sasl.as_ref().and_then(SaslSession::principal);
+        sasl.or(self.tls_principal.as_ref())
+            .map(|p| Arc::from(p.name.as_str()))
+    }
 }
 
 /// Serve one connection over any stream halves (a `TcpStream`'s, or a TLS stream's).
@@ -114,7 +126,8 @@ pub async fn serve<R, W>(
             }
         }
         if out.is_empty() {
-            match handle(&state, frame, permit, peer, info.listener).await {
+            let principal = info.principal_name();
+            match handle(&state, frame, permit, peer, (info.listener, principal)).await {
                 Some(Some(response)) => match check_response_frame(&response) {
                     Ok(()) => out.extend(response.chunks),
                     Err(e) => {
@@ -267,7 +280,7 @@ async fn handle(
     frame: Bytes,
     permit: OwnedSemaphorePermit,
     peer: SocketAddr,
-    listener: usize,
+    listener: (usize, Option<Arc<str>>),
 ) -> Option<Option<ResponseFrame>> {
     let prefix = match HeaderPrefix::parse(&frame) {
         Ok(p) => p,
@@ -324,7 +337,7 @@ fn route(
     frame: Bytes,
     prefix: HeaderPrefix,
     peer: SocketAddr,
-    listener: usize,
+    (listener, principal): (usize, Option<Arc<str>>),
 ) -> Result<Routed, HandlerError> {
     let api_key = ApiKey::try_from(prefix.api_key)
         .ok()
@@ -356,6 +369,7 @@ fn route(
     let mut req = RequestFrame::parse(frame)?;
     req.client_addr = Some(peer.ip());
     req.listener = listener;
+    req.principal = principal;
     Ok(Routed::Handler(api_key, route.handler, req))
 }
 

@@ -327,11 +327,17 @@ fn security_state(
                 message: e.to_string(),
             }
         })?;
+    let authorizer =
+        security::acl::open(cfg, &config.data_dir).map_err(|e| BrokerError::Storage {
+            path: config.data_dir.clone(),
+            message: e.to_string(),
+        })?;
     Ok(security::SecurityState {
         endpoints: security::endpoints(cfg, bound, legacy),
         credentials: Arc::new(credentials),
         tls,
         principal_mapper,
+        authorizer,
     })
 }
 

@@ -12,7 +12,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    admin, api_versions, cluster, configs, fetch, group_protocol, groups, log_dirs, metadata,
+    acls, admin, api_versions, cluster, configs, fetch, group_protocol, groups, log_dirs, metadata,
     offsets, produce, producer, scram_users, txn, txn_admin,
 };
 
@@ -144,6 +144,10 @@ pub static ROUTES: &[Route] = &[
     // v2's transactional-id pattern is not applied yet.
     route!(ListTransactions, 0, 1, txn_admin::handle_list),
     route!(WriteTxnMarkers, 0, 1, txn_admin::handle_write_markers),
+    // ACLs (docs/SECURITY.md); v0 is gone since Kafka 4.0 (KIP-896).
+    route!(DescribeAcls, 1, 3, acls::handle_describe),
+    route!(CreateAcls, 1, 3, acls::handle_create),
+    route!(DeleteAcls, 1, 3, acls::handle_delete),
 ];
 
 /// The route serving `api_key`, if any.

@@ -105,9 +105,10 @@ async fn serve_accepted(
     let security = &state.security;
     let protocol = security.endpoint(listener).protocol;
     let sec = &state.config.security;
-    let info = ConnectionInfo {
+    let mut info = ConnectionInfo {
         peer,
         listener,
+        tls_principal: None,
         sasl: protocol.is_sasl().then(|| {
             SaslSession::new(
                 sec.sasl_mechanisms.clone(),
@@ -147,7 +148,10 @@ async fn serve_accepted(
         .map(|c| c.as_ref().to_vec());
     if let Some(der) = cert {
         match security.principal_mapper.principal(&der) {
-            Ok(p) => tracing::debug!(%peer, principal = %p, "TLS client authenticated"),
+            Ok(p) => {
+                tracing::debug!(%peer, principal = %p, "TLS client authenticated");
+                info.tls_principal = Some(p);
+            }
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "no principal for the client certificate, closing connection");
                 return;

@@ -16,6 +16,12 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ("ssl.principal.mapping.rules", "ssl_principal_mapping_rules"),
     ("sasl.enabled.mechanisms", "sasl_mechanisms"),
     ("connections.max.reauth.ms", "connections_max_reauth_ms"),
+    ("authorizer.class.name", "authorizer"),
+    ("super.users", "super_users"),
+    (
+        "allow.everyone.if.no.acl.found",
+        "allow_everyone_if_no_acl_found",
+    ),
     ("log.dirs", "data_dir"),
     ("log.dir", "data_dir"),
     ("node.id", "node_id"),
@@ -162,6 +168,14 @@ fn print_security(
         put(
             "connections_max_reauth_ms",
             toml::Value::Integer(sec.connections_max_reauth_ms as i64),
+        );
+    }
+    if sec.authorizer == streamforge_broker::security::acl::AuthorizerKind::Acl {
+        put("authorizer", string("acl".into()));
+        put("super_users", string(sec.acl.super_users.join(";")));
+        put(
+            "allow_everyone_if_no_acl_found",
+            toml::Value::Boolean(sec.acl.allow_everyone_if_no_acl_found),
         );
     }
 }

@@ -73,6 +73,9 @@ pub struct RequestFrame {
     /// Index of the broker listener the request came in on (Metadata answers with that
     /// listener's advertised endpoint); 0, the first listener, unless the connection sets it.
     pub listener: usize,
+    /// The authenticated user (Kafka's principal `User:<name>`), set by the connection; `None`
+    /// is `User:ANONYMOUS` (PLAINTEXT, SSL without a client certificate).
+    pub principal: Option<std::sync::Arc<str>>,
     /// The body, a zero-copy slice of the frame.
     pub body: Bytes,
 }
@@ -102,6 +105,7 @@ impl RequestFrame {
             client_id,
             client_addr: None,
             listener: 0,
+            principal: None,
             body: frame,
         })
     }
@@ -294,6 +298,9 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::DescribeTransactions => "DescribeTransactions",
         ApiKey::ListTransactions => "ListTransactions",
         ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
+        ApiKey::DescribeAcls => "DescribeAcls",
+        ApiKey::CreateAcls => "CreateAcls",
+        ApiKey::DeleteAcls => "DeleteAcls",
         _ => "Other",
     }
 }

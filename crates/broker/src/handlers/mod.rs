@@ -1,6 +1,7 @@
 //! Request handlers, one module per API family. Each `handle*` function decodes its request,
 //! calls the state owners and encodes the response; routing lives in `crate::router`.
 
+pub mod acls;
 pub mod admin;
 pub mod api_versions;
 pub mod broker_configs;

@@ -128,6 +128,10 @@ pub struct SecurityConfig {
     pub connections_max_reauth_ms: u64,
     /// PBKDF2 iterations of the credentials `streamforge users create` writes.
     pub scram_iterations: u32,
+    /// `authorizer.class.name`: no authorizer (everything allowed) or ACLs.
+    pub authorizer: acl::AuthorizerKind,
+    /// `super.users` (`User:name` each) and `allow.everyone.if.no.acl.found`.
+    pub acl: acl::AuthorizerConfig,
 }
 
 impl Default for SecurityConfig {
@@ -146,6 +150,8 @@ impl Default for SecurityConfig {
             sasl_handshake_timeout_ms: 10_000,
             connections_max_reauth_ms: 0,
             scram_iterations: scram::ITERATIONS_DEFAULT,
+            authorizer: Default::default(),
+            acl: Default::default(),
         }
     }
 }
@@ -175,6 +181,8 @@ pub struct SecurityState {
     /// The acceptor of TLS listeners (`None` when no listener speaks TLS).
     pub tls: Option<std::sync::Arc<tls::TlsSource>>,
     pub principal_mapper: principal::PrincipalMapper,
+    /// The ACL authorizer (`--authorizer acl`); `None` = every request is allowed.
+    pub authorizer: Option<std::sync::Arc<acl::Authorizer>>,
 }
 
 impl SecurityState {

@@ -14,12 +14,14 @@
 //!    (READ/WRITE/DELETE/ALTER imply DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS, ALL
 //!    implies all) allows; nothing else does.
 
+pub mod access;
 mod authorizer;
 pub mod store;
 #[cfg(test)]
 mod tests;
 pub mod types;
 
+pub use access::Access;
 pub use authorizer::{ACLS_MAX, AclError, Authorizer, AuthorizerConfig};
 pub use types::{
     AccessControlEntry, AclBinding, AclFilter, Operation, PatternType, Permission, Resource,
@@ -63,4 +65,25 @@ pub fn parse_super_users(s: &str) -> Result<Vec<String>, String> {
             }
         })
         .collect()
+}
+
+/// The authorizer `config` asks for, over `<data_dir>/acls.json`.
+pub fn open(
+    config: &super::SecurityConfig,
+    data_dir: &std::path::Path,
+) -> Result<Option<std::sync::Arc<Authorizer>>, store::AclStoreError> {
+    match config.authorizer {
+        AuthorizerKind::None => Ok(None),
+        AuthorizerKind::Acl => {
+            let store = Box::new(store::JsonFileStore::new(data_dir));
+            let authorizer = Authorizer::open(config.acl.clone(), store)?;
+            tracing::info!(
+                acls = authorizer.all().len(),
+                super_users = ?config.acl.super_users,
+                allow_everyone_if_no_acl_found = config.acl.allow_everyone_if_no_acl_found,
+                "ACL authorizer on"
+            );
+            Ok(Some(std::sync::Arc::new(authorizer)))
+        }
+    }
 }
