@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::BrokerState;
 use crate::partition::{FetchIsolation, FetchParams};
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
 
 /// Longest long poll we honour, whatever the client asks.
 const FETCH_MAX_WAIT_MS_CAP: i64 = 5 * 60 * 1000;
@@ -28,7 +29,8 @@ const BATCH_LOG_OVERHEAD_BYTES: usize = streamforge_protocol::batch::LOG_OVERHEA
 
 pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: FetchRequest = req.decode()?;
-    let plan = FetchPlan::new(&state.config, &request);
+    let mut plan = FetchPlan::new(&state.config, &request);
+    plan.authorize(&Access::of(&state, &req));
     let max_wait_ms = i64::from(request.max_wait_ms).clamp(0, FETCH_MAX_WAIT_MS_CAP);
     let deadline = Instant::now() + std::time::Duration::from_millis(max_wait_ms as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -89,9 +91,24 @@ struct FetchPlan {
     response_max_bytes: usize,
     isolation: FetchIsolation,
     replica_id: i32,
+    /// Per topic: answered TOPIC_AUTHORIZATION_FAILED (see `authorize`).
+    denied: Vec<bool>,
 }
 
 impl FetchPlan {
+    /// Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic;
+    /// what is not allowed is answered TOPIC_AUTHORIZATION_FAILED per partition.
+    fn authorize(&mut self, access: &Access<'_>) {
+        let follower_denied = self.replica_id >= 0 && !access.cluster(Operation::ClusterAction);
+        self.denied = self
+            .topics
+            .iter()
+            .map(|(name, _)| {
+                follower_denied || (self.replica_id < 0 && !access.topic(Operation::Read, name))
+            })
+            .collect();
+    }
+
     fn new(config: &crate::BrokerConfig, request: &FetchRequest) -> FetchPlan {
         // Kafka: a follower's fetch (replica id >= 0) is bounded by the replica settings, a
         // consumer's by fetch.max.bytes; the request's max_bytes can only lower them.
@@ -141,6 +158,7 @@ impl FetchPlan {
             response_max_bytes: requested.min(broker_max),
             isolation: FetchIsolation::for_fetch(request.replica_id.0, request.isolation_level),
             replica_id: request.replica_id.0,
+            denied: Vec::new(),
         }
     }
 }
@@ -153,7 +171,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
         bytes: 0,
         errors: false,
     };
-    for (name, partitions) in &plan.topics {
+    for (ti, (name, partitions)) in plan.topics.iter().enumerate() {
         let mut topic = FetchTopic {
             name: name.clone(),
             partitions: Vec::with_capacity(partitions.len()),
@@ -167,6 +185,12 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                 aborted_transactions: read_committed.then(Vec::new),
                 ..Default::default()
             };
+            if plan.denied.get(ti).copied().unwrap_or(false) {
+                fp.error_code = ResponseError::TopicAuthorizationFailed.code();
+                out.errors = true;
+                topic.partitions.push(fp);
+                continue;
+            }
             let Some(partition) = state.replicas.partition(&topic.name, p.partition) else {
                 fp.error_code = ResponseError::UnknownTopicOrPartition.code();
                 out.errors = true;

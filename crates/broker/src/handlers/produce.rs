@@ -22,6 +22,7 @@ use crate::partition::replica::Replication;
 use crate::partition::{Acks, AppendParams, Partition, PartitionError};
 use crate::replica_manager::is_internal_topic;
 use crate::router::{HandlerError, HandlerResult};
+use crate::security::acl::{Access, Operation};
 
 /// Smallest possible RecordBatch v2 (header without records).
 const RECORD_BATCH_HEADER_BYTES: usize = streamforge_protocol::batch::HEADER_BYTES;
@@ -87,8 +88,15 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         acks,
         timeout_ms,
         topic_data,
+        transactional_id,
         ..
     } = req.decode::<ProduceRequest>()?;
+    // Kafka: transactional batches need WRITE on the transactional id (else every partition
+    // answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic.
+    let access = Access::of(&state, &req);
+    let txn_denied = transactional_id
+        .as_ref()
+        .is_some_and(|id| !access.transactional_id(Operation::Write, id));
     let append_acks = Acks::from_kafka(acks);
     let body_start = req.body.as_ptr() as usize;
     let body_len = req.body.len();
@@ -129,6 +137,11 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     for (name, parts) in topics {
         let mut t = TopicProduceResponse::default();
         t.name = topic_name(&name);
+        let denied = if txn_denied {
+            Some(ErrorCode::TransactionalIdAuthorizationFailed)
+        } else {
+            (!access.topic(Operation::Write, &name)).then_some(ErrorCode::TopicAuthorizationFailed)
+        };
         for p in parts {
             let mut r = PartitionProduceResponse::default();
             r.index = p.index;
@@ -136,7 +149,9 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             r.log_append_time_ms = -1;
             r.log_start_offset = -1;
             let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
-            let result = if let Some(acks) = append_acks {
+            let result = if let Some(code) = denied {
+                Err(Rejection::new(code, None))
+            } else if let Some(acks) = append_acks {
                 append_checked(&state, &name, p.index, &mut body, p.records, acks)
             } else {
                 Err(Rejection::new(ErrorCode::InvalidRequiredAcks, None))
