@@ -10,6 +10,7 @@ pub mod configs;
 pub mod fetch;
 pub mod group_protocol;
 pub mod groups;
+mod groups_acl;
 pub mod log_dirs;
 pub mod metadata;
 pub mod offsets;
