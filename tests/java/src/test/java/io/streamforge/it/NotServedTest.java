@@ -12,7 +12,6 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.acl.AclBindingFilter;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.quota.ClientQuotaFilter;
 import org.junit.jupiter.api.AfterAll;
@@ -43,7 +42,7 @@ class NotServedTest {
 
     @Test
     void aclsQuotasTokens() {
-        assertUnsupported("DescribeAcls", () -> A.describeAcls(AclBindingFilter.ANY).values());
+        // DescribeAcls is served now (AclTest).
         assertUnsupported("DescribeClientQuotas", () -> A.describeClientQuotas(ClientQuotaFilter.all()).entities());
         // DescribeUserScramCredentials is served now (SecurityTest).
         assertUnsupported("DescribeDelegationToken", () -> A.describeDelegationToken().delegationTokens());
@@ -58,7 +57,7 @@ class NotServedTest {
 
     @Test
     void brokerStillServesAfterUnservedCalls() throws Exception {
-        assertUnsupported("DescribeAcls", () -> A.describeAcls(AclBindingFilter.ANY).values());
+        assertUnsupported("DescribeDelegationToken", () -> A.describeDelegationToken().delegationTokens());
         assertEquals(1, A.describeCluster().nodes().get(30, TimeUnit.SECONDS).size());
     }
 }
