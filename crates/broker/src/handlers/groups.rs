@@ -306,7 +306,7 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
     let mut topics = Vec::with_capacity(request.topics.len());
     for t in &request.topics {
         let name = t.name.to_string();
-        let denied = acl::commit_denied_code(&access, true, &name);
+        let denied = acl::topic_read_denied(&access, &name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             if let Some(code) = denied {
@@ -470,9 +470,7 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
     let request: OffsetDeleteRequest = req.decode()?;
     let access = Access::of(&state, &req);
     if !access.group(Operation::Delete, &request.group_id) {
-        let mut resp = OffsetDeleteResponse::default();
-        resp.error_code = ResponseError::GroupAuthorizationFailed.code();
-        return Ok(Some(req.respond(&resp)?));
+        return acl::offset_delete_denied(&req);
     }
     let mut known: Vec<(String, Vec<i32>)> = Vec::new();
     for t in &request.topics {
@@ -498,16 +496,12 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
             let deleted = result.topics.iter().find(|(n, _)| *n == name);
             let mut topic = OffsetDeleteResponseTopic::default();
             topic.name = t.name.clone();
-            let topic_denied = !access.topic(Operation::Read, &name);
+            let topic_denied = acl::topic_read_denied(&access, &name);
             for p in &t.partitions {
                 let code = deleted
                     .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
                     .map_or(ResponseError::UnknownTopicOrPartition.code(), |(_, c)| *c);
-                let code = if topic_denied {
-                    ResponseError::TopicAuthorizationFailed.code()
-                } else {
-                    code
-                };
+                let code = topic_denied.unwrap_or(code);
                 let mut partition = OffsetDeleteResponsePartition::default();
                 partition.partition_index = p.partition_index;
                 partition.error_code = code;

@@ -68,15 +68,16 @@ pub(crate) fn leave_denied(req: &RequestFrame) -> HandlerResult {
     respond(req, &resp)
 }
 
-/// OffsetCommit's per-partition code when the group or the topic is not allowed.
-pub(crate) fn commit_denied_code(access: &Access<'_>, group_ok: bool, topic: &str) -> Option<i16> {
-    if !group_ok {
-        Some(GROUP_DENIED.code())
-    } else if !access.topic(Operation::Read, topic) {
-        Some(ResponseError::TopicAuthorizationFailed.code())
-    } else {
-        None
-    }
+/// OffsetCommit's and OffsetDelete's per-partition code for a topic without READ.
+pub(crate) fn topic_read_denied(access: &Access<'_>, topic: &str) -> Option<i16> {
+    (!access.topic(Operation::Read, topic)).then(|| ResponseError::TopicAuthorizationFailed.code())
+}
+
+/// OffsetDelete refused: GROUP_AUTHORIZATION_FAILED for the request.
+pub(crate) fn offset_delete_denied(req: &RequestFrame) -> HandlerResult {
+    let mut resp = kafka_protocol::messages::OffsetDeleteResponse::default();
+    resp.error_code = GROUP_DENIED.code();
+    respond(req, &resp)
 }
 
 /// An OffsetCommit answered without the coordinator: every partition gets `code`.
