@@ -57,7 +57,7 @@ fn check_replicas(
 pub async fn handle_create_topics(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: CreateTopicsRequest = req.decode()?;
     let access = Access::of(&state, &req);
-    let cluster_create = access.cluster(Operation::Create);
+    let cluster_create = access.quiet().cluster(Operation::Create);
     let mut resp = CreateTopicsResponse::default();
     let mut seen = BTreeMap::<String, usize>::new();
     for t in &request.topics {

@@ -25,7 +25,7 @@ pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame)
     let access = Access::of(&state, &req);
     resp.cluster_authorized_operations = if !request.include_cluster_authorized_operations {
         i32::MIN
-    } else if access.cluster(Operation::Describe) {
+    } else if access.quiet().cluster(Operation::Describe) {
         access.operations(&Resource::cluster())
     } else {
         0

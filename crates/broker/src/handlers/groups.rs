@@ -523,8 +523,9 @@ pub async fn handle_list_groups(state: Arc<BrokerState>, req: RequestFrame) -> H
     let types: Vec<String> = request.types_filter.iter().map(|v| v.to_string()).collect();
     let mut groups = state.groups.read(|c| c.list_groups(&states, &types));
     let access = Access::of(&state, &req);
-    if !access.cluster(Operation::Describe) {
-        groups.retain(|g| access.group(Operation::Describe, &g.group_id));
+    let quiet = access.quiet();
+    if !quiet.cluster(Operation::Describe) {
+        groups.retain(|g| quiet.group(Operation::Describe, &g.group_id));
     }
     let mut resp = ListGroupsResponse::default();
     resp.groups = groups

@@ -116,9 +116,10 @@ pub(crate) fn filter_offsets(
         return;
     }
     if all_topics {
+        let quiet = access.quiet();
         result
             .topics
-            .retain(|t| access.topic(Operation::Describe, &t.name));
+            .retain(|t| quiet.topic(Operation::Describe, &t.name));
         return;
     }
     for t in &mut result.topics {

@@ -45,11 +45,12 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     );
     if all {
         // Kafka lists only the topics the principal may DESCRIBE.
+        let quiet = access.quiet();
         resp.topics = state
             .replicas
             .topics()
             .iter()
-            .filter(|t| access.topic(Operation::Describe, &t.name))
+            .filter(|t| quiet.topic(Operation::Describe, &t.name))
             .map(|t| topic_entry(&state, t))
             .collect();
     } else {
@@ -96,7 +97,8 @@ fn denied(
     name: &str,
     allow_auto_create: bool,
 ) -> Option<ResponseError> {
-    let may_create = || access.cluster(Operation::Create) || access.topic(Operation::Create, name);
+    let may_create =
+        || access.quiet().cluster(Operation::Create) || access.topic(Operation::Create, name);
     if !access.topic(Operation::Describe, name)
         || (allow_auto_create && state.replicas.topic(name).is_none() && !may_create())
     {

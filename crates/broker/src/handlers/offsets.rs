@@ -109,7 +109,7 @@ pub async fn handle_offset_for_leader_epoch(
     let request: OffsetForLeaderEpochRequest = req.decode()?;
     // Kafka (KIP-320): CLUSTER_ACTION on the cluster (brokers), else DESCRIBE per topic.
     let access = Access::of(&state, &req);
-    let cluster_action = access.cluster(Operation::ClusterAction);
+    let cluster_action = access.quiet().cluster(Operation::ClusterAction);
     let mut resp = OffsetForLeaderEpochResponse::default();
     for t in request.topics {
         let allowed = cluster_action || access.topic(Operation::Describe, &t.topic.0);

@@ -35,7 +35,7 @@ pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame)
     let denied = match transactional_id.as_deref().filter(|t| !t.is_empty()) {
         Some(tid) => (!access.transactional_id(Operation::Write, tid))
             .then_some(ErrorCode::TransactionalIdAuthorizationFailed),
-        None => (!access.cluster(Operation::IdempotentWrite)
+        None => (!access.quiet().cluster(Operation::IdempotentWrite)
             && !access.any_of_type(Operation::Write, ResourceType::Topic))
         .then_some(ErrorCode::ClusterAuthorizationFailed),
     };

@@ -39,6 +39,7 @@ pub async fn handle_describe(state: Arc<BrokerState>, req: RequestFrame) -> Hand
     let request: DescribeTransactionsRequest = req.decode()?;
     // Kafka: DESCRIBE on the transactional id; only the topics the principal may DESCRIBE.
     let access = Access::of(&state, &req);
+    let quiet = access.quiet();
     let mut resp = DescribeTransactionsResponse::default();
     state.txns.read(|c| {
         for tid in &request.transactional_ids {
@@ -61,7 +62,7 @@ pub async fn handle_describe(state: Arc<BrokerState>, req: RequestFrame) -> Hand
                     let visible = m
                         .partitions
                         .iter()
-                        .filter(|(topic, _)| access.topic(Operation::Describe, topic));
+                        .filter(|(topic, _)| quiet.topic(Operation::Describe, topic));
                     for (topic, p) in visible {
                         if ts.topics.last().is_none_or(|t| t.topic.0.as_str() != topic) {
                             let mut t = TopicData::default();
@@ -100,7 +101,8 @@ pub async fn handle_list(state: Arc<BrokerState>, req: RequestFrame) -> HandlerR
             // v1: only transactions running longer than the filter (-1 = all).
             let age_ok = request.duration_filter < 0
                 || (m.start_ms >= 0 && now - m.start_ms > request.duration_filter);
-            if state_ok && pid_ok && age_ok && access.transactional_id(Operation::Describe, tid) {
+            let visible = access.quiet().transactional_id(Operation::Describe, tid);
+            if state_ok && pid_ok && age_ok && visible {
                 let mut l = ListedState::default();
                 l.transactional_id = TransactionalId(s(tid));
                 l.producer_id = ProducerId(m.producer_id);

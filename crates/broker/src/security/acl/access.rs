@@ -13,10 +13,13 @@ use crate::security::principal::Principal;
 /// Kafka's value of an authorized-operations field the request did not ask for.
 pub const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
+#[derive(Clone)]
 pub struct Access<'a> {
     authorizer: Option<&'a Authorizer>,
     principal: Principal,
     host: String,
+    /// Log denials at INFO (Kafka's `logIfDenied`): off for filters and optional checks.
+    log_denials: bool,
 }
 
 impl<'a> Access<'a> {
@@ -31,6 +34,16 @@ impl<'a> Access<'a> {
                 .client_addr
                 .map(|a| a.to_string())
                 .unwrap_or_else(|| "*".to_string()),
+            log_denials: true,
+        }
+    }
+
+    /// The same checks without the INFO line per denial: for filtering what is listed
+    /// (Metadata, ListGroups, ...) and for checks with a fallback, as Kafka logs them at TRACE.
+    pub fn quiet(&self) -> Access<'a> {
+        Access {
+            log_denials: false,
+            ..self.clone()
         }
     }
 
@@ -48,7 +61,7 @@ impl<'a> Access<'a> {
             return true;
         };
         let ok = a.authorize(&self.principal, &self.host, op, resource);
-        if !ok {
+        if !ok && self.log_denials {
             tracing::info!(
                 principal = %self.principal,
                 host = %self.host,
@@ -57,6 +70,8 @@ impl<'a> Access<'a> {
                 resource = resource.name,
                 "denied"
             );
+        } else if !ok {
+            tracing::trace!(principal = %self.principal, operation = %op, resource = resource.name, "not allowed");
         }
         ok
     }
