@@ -27,7 +27,7 @@ from kafka.admin import ACLFilter, KafkaAdminClient, ResourcePatternFilter
 from kafka.admin import ACLOperation, ACLPermissionType, ACLResourcePatternType
 from kafka.admin import ResourceType as KpResourceType
 
-from harness import BrokerProcess, find_binary, free_port
+from harness import REPO_ROOT, BrokerProcess, find_binary, free_port
 
 TIMEOUT_S = 30
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
@@ -316,6 +316,39 @@ def test_acls_survive_a_restart(tmp_path):
         assert produce_error(b.conf("alice"), topic) is None
     finally:
         b.proc.stop()
+
+
+def test_a_client_certificate_is_the_principal_on_ssl(tmp_path):
+    certs = tmp_path / "certs"
+    subprocess.run([str(REPO_ROOT / "scripts" / "gen-certs"), str(certs), "alice"], check=True,
+                   capture_output=True, timeout=60)
+    proc = BrokerProcess(tmp_path / "b")
+    ssl_port = free_port()
+    proc.extra_args = [
+        "--listeners", f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{ssl_port}",
+        "--ssl-cert", str(certs / "broker.pem"), "--ssl-key", str(certs / "broker.key"),
+        "--ssl-ca", str(certs / "ca.pem"), "--ssl-client-auth", "required",
+        "--ssl-principal-mapping-rules", "RULE:^CN=([^,]*),.*$/$1/",
+        "--authorizer", "acl", "--super-users", "User:ANONYMOUS",
+    ]
+    proc.start()
+    try:
+        mine, other = unique("cert"), unique("other")
+        bin_ = str(find_binary())
+        for t in (mine, other):
+            subprocess.run([bin_, "topics", "-b", proc.bootstrap, "create", t], check=True,
+                           capture_output=True, timeout=TIMEOUT_S)
+        subprocess.run([bin_, "acls", "-b", proc.bootstrap, "--add", "--allow-principal",
+                        "User:alice", "--operation", "Write", "--topic", mine], check=True,
+                       capture_output=True, timeout=TIMEOUT_S)
+        conf = {"bootstrap.servers": f"127.0.0.1:{ssl_port}", "security.protocol": "SSL",
+                "ssl.ca.location": str(certs / "ca.pem"),
+                "ssl.certificate.location": str(certs / "alice.pem"),
+                "ssl.key.location": str(certs / "alice.key")}
+        assert produce_error(conf, mine) is None
+        assert produce_error(conf, other).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        proc.stop()
 
 
 def test_without_an_authorizer_the_acl_apis_answer_security_disabled(broker):

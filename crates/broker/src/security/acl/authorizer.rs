@@ -72,7 +72,7 @@ impl Authorizer {
     }
 
     pub fn is_super_user(&self, principal: &Principal) -> bool {
-        self.super_users.contains(&principal.to_string())
+        !self.super_users.is_empty() && self.super_users.contains(&principal.to_string())
     }
 
     /// May `principal`, connected from `host`, do `op` on `resource`? (The rules are in the
@@ -87,25 +87,27 @@ impl Authorizer {
         if self.is_super_user(principal) {
             return true;
         }
-        let principal = principal.to_string();
         let index = self.acls.read();
-        let entries = matching_entries(&index, resource);
-        if entries.is_empty() {
+        let (mut found, mut denied, mut allowed) = (false, false, false);
+        for_each_matching(&index, resource, |e| {
+            found = true;
+            if !principal_matches(&e.principal, principal)
+                || !(e.host == host || e.host == WILDCARD_HOST)
+            {
+                return;
+            }
+            match e.permission {
+                Permission::Deny => {
+                    denied |= e.operation == op || e.operation == Operation::All;
+                }
+                Permission::Allow => allowed |= op.granted_by().contains(&e.operation),
+                Permission::Any => {}
+            }
+        });
+        if !found {
             return self.allow_everyone_if_no_acl_found;
         }
-        let applies = |e: &AccessControlEntry, perm: Permission, ops: &[Operation]| {
-            e.permission == perm
-                && (e.principal == principal || e.principal == WILDCARD_PRINCIPAL)
-                && (e.host == host || e.host == WILDCARD_HOST)
-                && ops.contains(&e.operation)
-        };
-        let denied = entries
-            .iter()
-            .any(|e| applies(e, Permission::Deny, &[op, Operation::All]));
-        !denied
-            && entries
-                .iter()
-                .any(|e| applies(e, Permission::Allow, op.granted_by()))
+        !denied && allowed
     }
 
     /// The authorized-operations bit field of Metadata, DescribeCluster and DescribeGroups:
@@ -322,29 +324,44 @@ fn type_range(
     (start, end)
 }
 
-/// The entries of every pattern that applies to `resource`: its LITERAL name, the LITERAL
-/// wildcard, and PREFIXED patterns on each prefix of the name.
-fn matching_entries<'a>(index: &'a Index, resource: &Resource<'_>) -> Vec<&'a AccessControlEntry> {
-    let mut out = Vec::new();
-    let mut add = |name: &str, pattern_type| {
-        let key = ResourcePattern {
-            resource_type: resource.resource_type,
-            name: name.to_string(),
-            pattern_type,
-        };
-        if let Some(entries) = index.get(&key) {
-            out.extend(entries.iter());
+/// An ACL principal (`User:name` or `User:*`) naming `principal`.
+fn principal_matches(acl_principal: &str, principal: &Principal) -> bool {
+    acl_principal == WILDCARD_PRINCIPAL
+        || acl_principal.strip_prefix("User:") == Some(principal.name.as_str())
+}
+
+/// Calls `f` with the entries of every pattern that applies to `resource`: its LITERAL name,
+/// the LITERAL wildcard, and PREFIXED patterns on each prefix of the name. One key buffer for
+/// every lookup (this runs per topic of every Produce and Fetch).
+fn for_each_matching<'a>(
+    index: &'a Index,
+    resource: &Resource<'_>,
+    mut f: impl FnMut(&'a AccessControlEntry),
+) {
+    let name = resource.name;
+    let mut key = ResourcePattern {
+        resource_type: resource.resource_type,
+        name: String::with_capacity(name.len().max(WILDCARD_RESOURCE.len())),
+        pattern_type: PatternType::Literal,
+    };
+    let mut visit = |key: &ResourcePattern| {
+        if let Some(entries) = index.get(key) {
+            entries.iter().for_each(&mut f);
         }
     };
-    add(WILDCARD_RESOURCE, PatternType::Literal);
-    if resource.name != WILDCARD_RESOURCE {
-        add(resource.name, PatternType::Literal);
+    key.name.push_str(WILDCARD_RESOURCE);
+    visit(&key);
+    if name != WILDCARD_RESOURCE {
+        key.name.clear();
+        key.name.push_str(name);
+        visit(&key);
     }
-    let name = resource.name;
+    key.pattern_type = PatternType::Prefixed;
     for i in (1..=name.len()).filter(|i| name.is_char_boundary(*i)) {
-        add(&name[..i], PatternType::Prefixed);
+        key.name.clear();
+        key.name.push_str(&name[..i]);
+        visit(&key);
     }
-    out
 }
 
 /// Kafka's checks of a new ACL (`AclControlManager.validateNewAcl` and the CreateAcls
