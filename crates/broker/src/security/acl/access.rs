@@ -32,7 +32,7 @@ impl<'a> Access<'a> {
             },
             host: req
                 .client_addr
-                .map(|a| a.to_string())
+                .map(|a| a.to_canonical().to_string())
                 .unwrap_or_else(|| "*".to_string()),
             log_denials: true,
         }

@@ -91,9 +91,7 @@ impl Authorizer {
         let (mut found, mut denied, mut allowed) = (false, false, false);
         for_each_matching(&index, resource, |e| {
             found = true;
-            if !principal_matches(&e.principal, principal)
-                || !(e.host == host || e.host == WILDCARD_HOST)
-            {
+            if !principal_matches(&e.principal, principal) || !host_matches(&e.host, host) {
                 return;
             }
             match e.permission {
@@ -143,7 +141,7 @@ impl Authorizer {
         for (p, entries) in index.range(type_range(resource_type)) {
             for e in entries {
                 let applies = (e.principal == principal || e.principal == WILDCARD_PRINCIPAL)
-                    && (e.host == host || e.host == WILDCARD_HOST)
+                    && host_matches(&e.host, host)
                     && (e.operation == op || e.operation == Operation::All);
                 if applies {
                     names
@@ -322,6 +320,22 @@ fn type_range(
         None => std::ops::Bound::Unbounded,
     };
     (start, end)
+}
+
+/// An ACL host (`*` or an address) matching the client's address. Addresses compare as
+/// addresses, so Kafka's spelling of IPv6 (`0:0:0:0:0:0:0:1`, Java's `getHostAddress`) matches
+/// a client on `::1`, and an IPv4-mapped client matches its IPv4 address.
+fn host_matches(acl_host: &str, host: &str) -> bool {
+    if acl_host == WILDCARD_HOST || acl_host == host {
+        return true;
+    }
+    match (
+        acl_host.parse::<std::net::IpAddr>(),
+        host.parse::<std::net::IpAddr>(),
+    ) {
+        (Ok(a), Ok(h)) => a.to_canonical() == h.to_canonical(),
+        _ => false,
+    }
 }
 
 /// An ACL principal (`User:name` or `User:*`) naming `principal`.

@@ -169,6 +169,25 @@ fn wildcard_principal_and_hosts_match() {
     assert!(can(&a, &Principal::user("anyone"), Operation::Read, "t"));
     assert!(!can(&a, &alice(), Operation::Read, "h"), "other host");
     assert!(a.authorize(&alice(), "10.0.0.1", Operation::Read, &Resource::topic("h")));
+    assert!(a.authorize(
+        &alice(),
+        "::ffff:10.0.0.1",
+        Operation::Read,
+        &Resource::topic("h")
+    ));
+    add(
+        &a,
+        vec![acl(
+            ResourceType::Topic,
+            "v6",
+            PatternType::Literal,
+            "User:alice",
+            "0:0:0:0:0:0:0:1",
+            Operation::Read,
+            Permission::Allow,
+        )],
+    );
+    assert!(a.authorize(&alice(), "::1", Operation::Read, &Resource::topic("v6")));
 }
 
 #[test]
