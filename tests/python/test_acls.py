@@ -17,7 +17,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
                                    AclPermissionType, AdminClient, NewTopic,
                                    ResourcePatternType, ResourceType)
@@ -284,6 +284,33 @@ def test_metadata_hides_topics_the_user_may_not_describe(acl_broker):
     for name in (hidden, unique("missing")):
         t = bob.list_topics(topic=name, timeout=TIMEOUT_S).topics[name]
         assert t.error is not None and t.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_authorized_operations_are_the_allowed_ones(acl_broker):
+    topic, group = unique("ops"), unique("opsg")
+    create_topic(acl_broker, topic)
+    create_acls(acl_broker, [
+        allow(ResourceType.TOPIC, topic, "User:carol", AclOperation.READ),
+        allow(ResourceType.GROUP, group, "User:carol", AclOperation.READ),
+        allow(ResourceType.BROKER, "kafka-cluster", "User:carol", AclOperation.DESCRIBE),
+    ])
+    assert produce_error(acl_broker.conf("admin"), topic) is None
+    assert consume_error(acl_broker.conf("carol"), topic, group) is None  # the group exists now
+    admin = acl_broker.admin("carol")
+    g = admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                       request_timeout=TIMEOUT_S)[group].result()
+    assert set(g.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    t = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                              request_timeout=TIMEOUT_S)[topic].result()
+    assert set(t.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    c = admin.describe_cluster(include_authorized_operations=True,
+                               request_timeout=TIMEOUT_S).result()
+    assert set(c.authorized_operations) == {AclOperation.DESCRIBE}
+    # Super users may do everything the resource type supports.
+    super_admin = acl_broker.admin("admin")
+    t = super_admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                                    request_timeout=TIMEOUT_S)[topic].result()
+    assert AclOperation.ALTER_CONFIGS in set(t.authorized_operations)
 
 
 def test_streamforge_acls_cli(acl_broker):
