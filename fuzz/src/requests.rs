@@ -145,6 +145,9 @@ fn decode_body(req: &RequestFrame) {
         ApiKey::WriteTxnMarkers => drop(decode!(req, WriteTxnMarkersRequest)),
         ApiKey::DescribeClientQuotas => drop(decode!(req, DescribeClientQuotasRequest)),
         ApiKey::AlterClientQuotas => drop(decode!(req, AlterClientQuotasRequest)),
+        ApiKey::DescribeAcls => drop(decode!(req, DescribeAclsRequest)),
+        ApiKey::CreateAcls => drop(decode!(req, CreateAclsRequest)),
+        ApiKey::DeleteAcls => drop(decode!(req, DeleteAclsRequest)),
         other => panic!("{other:?} is served but has no decoder in the fuzz harness"),
     }
 }

@@ -58,6 +58,9 @@ served! {
     WriteTxnMarkers, 0, 1;
     DescribeClientQuotas, 0, 1;
     AlterClientQuotas, 0, 1;
+    DescribeAcls, 1, 3;
+    CreateAcls, 1, 3;
+    DeleteAcls, 1, 3;
 }
 
 /// The served range for `api_key`, if the broker serves it.

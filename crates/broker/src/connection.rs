@@ -26,7 +26,6 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use crate::router::{self, HandlerError, HandlerResult};
 use crate::security::SASL_RECEIVE_BYTES_MAX;
 use crate::security::gate::{self, Gate};
-use crate::security::principal::Principal;
 use crate::security::sasl::SaslSession;
 use crate::{BrokerState, ms};
 
@@ -67,15 +66,17 @@ pub struct ConnectionInfo {
     pub sasl: Option<SaslSession>,
     /// SASL listeners: authentication must succeed by this time.
     pub auth_deadline: Option<tokio::time::Instant>,
-    /// The client certificate's principal (mutual TLS); SASL's, once authenticated, wins.
-    pub principal: Option<Principal>,
+    /// The client certificate's principal (SSL listeners with mutual TLS).
+    pub tls_principal: Option<crate::security::principal::Principal>,
 }
 
 impl ConnectionInfo {
-    /// The principal's name for quotas (and soon ACLs); `None` = `ANONYMOUS`.
-    fn principal_name(&self) -> Option<String> {
+    /// Who sends this connection's requests: the SASL user, else the certificate's principal,
+    /// else `None` (Kafka's `User:ANONYMOUS`).
+    fn principal_name(&self) -> Option<Arc<str>> {
         let sasl = self.sasl.as_ref().and_then(SaslSession::principal);
-        sasl.or(self.principal.as_ref()).map(|p| p.name.clone())
+        sasl.or(self.tls_principal.as_ref())
+            .map(|p| Arc::from(p.name.as_str()))
     }
 }
 
@@ -127,7 +128,7 @@ pub async fn serve<R, W>(
         }
         if out.is_empty() {
             let principal = info.principal_name();
-            match handle(&state, frame, permit, peer, info.listener, principal).await {
+            match handle(&state, frame, permit, peer, (info.listener, principal)).await {
                 // Nothing to send (a throttled acks=0 Produce): only the mute.
                 Some(Some(silent)) if silent.chunks.is_empty() => {
                     crate::quota::mute_for(&state.shutdown, silent.throttle_ms).await;
@@ -291,8 +292,7 @@ async fn handle(
     frame: Bytes,
     permit: OwnedSemaphorePermit,
     peer: SocketAddr,
-    listener: usize,
-    principal: Option<String>,
+    listener: (usize, Option<Arc<str>>),
 ) -> Option<Option<ResponseFrame>> {
     let prefix = match HeaderPrefix::parse(&frame) {
         Ok(p) => p,
@@ -305,7 +305,8 @@ async fn handle(
     let api_version = prefix.api_version;
     let mut client_id = None;
     let mut handler_time = std::time::Duration::ZERO;
-    let result = match route(frame, prefix, peer, listener, principal.clone()) {
+    let principal = listener.1.clone();
+    let result = match route(frame, prefix, peer, listener) {
         Ok(Routed::Ready(api_key, result)) => (api_key, result),
         Ok(Routed::Handler(api_key, handler, req)) => {
             client_id = req.client_id.clone();
@@ -386,8 +387,7 @@ fn route(
     frame: Bytes,
     prefix: HeaderPrefix,
     peer: SocketAddr,
-    listener: usize,
-    principal: Option<String>,
+    (listener, principal): (usize, Option<Arc<str>>),
 ) -> Result<Routed, HandlerError> {
     let api_key = ApiKey::try_from(prefix.api_key)
         .ok()

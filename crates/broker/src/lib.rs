@@ -356,12 +356,18 @@ fn security_state(
     } else {
         None
     };
+    let authorizer =
+        security::acl::open(cfg, &config.data_dir).map_err(|e| BrokerError::Storage {
+            path: config.data_dir.clone(),
+            message: e.to_string(),
+        })?;
     Ok(security::SecurityState {
         endpoints: security::endpoints(cfg, bound, legacy),
         credentials: Arc::new(credentials),
         tls,
         principal_mapper,
         oauthbearer,
+        authorizer,
     })
 }
 

@@ -12,8 +12,8 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    admin, api_versions, client_quotas, cluster, configs, fetch, group_protocol, groups, log_dirs,
-    metadata, offsets, produce, producer, scram_users, txn, txn_admin,
+    acls, admin, api_versions, client_quotas, cluster, configs, fetch, group_protocol, groups,
+    log_dirs, metadata, offsets, produce, producer, scram_users, txn, txn_admin,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -147,6 +147,10 @@ pub static ROUTES: &[Route] = &[
     // Client quotas (KIP-546); enforcement in `crate::quota`.
     route!(DescribeClientQuotas, 0, 1, client_quotas::handle_describe),
     route!(AlterClientQuotas, 0, 1, client_quotas::handle_alter),
+    // ACLs (docs/SECURITY.md); v0 is gone since Kafka 4.0 (KIP-896).
+    route!(DescribeAcls, 1, 3, acls::handle_describe),
+    route!(CreateAcls, 1, 3, acls::handle_create),
+    route!(DeleteAcls, 1, 3, acls::handle_delete),
 ];
 
 /// The route serving `api_key`, if any.

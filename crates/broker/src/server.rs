@@ -114,6 +114,7 @@ async fn serve_accepted(
     let mut info = ConnectionInfo {
         peer,
         listener,
+        tls_principal: None,
         sasl: protocol.is_sasl().then(|| {
             SaslSession::new(
                 sec.sasl_mechanisms.clone(),
@@ -125,7 +126,6 @@ async fn serve_accepted(
         auth_deadline: protocol
             .is_sasl()
             .then(|| tokio::time::Instant::now() + ms(sec.sasl_handshake_timeout_ms)),
-        principal: None,
     };
     if !protocol.is_tls() {
         let (rd, wr) = stream.into_split();
@@ -157,7 +157,7 @@ async fn serve_accepted(
         match security.principal_mapper.principal(&der) {
             Ok(p) => {
                 tracing::debug!(%peer, principal = %p, "TLS client authenticated");
-                info.principal = Some(p);
+                info.tls_principal = Some(p);
             }
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "no principal for the client certificate, closing connection");

@@ -69,6 +69,16 @@ pub struct Args {
     /// `quota.window.size.seconds`: the span of one client-quota sample [default: 1].
     #[arg(long, env = "STREAMFORGE_QUOTA_WINDOW_SIZE_SECONDS")]
     pub quota_window_size_seconds: Option<u64>,
+    /// `authorizer.class.name`: `acl` authorizes every request with ACLs (`streamforge acls`)
+    /// [default: none, everything allowed].
+    #[arg(long, env = "STREAMFORGE_AUTHORIZER")]
+    pub authorizer: Option<String>,
+    /// `super.users`: principals that bypass ACLs, `User:admin;User:ops` (or comma-separated).
+    #[arg(long, env = "STREAMFORGE_SUPER_USERS")]
+    pub super_users: Option<String>,
+    /// `allow.everyone.if.no.acl.found`: a resource no ACL applies to is open to all [default: false].
+    #[arg(long, env = "STREAMFORGE_ALLOW_EVERYONE_IF_NO_ACL_FOUND", num_args = 0..=1, default_missing_value = "true")]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
     /// Data directory [default: ./data].
     #[arg(long, env = "STREAMFORGE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -210,6 +220,9 @@ struct FileConfig {
     connections_max_reauth_ms: Option<u64>,
     quota_window_num: Option<usize>,
     quota_window_size_seconds: Option<u64>,
+    authorizer: Option<String>,
+    super_users: Option<String>,
+    allow_everyone_if_no_acl_found: Option<bool>,
     ssl_handshake_timeout_ms: Option<u64>,
     sasl_handshake_timeout_ms: Option<u64>,
     sasl_oauthbearer_jwks_file: Option<PathBuf>,
@@ -482,7 +495,36 @@ fn security_settings(
         sasl_oauthbearer_expected_audience: file.sasl_oauthbearer_expected_audience.clone(),
         sasl_oauthbearer_sub_claim_name: file.sasl_oauthbearer_sub_claim_name.clone(),
     };
-    crate::oauth_args::apply(&mut sec.oauthbearer, &args.oauthbearer, &file_oauth)
+    crate::oauth_args::apply(&mut sec.oauthbearer, &args.oauthbearer, &file_oauth)?;
+    acl_settings(sec, args, file)
+}
+
+/// `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
+fn acl_settings(
+    sec: &mut streamforge_broker::security::SecurityConfig,
+    args: &Args,
+    file: &FileConfig,
+) -> anyhow::Result<()> {
+    use streamforge_broker::security::acl;
+    if let Some(v) = args.authorizer.clone().or_else(|| file.authorizer.clone()) {
+        sec.authorizer = v.parse().map_err(anyhow::Error::msg)?;
+    }
+    if let Some(v) = args
+        .super_users
+        .clone()
+        .or_else(|| file.super_users.clone())
+    {
+        sec.acl.super_users = acl::parse_super_users(&v)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("--super-users {v}"))?;
+    }
+    if let Some(v) = args
+        .allow_everyone_if_no_acl_found
+        .or(file.allow_everyone_if_no_acl_found)
+    {
+        sec.acl.allow_everyone_if_no_acl_found = v;
+    }
+    Ok(())
 }
 
 /// A listener address as Kafka's `listeners` accepts it: `HOST:PORT`, `:PORT` (every

@@ -42,6 +42,12 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ),
     ("quota.window.num", "quota_window_num"),
     ("quota.window.size.seconds", "quota_window_size_seconds"),
+    ("authorizer.class.name", "authorizer"),
+    ("super.users", "super_users"),
+    (
+        "allow.everyone.if.no.acl.found",
+        "allow_everyone_if_no_acl_found",
+    ),
     ("log.dirs", "data_dir"),
     ("log.dir", "data_dir"),
     ("node.id", "node_id"),
@@ -198,6 +204,14 @@ fn print_security(
     }
     if sec.serves_oauthbearer() {
         crate::oauth_args::print(&sec.oauthbearer, put);
+    }
+    if sec.authorizer == streamforge_broker::security::acl::AuthorizerKind::Acl {
+        put("authorizer", string("acl".into()));
+        put("super_users", string(sec.acl.super_users.join(";")));
+        put(
+            "allow_everyone_if_no_acl_found",
+            toml::Value::Boolean(sec.acl.allow_everyone_if_no_acl_found),
+        );
     }
 }
 

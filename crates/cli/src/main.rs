@@ -1,6 +1,7 @@
 //! `streamforge`: the broker daemon and the command-line tools.
 use clap::{Parser, Subcommand};
 
+mod acls_cmd;
 mod bench_cmd;
 mod broker_cmd;
 mod client_common;
@@ -53,6 +54,8 @@ enum Command {
     DumpLog(dump_log_cmd::Args),
     /// Create, delete and list SASL/SCRAM users.
     Users(users_cmd::Args),
+    /// Add, remove and list ACLs (like kafka-acls.sh).
+    Acls(acls_cmd::Args),
     /// Benchmark a broker (an embedded one unless --bootstrap is given).
     Bench(bench_cmd::Args),
 }
@@ -99,6 +102,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::DumpLog(a) => dump_log_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
         Command::Users(a) => users_cmd::run(a),
+        Command::Acls(a) => acls_cmd::run(a),
     }
 }
 

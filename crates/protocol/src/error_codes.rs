@@ -90,6 +90,12 @@ codes!(DescribeProducersResponse, r => r.topics.iter().flat_map(|t| {
     t.partitions.iter().map(|p| p.error_code)
 }));
 
+codes!(CreateAclsResponse, r => r.results.iter().map(|c| c.error_code));
+codes!(DescribeAclsResponse, r => [r.error_code]);
+codes!(DeleteAclsResponse, r => r.filter_results.iter().flat_map(|f| {
+    std::iter::once(f.error_code).chain(f.matching_acls.iter().map(|m| m.error_code))
+}));
+
 /// The non-zero codes of `body`, in field order.
 pub fn nonzero_error_codes(body: &impl ErrorCodes) -> Vec<i16> {
     let mut out = Vec::new();

@@ -73,9 +73,9 @@ pub struct RequestFrame {
     /// Index of the broker listener the request came in on (Metadata answers with that
     /// listener's advertised endpoint); 0, the first listener, unless the connection sets it.
     pub listener: usize,
-    /// The name of the connection's principal (`User:` stripped: the SASL user or the client
-    /// certificate's mapped subject), set by the connection; `None` = `ANONYMOUS`.
-    pub principal: Option<String>,
+    /// The authenticated user (Kafka's principal `User:<name>`), set by the connection; `None`
+    /// is `User:ANONYMOUS` (PLAINTEXT, SSL without a client certificate).
+    pub principal: Option<std::sync::Arc<str>>,
     /// The body, a zero-copy slice of the frame.
     pub body: Bytes,
 }
@@ -305,6 +305,9 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
         ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
         ApiKey::AlterClientQuotas => "AlterClientQuotas",
+        ApiKey::DescribeAcls => "DescribeAcls",
+        ApiKey::CreateAcls => "CreateAcls",
+        ApiKey::DeleteAcls => "DeleteAcls",
         _ => "Other",
     }
 }

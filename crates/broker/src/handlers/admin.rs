@@ -21,6 +21,7 @@ use crate::handlers::configs::{SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC};
 use crate::handlers::{message, topic_name};
 use crate::replica_manager::TopicError;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
 use crate::topic_config;
 
 /// Check replication factor and manual assignments against the live brokers of the image
@@ -61,6 +62,8 @@ fn check_replicas(
 
 pub async fn handle_create_topics(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: CreateTopicsRequest = req.decode()?;
+    let access = Access::of(&state, &req);
+    let cluster_create = access.quiet().cluster(Operation::Create);
     let mut resp = CreateTopicsResponse::default();
     let mut seen = BTreeMap::<String, usize>::new();
     for t in &request.topics {
@@ -72,7 +75,13 @@ pub async fn handle_create_topics(state: Arc<BrokerState>, req: RequestFrame) ->
         r.name = t.name.clone();
         r.num_partitions = -1;
         r.replication_factor = -1;
-        let outcome = create_one(&state, &name, &t, request.validate_only, seen[&name] > 1).await;
+        // Kafka: CREATE on the cluster, or else on the topic.
+        let outcome =
+            if seen[&name] == 1 && !cluster_create && !access.topic(Operation::Create, &name) {
+                Err(authorization_failed())
+            } else {
+                create_one(&state, &name, &t, request.validate_only, seen[&name] > 1).await
+            };
         match outcome {
             Ok((id, partitions, configs)) => {
                 r.topic_id = id;
@@ -88,7 +97,11 @@ pub async fn handle_create_topics(state: Arc<BrokerState>, req: RequestFrame) ->
                             .map(|p| p.replicas.len() as i16)
                     })
                     .unwrap_or(t.replication_factor.max(1));
-                r.configs = Some(described_configs(&state, &configs));
+                if access.topic(Operation::DescribeConfigs, &name) {
+                    r.configs = Some(described_configs(&state, &configs));
+                } else {
+                    r.topic_config_error_code = ResponseError::TopicAuthorizationFailed.code();
+                }
             }
             Err((code, msg)) => {
                 tracing::debug!(topic = %name, code, msg = %msg, "create topic rejected");
@@ -102,6 +115,32 @@ pub async fn handle_create_topics(state: Arc<BrokerState>, req: RequestFrame) ->
 }
 
 type Created = (Uuid, i32, BTreeMap<String, String>);
+
+fn authorization_failed() -> (i16, String) {
+    (
+        ResponseError::TopicAuthorizationFailed.code(),
+        "Authorization failed.".into(),
+    )
+}
+
+/// DeleteTopics' checks (Kafka's controller): a topic named but not DESCRIBE-able is
+/// TOPIC_AUTHORIZATION_FAILED before its existence is looked at; an existing one needs DELETE.
+fn authorize_delete(
+    access: &Access<'_>,
+    given: Option<&str>,
+    resolved: Result<String, ResponseError>,
+) -> Result<String, ResponseError> {
+    if let Some(n) = given
+        && !access.topic(Operation::Describe, n)
+    {
+        return Err(ResponseError::TopicAuthorizationFailed);
+    }
+    let name = resolved?;
+    if !access.topic(Operation::Delete, &name) {
+        return Err(ResponseError::TopicAuthorizationFailed);
+    }
+    Ok(name)
+}
 
 async fn create_one(
     state: &Arc<BrokerState>,
@@ -209,6 +248,7 @@ pub async fn handle_delete_topics(state: Arc<BrokerState>, req: RequestFrame) ->
             .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)),
     );
     let mut resp = DeleteTopicsResponse::default();
+    let access = Access::of(&state, &req);
     for (name, id) in targets {
         let mut r = DeletableTopicResult::default();
         r.topic_id = id;
@@ -226,12 +266,13 @@ pub async fn handle_delete_topics(state: Arc<BrokerState>, req: RequestFrame) ->
             (None, true) => Err(ResponseError::InvalidRequest),
         };
         r.name = name.as_deref().map(topic_name);
-        match resolved {
+        match authorize_delete(&access, name.as_deref(), resolved) {
             Err(code) => {
                 r.error_code = code.code();
                 r.error_message = message(match code {
                     ResponseError::UnknownTopicId => "This server does not host this topic ID.",
                     ResponseError::InvalidRequest => "Neither topic name nor id were specified.",
+                    ResponseError::TopicAuthorizationFailed => "Authorization failed.",
                     _ => "This server does not host this topic-partition.",
                 });
             }
@@ -262,6 +303,7 @@ pub async fn handle_delete_topics(state: Arc<BrokerState>, req: RequestFrame) ->
 pub async fn handle_create_partitions(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: CreatePartitionsRequest = req.decode()?;
     let mut resp = CreatePartitionsResponse::default();
+    let access = Access::of(&state, &req);
     for t in request.topics {
         let name = t.name.0.to_string();
         let mut r = CreatePartitionsTopicResult::default();
@@ -272,7 +314,13 @@ pub async fn handle_create_partitions(state: Arc<BrokerState>, req: RequestFrame
             .flatten()
             .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
             .collect();
-        let result = match check_replicas(&state, -1, &assignments) {
+        // Kafka: ALTER on the topic, checked first.
+        let checked = if access.topic(Operation::Alter, &name) {
+            check_replicas(&state, -1, &assignments)
+        } else {
+            Err(authorization_failed())
+        };
+        let result = match checked {
             Err(e) => Err(e),
             Ok(()) => {
                 let current = state

@@ -10,6 +10,7 @@ use streamforge_protocol::{RequestFrame, ResponseError};
 use crate::BrokerState;
 use crate::handlers::message;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation, Resource};
 
 /// DescribeCluster endpoint types (KIP-919): brokers = 1, controllers = 2.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
@@ -20,7 +21,15 @@ pub async fn handle_describe_cluster(state: Arc<BrokerState>, req: RequestFrame)
     let mut resp = DescribeClusterResponse::default();
     resp.cluster_id = StrBytes::from_string(state.cluster_id.clone());
     resp.controller_id = BrokerId(crate::handlers::metadata::controller_id(&state));
-    resp.cluster_authorized_operations = i32::MIN;
+    // Kafka: the bit field when asked for, and 0 without DESCRIBE on the cluster.
+    let access = Access::of(&state, &req);
+    resp.cluster_authorized_operations = if !request.include_cluster_authorized_operations {
+        i32::MIN
+    } else if access.quiet().cluster(Operation::Describe) {
+        access.operations(&Resource::cluster())
+    } else {
+        0
+    };
     resp.endpoint_type = ENDPOINT_TYPE_BROKERS;
     if req.api_version >= 1 && request.endpoint_type != ENDPOINT_TYPE_BROKERS {
         // Kafka (`AuthHelper.computeDescribeClusterResponse`): asking a broker listener for

@@ -19,6 +19,7 @@ use crate::dynamic_config;
 use crate::handlers::{broker_configs, message};
 use crate::replica_manager::TopicError;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
 use crate::topic_config::{self, ConfigType};
 use streamforge_log::LogConfig;
 
@@ -96,12 +97,20 @@ pub(crate) fn broker_config_values(state: &BrokerState) -> Vec<(String, String)>
 
 pub async fn handle_describe_configs(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: DescribeConfigsRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = DescribeConfigsResponse::default();
     for res in request.resources {
         let mut r = DescribeConfigsResult::default();
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name.clone();
+        let denied = config_denied(
+            &access,
+            res.resource_type,
+            &res.resource_name,
+            Operation::DescribeConfigs,
+        );
         let entries = match res.resource_type {
+            _ if denied.is_some() => Err(denied.expect("checked")),
             RESOURCE_TOPIC => match state.replicas.topic(&res.resource_name) {
                 Some(t) => Ok(topic_entries(&state, &t.configs)),
                 None => Err((
@@ -177,6 +186,29 @@ fn to_result(
     c
 }
 
+/// Kafka: a topic's configs need `op` on the topic (else TOPIC_AUTHORIZATION_FAILED), a
+/// broker's on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
+fn config_denied(
+    access: &Access<'_>,
+    resource_type: i8,
+    name: &str,
+    op: Operation,
+) -> Option<(i16, String)> {
+    let failed = |code: ResponseError| Some((code.code(), code.to_string()));
+    match resource_type {
+        RESOURCE_TOPIC if !access.topic(op, name) => {
+            failed(ResponseError::TopicAuthorizationFailed)
+        }
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER if !access.cluster(op) => {
+            failed(ResponseError::ClusterAuthorizationFailed)
+        }
+        _ => None,
+    }
+}
+
+/// Kafka's BROKER_LOGGER config resource type (authorized like BROKER).
+const RESOURCE_BROKER_LOGGER: i8 = 8;
+
 /// Apply a new override map to a topic; maps the outcome to (code, message).
 async fn apply(
     state: &Arc<BrokerState>,
@@ -226,6 +258,7 @@ async fn apply(
 
 pub async fn handle_alter_configs(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: AlterConfigsRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = AlterConfigsResponse::default();
     for res in request.resources {
         // Non-incremental: the given set replaces all overrides.
@@ -248,14 +281,25 @@ pub async fn handle_alter_configs(state: Arc<BrokerState>, req: RequestFrame) ->
             Some(m) => Err(m),
             None => Ok(configs),
         };
-        let (code, msg) = apply(
-            &state,
+        let denied = config_denied(
+            &access,
             res.resource_type,
             &res.resource_name,
-            result,
-            request.validate_only,
-        )
-        .await;
+            Operation::AlterConfigs,
+        );
+        let (code, msg) = match denied {
+            Some((code, msg)) => (code, Some(msg)),
+            None => {
+                apply(
+                    &state,
+                    res.resource_type,
+                    &res.resource_name,
+                    result,
+                    request.validate_only,
+                )
+                .await
+            }
+        };
         let mut r =
             kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default(
             );
@@ -273,9 +317,18 @@ pub async fn handle_incremental_alter_configs(
     req: RequestFrame,
 ) -> HandlerResult {
     let request: IncrementalAlterConfigsRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = IncrementalAlterConfigsResponse::default();
     for res in request.resources {
-        let (code, msg) = if res.resource_type == RESOURCE_BROKER {
+        let denied = config_denied(
+            &access,
+            res.resource_type,
+            &res.resource_name,
+            Operation::AlterConfigs,
+        );
+        let (code, msg) = if let Some((code, msg)) = denied {
+            (code, Some(msg))
+        } else if res.resource_type == RESOURCE_BROKER {
             alter_broker_incrementally(&state, &res, request.validate_only).await
         } else {
             alter_topic_incrementally(&state, &res, request.validate_only).await

@@ -20,6 +20,7 @@ use crate::partition::{FetchIsolation, FetchParams};
 use crate::quota::entity::QuotaKey;
 use crate::quota::{BusyTime, ClientIdentity};
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
 
 /// Longest long poll we honour, whatever the client asks.
 const FETCH_MAX_WAIT_MS_CAP: i64 = 5 * 60 * 1000;
@@ -38,6 +39,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     {
         plan.response_max_bytes = plan.response_max_bytes.min(cap);
     }
+    plan.authorize(&Access::of(&state, &req));
     let max_wait_ms = i64::from(request.max_wait_ms).clamp(0, FETCH_MAX_WAIT_MS_CAP);
     let deadline = Instant::now() + std::time::Duration::from_millis(max_wait_ms as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -100,9 +102,24 @@ struct FetchPlan {
     response_max_bytes: usize,
     isolation: FetchIsolation,
     replica_id: i32,
+    /// Per topic: answered TOPIC_AUTHORIZATION_FAILED (see `authorize`).
+    denied: Vec<bool>,
 }
 
 impl FetchPlan {
+    /// Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic;
+    /// what is not allowed is answered TOPIC_AUTHORIZATION_FAILED per partition.
+    fn authorize(&mut self, access: &Access<'_>) {
+        let follower_denied = self.replica_id >= 0 && !access.cluster(Operation::ClusterAction);
+        self.denied = self
+            .topics
+            .iter()
+            .map(|(name, _)| {
+                follower_denied || (self.replica_id < 0 && !access.topic(Operation::Read, name))
+            })
+            .collect();
+    }
+
     fn new(config: &crate::BrokerConfig, request: &FetchRequest) -> FetchPlan {
         // Kafka: a follower's fetch (replica id >= 0) is bounded by the replica settings, a
         // consumer's by fetch.max.bytes; the request's max_bytes can only lower them.
@@ -152,6 +169,7 @@ impl FetchPlan {
             response_max_bytes: requested.min(broker_max),
             isolation: FetchIsolation::for_fetch(request.replica_id.0, request.isolation_level),
             replica_id: request.replica_id.0,
+            denied: Vec::new(),
         }
     }
 }
@@ -164,7 +182,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
         bytes: 0,
         errors: false,
     };
-    for (name, partitions) in &plan.topics {
+    for (ti, (name, partitions)) in plan.topics.iter().enumerate() {
         let mut topic = FetchTopic {
             name: name.clone(),
             partitions: Vec::with_capacity(partitions.len()),
@@ -178,6 +196,12 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                 aborted_transactions: read_committed.then(Vec::new),
                 ..Default::default()
             };
+            if plan.denied.get(ti).copied().unwrap_or(false) {
+                fp.error_code = ResponseError::TopicAuthorizationFailed.code();
+                out.errors = true;
+                topic.partitions.push(fp);
+                continue;
+            }
             let Some(partition) = state.replicas.partition(&topic.name, p.partition) else {
                 fp.error_code = ResponseError::UnknownTopicOrPartition.code();
                 out.errors = true;

@@ -35,8 +35,10 @@ use streamforge_coordinator as coord;
 use streamforge_protocol::RequestFrame;
 
 use crate::BrokerState;
+use crate::handlers::groups_acl::{self as acl, group_allowed};
 use crate::handlers::topic_name;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
 
 /// FindCoordinator key types: groups, transactions (KIP-848 share groups = 2 are not served).
 const KEY_TYPE_GROUP: i8 = 0;
@@ -59,8 +61,15 @@ fn client_id(req: &RequestFrame) -> String {
 pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: FindCoordinatorRequest = req.decode()?;
     let mut resp = FindCoordinatorResponse::default();
-    let answer = |key_type: i8| -> (i16, Option<StrBytes>) {
+    let access = Access::of(&state, &req);
+    let answer = |key_type: i8, key: &str| -> (i16, Option<StrBytes>) {
         match key_type {
+            KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION
+                if let Some(denied) =
+                    acl::coordinator_denied(&access, key_type == KEY_TYPE_TRANSACTION, key) =>
+            {
+                denied
+            }
             KEY_TYPE_GROUP => (0, None),
             // One broker: it coordinates every transactional id (`__transaction_state`).
             KEY_TYPE_TRANSACTION => (0, None),
@@ -71,7 +80,7 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
         }
     };
     if req.api_version < 4 {
-        let (error_code, error_message) = answer(request.key_type);
+        let (error_code, error_message) = answer(request.key_type, &request.key);
         resp.error_code = error_code;
         resp.error_message = error_message;
         resp.node_id = BrokerId(if error_code == 0 { state.node_id() } else { -1 });
@@ -91,7 +100,7 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
             .iter()
             .take(FIND_COORDINATOR_KEYS_MAX)
         {
-            let (error_code, error_message) = answer(request.key_type);
+            let (error_code, error_message) = answer(request.key_type, key);
             let mut c = Coordinator::default();
             c.key = key.clone();
             c.error_code = error_code;
@@ -115,6 +124,9 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
 
 pub async fn handle_join_group(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: JoinGroupRequest = req.decode()?;
+    if !group_allowed(&state, &req, Operation::Read, &request.group_id) {
+        return acl::join_denied(&req, &request.member_id);
+    }
     let domain = coord::JoinGroupRequest {
         group_id: request.group_id.to_string(),
         session_timeout_ms: request.session_timeout_ms,
@@ -177,6 +189,9 @@ pub async fn handle_join_group(state: Arc<BrokerState>, req: RequestFrame) -> Ha
 
 pub async fn handle_sync_group(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: SyncGroupRequest = req.decode()?;
+    if !group_allowed(&state, &req, Operation::Read, &request.group_id) {
+        return acl::sync_denied(&req);
+    }
     let domain = coord::SyncGroupRequest {
         group_id: request.group_id.to_string(),
         generation_id: request.generation_id,
@@ -202,6 +217,9 @@ pub async fn handle_sync_group(state: Arc<BrokerState>, req: RequestFrame) -> Ha
 
 pub async fn handle_heartbeat(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: HeartbeatRequest = req.decode()?;
+    if !group_allowed(&state, &req, Operation::Read, &request.group_id) {
+        return acl::heartbeat_denied(&req);
+    }
     let domain = coord::HeartbeatRequest {
         group_id: request.group_id.to_string(),
         generation_id: request.generation_id,
@@ -218,6 +236,9 @@ pub async fn handle_heartbeat(state: Arc<BrokerState>, req: RequestFrame) -> Han
 
 pub async fn handle_leave_group(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: LeaveGroupRequest = req.decode()?;
+    if !group_allowed(&state, &req, Operation::Read, &request.group_id) {
+        return acl::leave_denied(&req);
+    }
     let members = if req.api_version >= 3 {
         request
             .members
@@ -271,14 +292,26 @@ fn partition_exists(state: &BrokerState, topic: &str, partition: i32) -> bool {
 
 pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: OffsetCommitRequest = req.decode()?;
-    // Partitions we do not host get UNKNOWN_TOPIC_OR_PARTITION; the rest go to the coordinator.
-    let mut unknown: Vec<(String, i32)> = Vec::new();
+    let access = Access::of(&state, &req);
+    if !access.group(Operation::Read, &request.group_id) {
+        return acl::commit_all(
+            &req,
+            &request,
+            ResponseError::GroupAuthorizationFailed.code(),
+        );
+    }
+    // Partitions we do not host get UNKNOWN_TOPIC_OR_PARTITION (topics not allowed
+    // TOPIC_AUTHORIZATION_FAILED); the rest go to the coordinator.
+    let mut unknown: Vec<(String, i32, i16)> = Vec::new();
     let mut topics = Vec::with_capacity(request.topics.len());
     for t in &request.topics {
         let name = t.name.to_string();
+        let denied = acl::topic_read_denied(&access, &name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
-            if partition_exists(&state, &name, p.partition_index) {
+            if let Some(code) = denied {
+                unknown.push((name.clone(), p.partition_index, code));
+            } else if partition_exists(&state, &name, p.partition_index) {
                 partitions.push(coord::CommitPartition {
                     partition: p.partition_index,
                     offset: p.committed_offset,
@@ -290,7 +323,8 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
                     metadata: opt(&p.committed_metadata),
                 });
             } else {
-                unknown.push((name.clone(), p.partition_index));
+                let code = ResponseError::UnknownTopicOrPartition.code();
+                unknown.push((name.clone(), p.partition_index, code));
             }
         }
         topics.push(coord::CommitTopic { name, partitions });
@@ -322,8 +356,11 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
         let mut topic = OffsetCommitResponseTopic::default();
         topic.name = t.name.clone();
         for p in &t.partitions {
-            let code = if unknown.contains(&(name.clone(), p.partition_index)) {
-                ResponseError::UnknownTopicOrPartition.code()
+            let refused = unknown
+                .iter()
+                .find(|(n, i, _)| *n == name && *i == p.partition_index);
+            let code = if let Some((_, _, code)) = refused {
+                *code
             } else {
                 committed
                     .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
@@ -390,15 +427,17 @@ fn requested_offsets<T>(
 
 pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: OffsetFetchRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = OffsetFetchResponse::default();
     if req.api_version >= 8 {
         for g in &request.groups {
             let topics = requested_offsets(g.topics.as_ref(), |t| {
                 (t.name.to_string(), t.partition_indexes.clone())
             });
-            let result = state
+            let mut result = state
                 .groups
                 .read(|c| c.fetch_offsets(&g.group_id, topics.as_deref()));
+            acl::filter_offsets(&access, &g.group_id, topics.is_none(), &mut result);
             let mut group = OffsetFetchResponseGroup::default();
             group.group_id = g.group_id.clone();
             group.error_code = result.error_code;
@@ -413,9 +452,10 @@ pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> 
         let topics = requested_offsets(request.topics.as_ref(), |t| {
             (t.name.to_string(), t.partition_indexes.clone())
         });
-        let result = state
+        let mut result = state
             .groups
             .read(|c| c.fetch_offsets(&request.group_id, topics.as_deref()));
+        acl::filter_offsets(&access, &request.group_id, topics.is_none(), &mut result);
         resp.error_code = result.error_code;
         resp.topics = offset_fetch_topics!(
             result.topics,
@@ -428,6 +468,10 @@ pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> 
 
 pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: OffsetDeleteRequest = req.decode()?;
+    let access = Access::of(&state, &req);
+    if !access.group(Operation::Delete, &request.group_id) {
+        return acl::offset_delete_denied(&req);
+    }
     let mut known: Vec<(String, Vec<i32>)> = Vec::new();
     for t in &request.topics {
         let name = t.name.to_string();
@@ -436,6 +480,7 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
             .iter()
             .map(|p| p.partition_index)
             .filter(|&p| partition_exists(&state, &name, p))
+            .filter(|_| access.topic(Operation::Read, &name))
             .collect();
         known.push((name, partitions));
     }
@@ -451,10 +496,12 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
             let deleted = result.topics.iter().find(|(n, _)| *n == name);
             let mut topic = OffsetDeleteResponseTopic::default();
             topic.name = t.name.clone();
+            let topic_denied = acl::topic_read_denied(&access, &name);
             for p in &t.partitions {
                 let code = deleted
                     .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
                     .map_or(ResponseError::UnknownTopicOrPartition.code(), |(_, c)| *c);
+                let code = topic_denied.unwrap_or(code);
                 let mut partition = OffsetDeleteResponsePartition::default();
                 partition.partition_index = p.partition_index;
                 partition.error_code = code;
@@ -474,7 +521,12 @@ pub async fn handle_list_groups(state: Arc<BrokerState>, req: RequestFrame) -> H
         .map(|v| v.to_string())
         .collect();
     let types: Vec<String> = request.types_filter.iter().map(|v| v.to_string()).collect();
-    let groups = state.groups.read(|c| c.list_groups(&states, &types));
+    let mut groups = state.groups.read(|c| c.list_groups(&states, &types));
+    let access = Access::of(&state, &req);
+    let quiet = access.quiet();
+    if !quiet.cluster(Operation::Describe) {
+        groups.retain(|g| quiet.group(Operation::Describe, &g.group_id));
+    }
     let mut resp = ListGroupsResponse::default();
     resp.groups = groups
         .into_iter()
@@ -492,8 +544,13 @@ pub async fn handle_list_groups(state: Arc<BrokerState>, req: RequestFrame) -> H
 
 pub async fn handle_describe_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: DescribeGroupsRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = DescribeGroupsResponse::default();
     for group_id in &request.groups {
+        if !access.group(Operation::Describe, group_id) {
+            resp.groups.push(acl::described_denied(group_id));
+            continue;
+        }
         let d = state
             .groups
             .read(|c| c.describe_group(group_id, req.api_version));
@@ -506,7 +563,8 @@ pub async fn handle_describe_groups(state: Arc<BrokerState>, req: RequestFrame) 
         group.group_state = s(&d.state);
         group.protocol_type = s(&d.protocol_type);
         group.protocol_data = s(&d.protocol_data);
-        group.authorized_operations = i32::MIN;
+        group.authorized_operations =
+            acl::group_operations(&access, request.include_authorized_operations, group_id);
         group.members = d
             .members
             .into_iter()
@@ -529,10 +587,15 @@ pub async fn handle_describe_groups(state: Arc<BrokerState>, req: RequestFrame) 
 pub async fn handle_delete_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: DeleteGroupsRequest = req.decode()?;
     let mut resp = DeleteGroupsResponse::default();
+    let access = Access::of(&state, &req);
     for group_id in &request.groups_names {
-        let error_code = state
-            .groups
-            .with_coordinator(|c, now, out| c.delete_group(now, group_id, out));
+        let error_code = if access.group(Operation::Delete, group_id) {
+            state
+                .groups
+                .with_coordinator(|c, now, out| c.delete_group(now, group_id, out))
+        } else {
+            ResponseError::GroupAuthorizationFailed.code()
+        };
         let mut result = DeletableGroupResult::default();
         result.group_id = group_id.clone();
         result.error_code = error_code;

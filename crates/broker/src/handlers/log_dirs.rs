@@ -14,12 +14,19 @@ use streamforge_protocol::RequestFrame;
 use crate::BrokerState;
 use crate::replica_manager::Topic;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
 
 /// Kafka's `DescribeLogDirsResponse.UNKNOWN_VOLUME_BYTES`: the disk size could not be read.
 const UNKNOWN_VOLUME_BYTES: i64 = -1;
 
 pub async fn handle_describe_log_dirs(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: DescribeLogDirsRequest = req.decode()?;
+    if !Access::of(&state, &req).cluster(Operation::Describe) {
+        // Kafka: CLUSTER_AUTHORIZATION_FAILED and no directories.
+        let mut resp = DescribeLogDirsResponse::default();
+        resp.error_code = streamforge_protocol::ResponseError::ClusterAuthorizationFailed.code();
+        return Ok(Some(req.respond(&resp)?));
+    }
     let data_dir = state.replicas.data_dir();
     let topics: Vec<DescribeLogDirsTopic> = match &request.topics {
         // null asks for every partition on the broker.

@@ -16,6 +16,7 @@ use crate::handlers::topic_name;
 use crate::replica_manager::{Topic, TopicError};
 use crate::router::HandlerResult;
 use streamforge_metadata::{MetadataImage, NO_LEADER};
+use crate::security::acl::{Access, Operation, Resource};
 
 /// "Authorized operations not requested" marker (Integer.MIN_VALUE).
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
@@ -39,11 +40,19 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         None => true,
         Some(t) => t.is_empty() && req.api_version == 0,
     };
+    let access = Access::of(&state, &req);
+    let include_operations = (
+        request.include_cluster_authorized_operations,
+        request.include_topic_authorized_operations,
+    );
     if all {
+        // Kafka lists only the topics the principal may DESCRIBE.
+        let quiet = access.quiet();
         resp.topics = state
             .replicas
             .topics()
             .iter()
+            .filter(|t| quiet.topic(Operation::Describe, &t.name))
             .map(|t| topic_entry(&state, t))
             .collect();
     } else {
@@ -58,9 +67,18 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             let entry = match t.name {
                 Some(name) if !by_id => {
                     let name = name.0.to_string();
-                    lookup_or_create(&state, &name, allow_auto_create, &mut creations_left).await
+                    match denied(&state, &access, &name, allow_auto_create) {
+                        Some(code) => error_entry(Some(&name), Uuid::nil(), code),
+                        None => {
+                            lookup_or_create(&state, &name, allow_auto_create, &mut creations_left)
+                                .await
+                        }
+                    }
                 }
                 _ => match state.replicas.topic_by_id(t.topic_id) {
+                    Some(topic) if !access.topic(Operation::Describe, &topic.name) => {
+                        error_entry(None, t.topic_id, ResponseError::TopicAuthorizationFailed)
+                    }
                     Some(topic) => topic_entry(&state, &topic),
                     None => error_entry(None, t.topic_id, ResponseError::UnknownTopicId),
                 },
@@ -68,7 +86,47 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             resp.topics.push(entry);
         }
     }
+    authorized_operations(&access, include_operations, &mut resp);
     Ok(Some(req.respond(&resp)?))
+}
+
+/// Kafka's order for a named topic: no DESCRIBE is TOPIC_AUTHORIZATION_FAILED whether it
+/// exists or not (its existence is not revealed); a missing topic that would be auto-created
+/// needs CREATE on the cluster or the topic, else TOPIC_AUTHORIZATION_FAILED too.
+fn denied(
+    state: &BrokerState,
+    access: &Access<'_>,
+    name: &str,
+    allow_auto_create: bool,
+) -> Option<ResponseError> {
+    let may_create =
+        || access.quiet().cluster(Operation::Create) || access.topic(Operation::Create, name);
+    if !access.topic(Operation::Describe, name)
+        || (allow_auto_create && state.replicas.topic(name).is_none() && !may_create())
+    {
+        Some(ResponseError::TopicAuthorizationFailed)
+    } else {
+        None
+    }
+}
+
+/// v8+: the authorized-operations bit fields the request asked for (cluster: v8-10).
+fn authorized_operations(
+    access: &Access<'_>,
+    (cluster, topics): (bool, bool),
+    resp: &mut MetadataResponse,
+) {
+    if cluster {
+        resp.cluster_authorized_operations = access.operations(&Resource::cluster());
+    }
+    if topics {
+        for t in resp.topics.iter_mut().filter(|t| t.error_code == 0) {
+            if let Some(name) = &t.name {
+                t.topic_authorized_operations =
+                    access.operations(&Resource::topic(name.0.as_str()));
+            }
+        }
+    }
 }
 
 async fn lookup_or_create(

@@ -1,6 +1,7 @@
 //! Request handlers, one module per API family. Each `handle*` function decodes its request,
 //! calls the state owners and encodes the response; routing lives in `crate::router`.
 
+pub mod acls;
 pub mod admin;
 pub mod api_versions;
 pub mod broker_configs;
@@ -10,6 +11,7 @@ pub mod configs;
 pub mod fetch;
 pub mod group_protocol;
 pub mod groups;
+mod groups_acl;
 pub mod log_dirs;
 pub mod metadata;
 pub mod offsets;

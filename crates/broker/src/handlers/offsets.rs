@@ -23,11 +23,14 @@ use crate::BrokerState;
 use crate::partition::OffsetSpec;
 use crate::replica_manager::is_internal_topic;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
 
 pub async fn handle_list_offsets(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: ListOffsetsRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = ListOffsetsResponse::default();
     for t in request.topics {
+        let allowed = access.topic(Operation::Describe, &t.name.0);
         let mut tr = ListOffsetsTopicResponse::default();
         for p in &t.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
@@ -35,6 +38,7 @@ pub async fn handle_list_offsets(state: Arc<BrokerState>, req: RequestFrame) -> 
             pr.timestamp = -1;
             pr.offset = -1;
             let found = match state.replicas.partition(&t.name.0, p.partition_index) {
+                _ if !allowed => Err(ResponseError::TopicAuthorizationFailed.code()),
                 None => Err(ResponseError::UnknownTopicOrPartition.code()),
                 Some(part) => part
                     .list_offsets(
@@ -64,8 +68,10 @@ pub async fn handle_list_offsets(state: Arc<BrokerState>, req: RequestFrame) -> 
 
 pub async fn handle_delete_records(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: DeleteRecordsRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = DeleteRecordsResponse::default();
     for t in request.topics {
+        let allowed = access.topic(Operation::Delete, &t.name.0);
         let mut tr = DeleteRecordsTopicResult::default();
         for p in &t.partitions {
             let mut pr = DeleteRecordsPartitionResult::default();
@@ -74,6 +80,7 @@ pub async fn handle_delete_records(state: Arc<BrokerState>, req: RequestFrame) -
             // Kafka's ReplicaManager refuses internal topics before looking the partition up:
             // deleting records of `__consumer_offsets` would destroy committed offsets.
             let result = match state.replicas.partition(&t.name.0, p.partition_index) {
+                _ if !allowed => Err(ResponseError::TopicAuthorizationFailed.code()),
                 _ if is_internal_topic(&t.name.0) => {
                     Err(ResponseError::InvalidTopicException.code())
                 }
@@ -100,8 +107,12 @@ pub async fn handle_offset_for_leader_epoch(
     req: RequestFrame,
 ) -> HandlerResult {
     let request: OffsetForLeaderEpochRequest = req.decode()?;
+    // Kafka (KIP-320): CLUSTER_ACTION on the cluster (brokers), else DESCRIBE per topic.
+    let access = Access::of(&state, &req);
+    let cluster_action = access.quiet().cluster(Operation::ClusterAction);
     let mut resp = OffsetForLeaderEpochResponse::default();
     for t in request.topics {
+        let allowed = cluster_action || access.topic(Operation::Describe, &t.topic.0);
         let mut tr = OffsetForLeaderTopicResult::default();
         for p in &t.partitions {
             let mut e = EpochEndOffset::default();
@@ -109,6 +120,7 @@ pub async fn handle_offset_for_leader_epoch(
             e.leader_epoch = -1;
             e.end_offset = -1;
             match state.replicas.partition(&t.topic.0, p.partition) {
+                _ if !allowed => e.error_code = ResponseError::TopicAuthorizationFailed.code(),
                 None => e.error_code = ResponseError::UnknownTopicOrPartition.code(),
                 Some(part) => {
                     match part.end_offset_for_epoch(p.leader_epoch, p.current_leader_epoch) {

@@ -25,6 +25,7 @@ use crate::quota::entity::QuotaKey;
 use crate::replica_manager::is_internal_topic;
 use crate::router::{HandlerError, HandlerResult};
 use crate::security::principal::ANONYMOUS;
+use crate::security::acl::{Access, Operation};
 
 /// Smallest possible RecordBatch v2 (header without records).
 const RECORD_BATCH_HEADER_BYTES: usize = streamforge_protocol::batch::HEADER_BYTES;
@@ -98,6 +99,12 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         topic_data,
         ..
     } = req.decode::<ProduceRequest>()?;
+    // Kafka: transactional batches need WRITE on the transactional id (else every partition
+    // answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic.
+    let access = Access::of(&state, &req);
+    let txn_denied = transactional_id
+        .as_ref()
+        .is_some_and(|id| !access.transactional_id(Operation::Write, id));
     let txn = transactional_id.map(|t| crate::handlers::produce_txn::TxnProduce {
         transactional_id: t.0.to_string(),
         // Produce v12+ means transaction version 2: the partition joins the transaction.
@@ -143,6 +150,11 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     for (name, parts) in topics {
         let mut t = TopicProduceResponse::default();
         t.name = topic_name(&name);
+        let denied = if txn_denied {
+            Some(ErrorCode::TransactionalIdAuthorizationFailed)
+        } else {
+            (!access.topic(Operation::Write, &name)).then_some(ErrorCode::TopicAuthorizationFailed)
+        };
         for p in parts {
             let mut r = PartitionProduceResponse::default();
             r.index = p.index;
@@ -150,7 +162,9 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             r.log_append_time_ms = -1;
             r.log_start_offset = -1;
             let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
-            let result = if let Some(acks) = append_acks {
+            let result = if let Some(code) = denied {
+                Err(Rejection::new(code, None))
+            } else if let Some(acks) = append_acks {
                 append_checked(
                     &state,
                     &name,

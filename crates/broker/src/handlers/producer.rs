@@ -15,6 +15,7 @@ use streamforge_protocol::{ErrorCode, RequestFrame};
 use crate::BrokerState;
 use crate::handlers::message;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation, ResourceType};
 
 pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: InitProducerIdRequest = req.decode()?;
@@ -28,6 +29,20 @@ pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame)
     let expected = (request.producer_id.0 >= 0 && request.producer_epoch >= 0)
         .then_some((request.producer_id.0, request.producer_epoch));
     let timeout_ms = request.transaction_timeout_ms;
+    // Kafka: WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the cluster or
+    // WRITE on any topic.
+    let access = Access::of(&state, &req);
+    let denied = match transactional_id.as_deref().filter(|t| !t.is_empty()) {
+        Some(tid) => (!access.transactional_id(Operation::Write, tid))
+            .then_some(ErrorCode::TransactionalIdAuthorizationFailed),
+        None => (!access.quiet().cluster(Operation::IdempotentWrite)
+            && !access.any_of_type(Operation::Write, ResourceType::Topic))
+        .then_some(ErrorCode::ClusterAuthorizationFailed),
+    };
+    if let Some(code) = denied {
+        resp.error_code = code.code();
+        return Ok(Some(req.respond(&resp)?));
+    }
     if let Some(tid) = transactional_id.as_deref().filter(|t| !t.is_empty()) {
         // The transaction coordinator: epoch bump, fencing, abort of an open transaction.
         let st = state.clone();
@@ -80,12 +95,20 @@ pub async fn handle_describe_producers(
     req: RequestFrame,
 ) -> HandlerResult {
     let request: DescribeProducersRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = DescribeProducersResponse::default();
     for t in request.topics {
         let mut tr = TopicResponse::default();
+        // Kafka: READ on the topic.
+        let allowed = access.topic(Operation::Read, &t.name.0);
         for &index in &t.partition_indexes {
             let mut pr = PartitionResponse::default();
             pr.partition_index = index;
+            if !allowed {
+                pr.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                tr.partitions.push(pr);
+                continue;
+            }
             let producers = state
                 .replicas
                 .partition(&t.name.0, index)

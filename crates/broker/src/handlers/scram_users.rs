@@ -24,6 +24,7 @@ use crate::BrokerState;
 use crate::handlers::message;
 use crate::router::HandlerResult;
 use crate::security::Mechanism;
+use crate::security::acl::{Access, Operation};
 use crate::security::credentials::USER_NAME_BYTES_MAX;
 use crate::security::scram::{self, ITERATIONS_MAX, ITERATIONS_MIN, ScramCredential};
 
@@ -47,6 +48,11 @@ pub async fn handle_describe(state: Arc<BrokerState>, req: RequestFrame) -> Hand
     let request: DescribeUserScramCredentialsRequest = req.decode()?;
     let store = &state.security.credentials;
     let mut resp = DescribeUserScramCredentialsResponse::default();
+    if !Access::of(&state, &req).cluster(Operation::Describe) {
+        // Kafka: CLUSTER_AUTHORIZATION_FAILED for the whole request.
+        resp.error_code = ResponseError::ClusterAuthorizationFailed.code();
+        return Ok(Some(req.respond(&resp)?));
+    }
     let result = |user: &str, creds: Vec<(Mechanism, u32)>| {
         let mut r = DescribeUserScramCredentialsResult::default();
         r.user = StrBytes::from_string(user.to_string());
@@ -105,6 +111,14 @@ pub async fn handle_alter(state: Arc<BrokerState>, req: RequestFrame) -> Handler
     let request: AlterUserScramCredentialsRequest = req.decode()?;
     let store = state.security.credentials.clone();
     let mut errors = UserErrors::new();
+    if !Access::of(&state, &req).cluster(Operation::Alter) {
+        // Kafka: every user CLUSTER_AUTHORIZATION_FAILED.
+        let named = request.deletions.iter().map(|d| &d.name);
+        for user in named.chain(request.upsertions.iter().map(|u| &u.name)) {
+            let e = (ResponseError::ClusterAuthorizationFailed, String::new());
+            errors.insert(user.to_string(), e);
+        }
+    }
     duplicates(&request, &mut errors);
     let mut deletions = Vec::new();
     for d in &request.deletions {

@@ -22,6 +22,13 @@ use streamforge_protocol::RequestFrame;
 
 use crate::BrokerState;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
+
+/// Kafka: every transaction API needs WRITE on the transactional id.
+fn tid_denied(access: &Access<'_>, tid: &str) -> Option<i16> {
+    (!access.transactional_id(Operation::Write, tid))
+        .then(|| ResponseError::TransactionalIdAuthorizationFailed.code())
+}
 
 fn code(r: Result<(), ResponseError>) -> i16 {
     r.err().map_or(0, |e| e.code())
@@ -42,25 +49,33 @@ fn add_one(
     epoch: i16,
     verify_only: bool,
     topics: &[AddPartitionsToTxnTopic],
+    client: Option<&Access<'_>>,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let wanted: Vec<(String, i32)> = topics
         .iter()
         .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
         .collect();
-    let unknown: Vec<bool> = wanted
+    // A client (v0-3) needs WRITE on the transactional id and on each topic (Kafka's codes);
+    // the brokers' v4+ batches were checked for CLUSTER_ACTION by the caller.
+    let tid_refused = client.and_then(|a| tid_denied(a, tid));
+    let refused: Vec<Option<i16>> = wanted
         .iter()
-        .map(|(t, p)| state.replicas.partition(t, *p).is_none())
+        .map(|(t, p)| {
+            if let Some(code) = tid_refused {
+                Some(code)
+            } else if client.is_some_and(|a| !a.topic(Operation::Write, t)) {
+                Some(ResponseError::TopicAuthorizationFailed.code())
+            } else if state.replicas.partition(t, *p).is_none() {
+                Some(ResponseError::UnknownTopicOrPartition.code())
+            } else {
+                None
+            }
+        })
         .collect();
-    let codes: Vec<i16> = if unknown.iter().any(|u| *u) {
-        unknown
+    let codes: Vec<i16> = if refused.iter().any(Option::is_some) {
+        refused
             .iter()
-            .map(|u| {
-                if *u {
-                    ResponseError::UnknownTopicOrPartition.code()
-                } else {
-                    ResponseError::OperationNotAttempted.code()
-                }
-            })
+            .map(|r| r.unwrap_or(ResponseError::OperationNotAttempted.code()))
             .collect()
     } else if verify_only {
         state
@@ -93,7 +108,12 @@ fn add_one(
 
 pub async fn handle_add_partitions(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: AddPartitionsToTxnRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = AddPartitionsToTxnResponse::default();
+    if req.api_version >= 4 && !access.cluster(Operation::ClusterAction) {
+        resp.error_code = ResponseError::ClusterAuthorizationFailed.code();
+        return Ok(Some(req.respond(&resp)?));
+    }
     if req.api_version <= 3 {
         resp.results_by_topic_v3_and_below = add_one(
             &state,
@@ -102,6 +122,7 @@ pub async fn handle_add_partitions(state: Arc<BrokerState>, req: RequestFrame) -
             request.v3_and_below_producer_epoch,
             false,
             &request.v3_and_below_topics,
+            Some(&access),
         );
     } else {
         for t in &request.transactions {
@@ -114,6 +135,7 @@ pub async fn handle_add_partitions(state: Arc<BrokerState>, req: RequestFrame) -
                 t.producer_epoch,
                 t.verify_only,
                 &t.topics,
+                None,
             );
             resp.results_by_transaction.push(r);
         }
@@ -124,6 +146,15 @@ pub async fn handle_add_partitions(state: Arc<BrokerState>, req: RequestFrame) -
 pub async fn handle_add_offsets(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: AddOffsetsToTxnRequest = req.decode()?;
     let mut resp = AddOffsetsToTxnResponse::default();
+    let access = Access::of(&state, &req);
+    let denied = tid_denied(&access, &request.transactional_id.0).or_else(|| {
+        (!access.group(Operation::Read, &request.group_id.0))
+            .then(|| ResponseError::GroupAuthorizationFailed.code())
+    });
+    if let Some(code) = denied {
+        resp.error_code = code;
+        return Ok(Some(req.respond(&resp)?));
+    }
     let partition = offsets_partition(&state, &request.group_id.0);
     resp.error_code = code(state.txns.run(&state, |c, now, out| {
         c.add_partitions(
@@ -141,6 +172,10 @@ pub async fn handle_add_offsets(state: Arc<BrokerState>, req: RequestFrame) -> H
 pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: EndTxnRequest = req.decode()?;
     let mut resp = EndTxnResponse::default();
+    if let Some(code) = tid_denied(&Access::of(&state, &req), &request.transactional_id.0) {
+        resp.error_code = code;
+        return Ok(Some(req.respond(&resp)?));
+    }
     let started = std::time::Instant::now();
     // v5+ is transaction version 2 (KIP-890 part 2), as Kafka reads it: the epoch is bumped
     // and the answer carries the producer id and epoch of the next transaction.
@@ -175,6 +210,16 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
 pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: TxnOffsetCommitRequest = req.decode()?;
     let group = request.group_id.0.to_string();
+    // Kafka: WRITE on the transactional id, READ on the group, READ on each topic.
+    let access = Access::of(&state, &req);
+    let denied = tid_denied(&access, &request.transactional_id.0).or_else(|| {
+        (!access.group(Operation::Read, &group))
+            .then(|| ResponseError::GroupAuthorizationFailed.code())
+    });
+    let topic_denied = |name: &str| {
+        (!access.topic(Operation::Read, name))
+            .then(|| ResponseError::TopicAuthorizationFailed.code())
+    };
     let partition = offsets_partition(&state, &group);
     let (tid, pid, epoch) = (
         &request.transactional_id.0,
@@ -195,7 +240,11 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
             .read(|c| c.verify_partitions(tid, pid, epoch, std::slice::from_ref(&partition))[0])
     };
     let mut offsets = Vec::new();
-    for t in &request.topics {
+    for t in request
+        .topics
+        .iter()
+        .filter(|t| topic_denied(&t.name.0).is_none())
+    {
         for p in &t.partitions {
             offsets.push(TxnOffset {
                 topic: t.name.0.to_string(),
@@ -210,7 +259,9 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
             });
         }
     }
-    let error = if check != 0 {
+    let error = if let Some(code) = denied {
+        code
+    } else if check != 0 {
         check
     } else {
         code(state.txns.add_pending_offsets(
@@ -225,10 +276,14 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     for t in &request.topics {
         let mut tr = TxnOffsetCommitResponseTopic::default();
         tr.name = t.name.clone();
+        let code = match denied {
+            Some(code) => code,
+            None => topic_denied(&t.name.0).unwrap_or(error),
+        };
         for p in &t.partitions {
             let mut pr = TxnOffsetCommitResponsePartition::default();
             pr.partition_index = p.partition_index;
-            pr.error_code = error;
+            pr.error_code = code;
             tr.partitions.push(pr);
         }
         resp.topics.push(tr);

@@ -16,6 +16,7 @@ use streamforge_protocol::RequestFrame;
 
 use crate::BrokerState;
 use crate::router::HandlerResult;
+use crate::security::acl::{Access, Operation};
 use crate::util::now_ms;
 
 /// Every state name ListTransactions may filter on.
@@ -36,6 +37,9 @@ fn s(v: &str) -> StrBytes {
 
 pub async fn handle_describe(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: DescribeTransactionsRequest = req.decode()?;
+    // Kafka: DESCRIBE on the transactional id; only the topics the principal may DESCRIBE.
+    let access = Access::of(&state, &req);
+    let quiet = access.quiet();
     let mut resp = DescribeTransactionsResponse::default();
     state.txns.read(|c| {
         for tid in &request.transactional_ids {
@@ -45,6 +49,9 @@ pub async fn handle_describe(state: Arc<BrokerState>, req: RequestFrame) -> Hand
             ts.producer_epoch = -1;
             ts.transaction_start_time_ms = -1;
             match c.get(&tid.0) {
+                _ if !access.transactional_id(Operation::Describe, &tid.0) => {
+                    ts.error_code = ResponseError::TransactionalIdAuthorizationFailed.code()
+                }
                 None => ts.error_code = ResponseError::TransactionalIdNotFound.code(),
                 Some(m) => {
                     ts.transaction_state = s(m.state.name());
@@ -52,7 +59,11 @@ pub async fn handle_describe(state: Arc<BrokerState>, req: RequestFrame) -> Hand
                     ts.transaction_start_time_ms = m.start_ms;
                     ts.producer_id = ProducerId(m.producer_id);
                     ts.producer_epoch = m.producer_epoch;
-                    for (topic, p) in &m.partitions {
+                    let visible = m
+                        .partitions
+                        .iter()
+                        .filter(|(topic, _)| quiet.topic(Operation::Describe, topic));
+                    for (topic, p) in visible {
                         if ts.topics.last().is_none_or(|t| t.topic.0.as_str() != topic) {
                             let mut t = TopicData::default();
                             t.topic = crate::handlers::topic_name(topic);
@@ -70,6 +81,7 @@ pub async fn handle_describe(state: Arc<BrokerState>, req: RequestFrame) -> Hand
 
 pub async fn handle_list(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: ListTransactionsRequest = req.decode()?;
+    let access = Access::of(&state, &req);
     let mut resp = ListTransactionsResponse::default();
     let mut states = Vec::new();
     for f in &request.state_filters {
@@ -89,7 +101,8 @@ pub async fn handle_list(state: Arc<BrokerState>, req: RequestFrame) -> HandlerR
             // v1: only transactions running longer than the filter (-1 = all).
             let age_ok = request.duration_filter < 0
                 || (m.start_ms >= 0 && now - m.start_ms > request.duration_filter);
-            if state_ok && pid_ok && age_ok {
+            let visible = access.quiet().transactional_id(Operation::Describe, tid);
+            if state_ok && pid_ok && age_ok && visible {
                 let mut l = ListedState::default();
                 l.transactional_id = TransactionalId(s(tid));
                 l.producer_id = ProducerId(m.producer_id);
@@ -113,6 +126,9 @@ pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) ->
     use streamforge_protocol::control::ControlType;
 
     let request: WriteTxnMarkersRequest = req.decode()?;
+    // Kafka: CLUSTER_ACTION on the cluster (coordinators send it), else every partition
+    // answers CLUSTER_AUTHORIZATION_FAILED.
+    let allowed = Access::of(&state, &req).cluster(Operation::ClusterAction);
     let mut resp = WriteTxnMarkersResponse::default();
     for m in &request.markers {
         let mut mr = WritableTxnMarkerResult::default();
@@ -134,6 +150,7 @@ pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) ->
                 let mut pr = WritableTxnMarkerPartitionResult::default();
                 pr.partition_index = index;
                 pr.error_code = match state.replicas.partition(&t.name.0, index) {
+                    _ if !allowed => ResponseError::ClusterAuthorizationFailed.code(),
                     None => ResponseError::UnknownTopicOrPartition.code(),
                     Some(p) => p
                         .write_txn_marker(marker)

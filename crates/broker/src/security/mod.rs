@@ -4,6 +4,7 @@
 //! OAUTHBEARER (`oauthbearer`) with JWTs checked against a JWKS file (`jwt`).
 //! See docs/SECURITY.md.
 
+pub mod acl;
 pub mod credentials;
 pub mod gate;
 pub mod jwt;
@@ -135,6 +136,10 @@ pub struct SecurityConfig {
     pub scram_iterations: u32,
     /// `sasl.oauthbearer.*`: how OAUTHBEARER tokens are checked.
     pub oauthbearer: jwt::OAuthConfig,
+    /// `authorizer.class.name`: no authorizer (everything allowed) or ACLs.
+    pub authorizer: acl::AuthorizerKind,
+    /// `super.users` (`User:name` each) and `allow.everyone.if.no.acl.found`.
+    pub acl: acl::AuthorizerConfig,
 }
 
 impl Default for SecurityConfig {
@@ -154,6 +159,8 @@ impl Default for SecurityConfig {
             connections_max_reauth_ms: 0,
             scram_iterations: scram::ITERATIONS_DEFAULT,
             oauthbearer: jwt::OAuthConfig::default(),
+            authorizer: Default::default(),
+            acl: Default::default(),
         }
     }
 }
@@ -190,6 +197,8 @@ pub struct SecurityState {
     pub principal_mapper: principal::PrincipalMapper,
     /// The OAUTHBEARER token checker (`None` unless OAUTHBEARER is enabled on a SASL listener).
     pub oauthbearer: Option<std::sync::Arc<jwt::JwtValidator>>,
+    /// The ACL authorizer (`--authorizer acl`); `None` = every request is allowed.
+    pub authorizer: Option<std::sync::Arc<acl::Authorizer>>,
 }
 
 impl SecurityState {

@@ -12,7 +12,6 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.acl.AclBindingFilter;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Test;
@@ -42,8 +41,7 @@ class NotServedTest {
 
     @Test
     void aclsQuotasTokens() {
-        assertUnsupported("DescribeAcls", () -> A.describeAcls(AclBindingFilter.ANY).values());
-        // DescribeClientQuotas is served now (QuotasTest).
+        // DescribeAcls is served now (AclTest); DescribeClientQuotas too (QuotasTest).
         // DescribeUserScramCredentials is served now (SecurityTest).
         assertUnsupported("DescribeDelegationToken", () -> A.describeDelegationToken().delegationTokens());
     }
@@ -57,7 +55,7 @@ class NotServedTest {
 
     @Test
     void brokerStillServesAfterUnservedCalls() throws Exception {
-        assertUnsupported("DescribeAcls", () -> A.describeAcls(AclBindingFilter.ANY).values());
+        assertUnsupported("DescribeDelegationToken", () -> A.describeDelegationToken().delegationTokens());
         assertEquals(1, A.describeCluster().nodes().get(30, TimeUnit.SECONDS).size());
     }
 }
