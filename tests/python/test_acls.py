@@ -387,3 +387,59 @@ def test_without_an_authorizer_the_acl_apis_answer_security_disabled(broker):
         for f in admin.create_acls([binding], request_timeout=TIMEOUT_S).values():
             f.result()
     assert e.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_the_dashboard_obeys_the_same_acls(tmp_path):
+    """The dashboard's API asks the broker's ACL authorizer: a user sees only the topics she may
+    DESCRIBE and may not create one without CREATE; an ACL changes that at once."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    proc = BrokerProcess(tmp_path, http=True)
+    sasl_port = free_port()
+    proc.extra_args = [
+        "--listeners", f"PLAINTEXT://127.0.0.1:{proc.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "--authorizer", "acl", "--super-users", "User:admin;User:ANONYMOUS",
+        "--auto-create-topics", "false",
+    ]
+    proc.start()
+    try:
+        for user in ("admin", "alice"):
+            subprocess.run([str(find_binary()), "users", "-b", proc.bootstrap, "create", user,
+                            "--password", USERS[user]], check=True, capture_output=True,
+                           timeout=TIMEOUT_S)
+        b = AclBroker(proc, sasl_port)
+        visible, hidden = unique("seen"), unique("hidden")
+        create_topic(b, visible)
+        create_topic(b, hidden)
+
+        def call(method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+            token = base64.b64encode(b"alice:" + USERS["alice"].encode()).decode()
+            req = urllib.request.Request(
+                proc.http_url + path, method=method,
+                data=None if body is None else json.dumps(body).encode(),
+                headers={"Authorization": f"Basic {token}", "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
+                    return r.status, json.loads(r.read() or b"null")
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read() or b"null")
+
+        create_acls(b, [allow(ResourceType.TOPIC, visible, "User:alice", AclOperation.DESCRIBE)])
+        status, topics = call("GET", "/api/topics")
+        assert status == 200, topics
+        names = {t["name"] for t in (topics["topics"] if isinstance(topics, dict) else topics)}
+        assert visible in names and hidden not in names, names
+
+        status, err = call("POST", "/api/topics", {"name": unique("new"), "partitions": 1})
+        assert status == 403, err
+        assert err["kafka_error"] in ("TOPIC_AUTHORIZATION_FAILED",
+                                      "CLUSTER_AUTHORIZATION_FAILED"), err
+
+        create_acls(b, [allow(ResourceType.TOPIC, hidden, "User:alice", AclOperation.DESCRIBE)])
+        status, topics = call("GET", "/api/topics")
+        names = {t["name"] for t in (topics["topics"] if isinstance(topics, dict) else topics)}
+        assert hidden in names, names
+    finally:
+        proc.stop()

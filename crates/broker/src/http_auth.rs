@@ -1,8 +1,8 @@
 //! The dashboard's login as the broker sets it up: on whenever the Kafka side has security
 //! (any SASL listener) or `--http-auth required`, checked against the same SCRAM credential
 //! store as SASL PLAIN and SCRAM (so the dashboard has the broker's users, and no password
-//! file). The authorization hook stays `streamforge_http::auth::allow_all` until an ACL
-//! authorizer is passed in `BrokerConfig::http.authorizer`.
+//! file). The authorization hook is the broker's ACL authorizer with `--authorizer acl`
+//! (`dashboard_authorizer`), else `streamforge_http::auth::allow_all`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -111,4 +111,32 @@ pub fn log_exposure(addr: SocketAddr, auth: Option<&HttpAuth>) {
             }
         }
     }
+}
+
+/// The dashboard's authorization hook over the broker's ACL authorizer (`--authorizer acl`),
+/// or `None` (every action allowed) without one. The dashboard does not pass the browser's
+/// address, so ACLs naming a specific host do not apply to it; `*`-host ACLs do.
+pub fn dashboard_authorizer(state: &BrokerState) -> Option<streamforge_http::auth::AuthorizeFn> {
+    use crate::security::acl::{Operation, Resource};
+    use streamforge_http::auth::{Operation as HttpOp, Resource as HttpResource};
+    let authorizer = state.security.authorizer.clone()?;
+    Some(Arc::new(move |principal, action| {
+        let op = match action.operation {
+            HttpOp::Read => Operation::Read,
+            HttpOp::Write => Operation::Write,
+            HttpOp::Create => Operation::Create,
+            HttpOp::Delete => Operation::Delete,
+            HttpOp::Alter => Operation::Alter,
+            HttpOp::Describe => Operation::Describe,
+            HttpOp::DescribeConfigs => Operation::DescribeConfigs,
+            HttpOp::AlterConfigs => Operation::AlterConfigs,
+        };
+        let resource = match &action.resource {
+            HttpResource::Cluster => Resource::cluster(),
+            HttpResource::Topic(t) => Resource::topic(t),
+            HttpResource::Group(g) => Resource::group(g),
+        };
+        let who = crate::security::principal::Principal::user(principal.name.clone());
+        authorizer.authorize(&who, "*", op, &resource)
+    }))
 }

@@ -573,6 +573,9 @@ fn start_dashboard(
     if options.auth.is_none() {
         options.auth = http_auth::dashboard_auth(state);
     }
+    if options.authorizer.is_none() {
+        options.authorizer = http_auth::dashboard_authorizer(state);
+    }
     http_auth::log_exposure(addr, options.auth.as_ref());
     let view = Arc::new(http_view::BrokerView::new(state.clone()));
     streamforge_http::serve_on(listener, view, options)

@@ -170,7 +170,14 @@ async fn a_follower_replicates_leaves_and_rejoins_the_isr_and_truncates_after_a_
     // brokers to that epoch, as a controller's election after a restart would.
     b = start(dir_b.path(), 2).await;
     wait_for("B's own election after its restart", || {
-        image_epoch(&b) == Some(b.state().replicas.partition(TOPIC, 0).unwrap().leader_epoch())
+        image_epoch(&b)
+            == Some(
+                b.state()
+                    .replicas
+                    .partition(TOPIC, 0)
+                    .unwrap()
+                    .leader_epoch(),
+            )
     })
     .await;
     let epoch = image_epoch(&b).unwrap().max(1);

@@ -143,7 +143,9 @@ impl LeaderEpochCache {
             }
             seg.for_each_batch_from(seg.base_offset().max(from_offset), |view| {
                 let epoch = view.partition_leader_epoch();
-                if view.base_offset() >= from_offset && self.assign_in_memory(epoch, view.base_offset()) {
+                if view.base_offset() >= from_offset
+                    && self.assign_in_memory(epoch, view.base_offset())
+                {
                     self.deferred = true;
                 }
             });

@@ -255,20 +255,29 @@ fn a_new_epoch_is_written_with_the_recovery_point_and_recovered_from_batches_aft
         before,
         "not written when assigned"
     );
-    assert_eq!(log.end_offset_for_epoch(0), Some((0, 2 * RECORDS_PER_BATCH)));
+    assert_eq!(
+        log.end_offset_for_epoch(0),
+        Some((0, 2 * RECORDS_PER_BATCH))
+    );
     let mut b = build_simple(BatchSpec::default(), RECORDS_PER_BATCH as usize, 50);
     log.append_as_leader(&mut b, 3, now).unwrap();
     // Crash: no close, no flush; the batch is in the page cache, the entry nowhere on disk.
     drop(log);
     let log = Log::open(dir.path(), config(), now).unwrap();
     assert_eq!(log.latest_epoch(), Some(3), "re-derived from the batch");
-    assert_eq!(log.end_offset_for_epoch(0), Some((0, 2 * RECORDS_PER_BATCH)));
+    assert_eq!(
+        log.end_offset_for_epoch(0),
+        Some((0, 2 * RECORDS_PER_BATCH))
+    );
 
     // Once the recovery point moves past the new epoch's data, the file names it.
     let mut log = log;
     log.flush().unwrap();
     log.tick(now).unwrap();
     let after = fs::read_to_string(dir.path().join(EPOCHS)).unwrap();
-    assert!(after.contains(&format!("3 {}", 2 * RECORDS_PER_BATCH)), "{after}");
+    assert!(
+        after.contains(&format!("3 {}", 2 * RECORDS_PER_BATCH)),
+        "{after}"
+    );
     log.close().unwrap();
 }

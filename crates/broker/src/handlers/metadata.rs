@@ -15,8 +15,8 @@ use crate::BrokerState;
 use crate::handlers::topic_name;
 use crate::replica_manager::{Topic, TopicError};
 use crate::router::HandlerResult;
-use streamforge_metadata::{MetadataImage, NO_LEADER};
 use crate::security::acl::{Access, Operation, Resource};
+use streamforge_metadata::{MetadataImage, NO_LEADER};
 
 /// "Authorized operations not requested" marker (Integer.MIN_VALUE).
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;

@@ -24,8 +24,8 @@ use crate::quota::ClientIdentity;
 use crate::quota::entity::QuotaKey;
 use crate::replica_manager::is_internal_topic;
 use crate::router::{HandlerError, HandlerResult};
-use crate::security::principal::ANONYMOUS;
 use crate::security::acl::{Access, Operation};
+use crate::security::principal::ANONYMOUS;
 
 /// Smallest possible RecordBatch v2 (header without records).
 const RECORD_BATCH_HEADER_BYTES: usize = streamforge_protocol::batch::HEADER_BYTES;
