@@ -9,7 +9,7 @@
 //! - `snapshot`: `[crc32c(snapshot): u32][snapshot encoding]`, written to `snapshot.tmp`,
 //!   fsynced, renamed over the old one, directory fsynced.
 //!
-//! Bounded: after [`LOG_BATCHES_MAX`] batches in the file, the image is written as a snapshot
+//! Bounded: after [`LOG_BATCHES_MAX`] batches or [`LOG_RECORDS_MAX`] records in the file, the image is written as a snapshot
 //! and the file starts over. Crash safety: a torn or corrupt frame at the end (a crash during an
 //! append, never acknowledged) is cut off on open; a crash between writing a snapshot and
 //! emptying the log leaves batches the snapshot already holds, which are skipped by offset.
@@ -27,6 +27,10 @@ use crate::snapshot::Snapshot;
 
 /// Batches in the log file before it is folded into a snapshot.
 pub const LOG_BATCHES_MAX: usize = 1000;
+/// Records in the log file before it is folded into a snapshot: what a start-up replays (twice:
+/// here and in the controller) stays bounded however often the broker restarts, each restart
+/// writing two leader changes per partition it leads.
+pub const LOG_RECORDS_MAX: usize = 4096;
 /// Largest frame accepted on read (a batch of many topics' records).
 pub const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
 const LOG_FILE: &str = "log";
@@ -39,6 +43,7 @@ struct State {
     next_seq: u64,
     file: File,
     batches_in_file: usize,
+    records_in_file: usize,
 }
 
 /// A single-voter quorum persisted in a directory.
@@ -145,6 +150,7 @@ impl DurableQuorum {
         let (batches, good) = read_frames(&bytes);
         let mut next_seq = 0;
         let batches_in_file = batches.len();
+        let records_in_file = batches.iter().map(|b| b.records.len()).sum();
         for batch in batches {
             next_seq = next_seq.max(batch.seq + 1);
             if batch.last_offset() <= log.image().position().offset {
@@ -193,6 +199,7 @@ impl DurableQuorum {
                 next_seq,
                 file,
                 batches_in_file,
+                records_in_file,
             }),
         })
     }
@@ -211,6 +218,7 @@ impl DurableQuorum {
         std::io::Seek::seek(&mut state.file, io::SeekFrom::Start(0))?;
         state.file.sync_all()?;
         state.batches_in_file = 0;
+        state.records_in_file = 0;
         Ok(())
     }
 
@@ -223,6 +231,7 @@ impl DurableQuorum {
         state.file.write_all(&frame)?;
         state.file.sync_data()?;
         state.batches_in_file += 1;
+        state.records_in_file += batch.records.len();
         Ok(())
     }
 }
@@ -285,7 +294,7 @@ impl MetadataQuorum for DurableQuorum {
             .log
             .append(self.node_id, seq, batch.records, LOCAL_EPOCH);
         assert!(appended.is_some(), "a checked batch applies");
-        if state.batches_in_file >= LOG_BATCHES_MAX
+        if (state.batches_in_file >= LOG_BATCHES_MAX || state.records_in_file >= LOG_RECORDS_MAX)
             && let Err(e) = self.compact(&mut state)
         {
             // The log file still holds every batch: only the bound is late.
