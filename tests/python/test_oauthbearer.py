@@ -326,3 +326,17 @@ def sasl_authenticate(sock, token: bytes, corr: int) -> tuple[int, bytes]:
     code = r.i16()
     r.string()
     return code, r.take(r.i32())
+
+
+def test_kcat_unsecured_jwt_is_refused(broker):
+    """kcat (librdkafka built without OIDC, so it cannot fetch a signed token) offers librdkafka's
+    unsecured `alg: none` JWT; a broker that checks tokens against a JWKS refuses it, as Kafka's
+    validating callback handler does, and kcat reports the authentication failure."""
+    out = subprocess.run(
+        ["kcat", "-b", broker.addr("SASL_PLAINTEXT"), "-X", "security.protocol=SASL_PLAINTEXT",
+         "-X", "sasl.mechanisms=OAUTHBEARER", "-X", "enable.sasl.oauthbearer.unsecure.jwt=true",
+         "-X", "sasl.oauthbearer.config=principal=alice", "-L", "-m", "10"],
+        capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert out.returncode != 0, out.stdout
+    assert "SASL authentication error" in out.stderr or "Authentication failed" in out.stderr, \
+        out.stderr

@@ -141,7 +141,8 @@ class ToolsTest {
     @Test
     void brokerApiVersions() {
         String out = Tool.ok(API_VERSIONS, null, "--bootstrap-server", BS).out();
-        assertTrue(out.contains("Produce(0): 0 to 11 [usable: 11]"), out);
+        // Produce v12: transaction.version 2 (KIP-890 part 2) is served.
+        assertTrue(out.contains("Produce(0): 0 to 12 [usable: 12]"), out);
         assertTrue(out.contains("Fetch(1): 4 to 12 [usable: 12]"), out);
         assertTrue(out.contains("DescribeLogDirs(35): 1 to 4 [usable: 4]"), out);
     }
