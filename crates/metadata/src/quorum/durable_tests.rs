@@ -75,6 +75,27 @@ fn the_log_is_folded_into_a_snapshot_and_stays_bounded() {
     assert_eq!(q.snapshot().position.offset, LOG_BATCHES_MAX as i64 + 4);
 }
 
+/// Few batches of many records (each restart's leader changes) are folded too: what a start-up
+/// replays stays under LOG_RECORDS_MAX records, not only under LOG_BATCHES_MAX batches.
+#[test]
+fn a_log_of_few_large_batches_is_folded_after_log_records_max_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = DurableQuorum::open(1, dir.path()).unwrap();
+    let per_batch = LOG_RECORDS_MAX / 4;
+    for b in 0..4u128 {
+        let records = (0..per_batch as u128)
+            .map(|i| topic(&format!("t{b}-{i}"), 1_000_000 * (b + 1) + i))
+            .collect();
+        q.propose(records).unwrap();
+    }
+    assert_eq!(q.state.lock().batches_in_file, 0, "folded at {LOG_RECORDS_MAX} records");
+    assert_eq!(q.state.lock().records_in_file, 0);
+    drop(q);
+    assert!(dir.path().join(SNAPSHOT_FILE).exists());
+    let q = DurableQuorum::open(1, dir.path()).unwrap();
+    assert_eq!(names(&q).len(), 4 * per_batch);
+}
+
 #[test]
 fn batches_already_in_the_snapshot_are_skipped_after_a_crash_before_the_log_was_emptied() {
     let dir = tempfile::tempdir().unwrap();
