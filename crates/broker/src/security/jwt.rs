@@ -336,28 +336,18 @@ fn read_jwks(path: &Path) -> Result<Vec<Key>, JwksError> {
 pub async fn run_reloader(
     validator: Arc<JwtValidator>,
     interval_ms: u64,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    if interval_ms == 0 {
-        return;
-    }
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(interval_ms));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tick.tick() => {
-                let v = validator.clone();
-                match tokio::task::spawn_blocking(move || v.reload_if_changed()).await {
-                    Ok(Ok(true)) => tracing::info!(jwks = %validator.path.display(), "JWKS reloaded"),
-                    Ok(Ok(false)) => {}
-                    Ok(Err(e)) => tracing::error!(error = %e, "JWKS reload failed; keeping the previous keys"),
-                    Err(e) => tracing::error!(error = %e, "JWKS reload task failed"),
-                }
-            }
-        }
-    }
+    let messages = super::reload::ReloadMessages {
+        file: validator.path.display().to_string(),
+        reloaded: "JWKS reloaded",
+        failed: "JWKS reload failed; keeping the previous keys",
+        task_failed: "JWKS reload task failed",
+    };
+    super::reload::run_file_reloader(interval_ms, shutdown, messages, move || {
+        validator.reload_if_changed()
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod jwt;
 pub mod listeners;
 pub mod oauthbearer;
 pub mod principal;
+pub mod reload;
 pub mod sasl;
 pub mod scram;
 pub mod tls;

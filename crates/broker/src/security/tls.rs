@@ -107,28 +107,18 @@ impl TlsSource {
 pub async fn run_reloader(
     source: Arc<TlsSource>,
     interval_ms: u64,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    if interval_ms == 0 {
-        return;
-    }
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(interval_ms));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tick.tick() => {
-                let src = source.clone();
-                match tokio::task::spawn_blocking(move || src.reload_if_changed()).await {
-                    Ok(Ok(true)) => tracing::info!(cert = %source.files.cert.display(), "TLS certificate reloaded"),
-                    Ok(Ok(false)) => {}
-                    Ok(Err(e)) => tracing::error!(error = %e, "TLS certificate reload failed; serving the previous one"),
-                    Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
-                }
-            }
-        }
-    }
+    let messages = super::reload::ReloadMessages {
+        file: source.files.cert.display().to_string(),
+        reloaded: "TLS certificate reloaded",
+        failed: "TLS certificate reload failed; serving the previous one",
+        task_failed: "TLS reload task failed",
+    };
+    super::reload::run_file_reloader(interval_ms, shutdown, messages, move || {
+        source.reload_if_changed()
+    })
+    .await;
 }
 
 fn build_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {

@@ -88,7 +88,11 @@ fn a_log_of_few_large_batches_is_folded_after_log_records_max_records() {
             .collect();
         q.propose(records).unwrap();
     }
-    assert_eq!(q.state.lock().batches_in_file, 0, "folded at {LOG_RECORDS_MAX} records");
+    assert_eq!(
+        q.state.lock().batches_in_file,
+        0,
+        "folded at {LOG_RECORDS_MAX} records"
+    );
     assert_eq!(q.state.lock().records_in_file, 0);
     drop(q);
     assert!(dir.path().join(SNAPSHOT_FILE).exists());
