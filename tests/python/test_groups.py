@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -88,17 +89,35 @@ def test_kafka_python_group_consumer(gbroker, topic_name):
         consumer.commit()
         second = KafkaConsumer(topic_name, bootstrap_servers=gbroker.bootstrap, group_id=group,
                                session_timeout_ms=10000, heartbeat_interval_ms=1000)
+        # Each consumer polls in its own thread, as an application would. Polling both from one
+        # thread in turns makes kafka-python 3.0 (3.0.12) loop: a JoinGroup that completes while
+        # the *other* consumer is polling is dropped and sent again, and the leader's second
+        # JoinGroup starts a new rebalance (as it does on Kafka).
+        stop = threading.Event()
+        assigned = {}
+
+        def poll_loop(name, c):
+            while not stop.is_set():
+                c.poll(timeout_ms=200)
+                assigned[name] = set(c.assignment())
+
+        threads = [threading.Thread(target=poll_loop, args=(n, c), daemon=True)
+                   for n, c in (("first", consumer), ("second", second))]
+        for t in threads:
+            t.start()
         try:
             deadline = time.monotonic() + SETTLE_TIMEOUT_S
             while time.monotonic() < deadline:
-                consumer.poll(timeout_ms=200)
-                second.poll(timeout_ms=200)
-                a, b = consumer.assignment(), second.assignment()
+                a, b = assigned.get("first", set()), assigned.get("second", set())
                 if a and b and len(a) + len(b) == 4 and not (a & b):
                     break
+                time.sleep(0.05)
             else:
                 pytest.fail("kafka-python consumers did not share the partitions")
         finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
             second.close()
     finally:
         consumer.close()
