@@ -81,6 +81,18 @@ pub(crate) fn write_checked(dir: &Path, name: &str, body: &[u8]) -> io::Result<(
     fsync_dir(dir)
 }
 
+/// [`write_checked`] without the fsyncs, for a hint that may be lost or stale after a crash
+/// (the rename still means a reader sees the old body, the new one, or a file that fails its
+/// check, never a mix).
+pub(crate) fn write_checked_unsynced(dir: &Path, name: &str, body: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(&crc32c::crc32c(body).to_be_bytes())?;
+    f.write_all(body)?;
+    drop(f);
+    fs::rename(&tmp, dir.join(name))
+}
+
 /// The body of a file written by [`write_checked`], `None` when there is none; a short file or
 /// a bad CRC is an error naming the file.
 pub(crate) fn read_checked(path: &Path) -> io::Result<Option<Vec<u8>>> {

@@ -8,8 +8,12 @@
 //!   conflicting suffix cuts the file at that entry and fsyncs. Purging writes `purged` first,
 //!   then rewrites the retained entries to `log.tmp` and renames it over `log`; a crash in
 //!   between leaves entries at or below `purged`, skipped on open.
-//! - `vote`, `committed`, `purged`: JSON in checked files (temp file, fsync, rename, directory
-//!   fsync) written before the call returns.
+//! - `vote`, `purged`: JSON in checked files (temp file, fsync, rename, directory fsync)
+//!   written before the call returns.
+//! - `committed`: the commit index as JSON, renamed in without fsyncs. Raft keeps it in volatile
+//!   state: on disk it only lets a restarted voter re-apply its committed log before it hears
+//!   from a leader. A stale one re-applies less (the leader's next commit applies the rest); a
+//!   damaged one (a crash before the data reached the disk) reads as none.
 //!
 //! Opening cuts a torn or corrupt tail off `log` (an append that was never reported flushed)
 //! and refuses a log whose indexes go back or a damaged checked file. The file is the source of truth: in
@@ -30,6 +34,7 @@ use super::{Batch, TypeConfig};
 use crate::quorum::NodeId;
 use crate::quorum::files::{
     FRAME_BYTES_MAX, frame, frame_at, fsync_dir, invalid, read_checked, read_frames, write_checked,
+    write_checked_unsynced,
 };
 use crate::records::{RECORD_BYTES_MAX, Reader, Record, RecordError};
 
@@ -172,7 +177,10 @@ impl RaftLogFile {
     pub fn open(dir: &Path) -> io::Result<RaftLogFile> {
         fs::create_dir_all(dir)?;
         let vote = read_json(dir, VOTE_FILE)?;
-        let committed = read_json(dir, COMMITTED_FILE)?;
+        let committed = read_json(dir, COMMITTED_FILE).unwrap_or_else(|error| {
+            tracing::warn!(%error, "raft log: ignoring a damaged commit index");
+            None
+        });
         let last_purged: Option<LogId<NodeId>> = read_json(dir, PURGED_FILE)?;
         let path = dir.join(LOG_FILE);
         let bytes = match fs::read(&path) {
@@ -283,9 +291,10 @@ impl RaftLogFile {
         Ok(())
     }
 
-    /// Persist the commit index (fsynced before returning).
+    /// Keep the commit index on disk as a hint (not fsynced, see the module doc).
     pub fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> io::Result<()> {
-        write_json(&self.dir, COMMITTED_FILE, &committed)?;
+        let body = serde_json::to_vec(&committed).map_err(invalid)?;
+        write_checked_unsynced(&self.dir, COMMITTED_FILE, &body)?;
         self.committed = committed;
         Ok(())
     }
