@@ -16,6 +16,8 @@ mod store;
 pub mod tcp;
 
 #[cfg(test)]
+mod crash_tests;
+#[cfg(test)]
 mod restart_tests;
 #[cfg(test)]
 mod storage_suite;
