@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 
+use super::files::{frame, fsync_dir, invalid, read_checked, write_checked};
 use super::{CommittedBatch, CommittedLog, LeaderAndEpoch, MetadataQuorum, NodeId, QuorumError};
 use super::{LOCAL_EPOCH, VoterStatus};
 use crate::records::{RECORD_BYTES_MAX, Reader, Record};
@@ -31,11 +32,8 @@ pub const LOG_BATCHES_MAX: usize = 1000;
 /// here and in the controller) stays bounded however often the broker restarts, each restart
 /// writing two leader changes per partition it leads.
 pub const LOG_RECORDS_MAX: usize = 4096;
-/// Largest frame accepted on read (a batch of many topics' records).
-pub const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
 const LOG_FILE: &str = "log";
 const SNAPSHOT_FILE: &str = "snapshot";
-const FRAME_HEADER_BYTES: usize = 8;
 
 #[derive(Debug)]
 struct State {
@@ -52,14 +50,6 @@ pub struct DurableQuorum {
     node_id: NodeId,
     dir: PathBuf,
     state: Mutex<State>,
-}
-
-fn invalid(what: impl std::fmt::Display) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
-}
-
-fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// A batch's frame body.
@@ -105,28 +95,10 @@ fn decode_batch(body: &[u8]) -> Result<CommittedBatch, crate::records::RecordErr
     })
 }
 
-/// The frames of `bytes` that are whole and pass their CRC, and where the good prefix ends.
+/// The batches of `bytes` that are whole and pass their CRC, and where the good prefix ends.
 fn read_frames(bytes: &[u8]) -> (Vec<CommittedBatch>, usize) {
-    let mut batches = Vec::new();
-    let mut at = 0usize;
-    while bytes.len() - at >= FRAME_HEADER_BYTES {
-        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
-        let start = at + FRAME_HEADER_BYTES;
-        if len > FRAME_BYTES_MAX || bytes.len() - start < len {
-            break;
-        }
-        let body = &bytes[start..start + len];
-        if crc32c::crc32c(body) != crc {
-            break;
-        }
-        match decode_batch(body) {
-            Ok(batch) => batches.push(batch),
-            Err(_) => break,
-        }
-        at = start + len;
-    }
-    (batches, at)
+    let (frames, good) = super::files::read_frames(bytes, decode_batch);
+    (frames.into_iter().map(|(_, batch)| batch).collect(), good)
 }
 
 impl DurableQuorum {
@@ -207,13 +179,7 @@ impl DurableQuorum {
     /// Fold the file into a snapshot of the image and start an empty log.
     fn compact(&self, state: &mut State) -> io::Result<()> {
         let snapshot = state.log.snapshot().encode().map_err(invalid)?;
-        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-        let mut f = File::create(&tmp)?;
-        f.write_all(&crc32c::crc32c(&snapshot).to_be_bytes())?;
-        f.write_all(&snapshot)?;
-        f.sync_all()?;
-        fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
-        fsync_dir(&self.dir)?;
+        write_checked(&self.dir, SNAPSHOT_FILE, &snapshot)?;
         state.file.set_len(0)?;
         std::io::Seek::seek(&mut state.file, io::SeekFrom::Start(0))?;
         state.file.sync_all()?;
@@ -224,11 +190,7 @@ impl DurableQuorum {
 
     fn persist(&self, state: &mut State, batch: &CommittedBatch) -> io::Result<()> {
         let body = encode_batch(batch)?;
-        let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + body.len());
-        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
-        frame.extend_from_slice(&body);
-        state.file.write_all(&frame)?;
+        state.file.write_all(&frame(&body))?;
         state.file.sync_data()?;
         state.batches_in_file += 1;
         state.records_in_file += batch.records.len();
@@ -236,28 +198,16 @@ impl DurableQuorum {
     }
 }
 
-/// The snapshot in `dir`, if any; damage is an error naming the file.
+/// The snapshot in `dir`, if any; damage is an error naming the file (written to a temp file
+/// and renamed: a bad CRC is corruption, not a torn write).
 fn read_snapshot(dir: &Path) -> io::Result<Option<Snapshot>> {
     let path = dir.join(SNAPSHOT_FILE);
-    read_snapshot_at(&path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
-}
-
-fn read_snapshot_at(path: &Path) -> io::Result<Option<Snapshot>> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(bytes) = read_checked(&path)? else {
+        return Ok(None);
     };
-    if bytes.len() < 4 {
-        return Err(invalid("metadata snapshot: too short"));
-    }
-    let crc = u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes"));
-    if crc32c::crc32c(&bytes[4..]) != crc {
-        // Written to a temp file and renamed: a bad CRC is corruption, not a torn write.
-        return Err(invalid("metadata snapshot: CRC mismatch"));
-    }
-    Snapshot::decode(&bytes[4..]).map(Some).map_err(invalid)
+    Snapshot::decode(&bytes)
+        .map(Some)
+        .map_err(|e| invalid(format!("{}: metadata snapshot: {e}", path.display())))
 }
 
 impl MetadataQuorum for DurableQuorum {

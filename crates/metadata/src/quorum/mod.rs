@@ -10,11 +10,13 @@
 //! `openraft`-based quorum.
 
 mod durable;
+mod files;
 mod local;
 mod log;
 pub mod raft;
 
-pub use durable::{DurableQuorum, FRAME_BYTES_MAX, LOG_BATCHES_MAX};
+pub use durable::{DurableQuorum, LOG_BATCHES_MAX};
+pub use files::FRAME_BYTES_MAX;
 use local::LOCAL_EPOCH;
 pub use local::LocalQuorum;
 pub use log::{BATCHES_RETAINED_MAX, CommittedBatch, CommittedLog};

@@ -4,22 +4,36 @@
 //! [`RaftQuorum::propose`] hands the batch to the local Raft task (it returns at once; the
 //! batch shows up in [`MetadataQuorum::read_committed`] when a majority has it). Leadership,
 //! the epoch (Raft term) and follower lag come from openraft's metrics.
+//!
+//! [`RaftQuorum::start`] / [`RaftQuorum::start_tcp`] keep the Raft log and state machine in
+//! memory; [`RaftQuorum::start_durable`] / [`RaftQuorum::start_tcp_durable`] keep them in
+//! `<dir>/raft/` ([`log_file`], [`store`]), so a voter restarted from its directory keeps its
+//! vote, its log and its last snapshot.
 
+pub mod log_file;
 mod network;
 mod store;
 pub mod tcp;
 
 #[cfg(test)]
+mod crash_tests;
+#[cfg(test)]
+mod restart_tests;
+#[cfg(test)]
+mod storage_suite;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use openraft::{BasicNode, Config, Raft};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tokio::sync::mpsc;
 
+pub use log_file::{LOG_CACHE_ENTRIES_MAX, RaftLogFile};
 pub use network::Router;
 use network::RouterFactory;
 pub use store::{LogStore, StateMachine};
@@ -98,6 +112,15 @@ impl Default for RaftTiming {
     }
 }
 
+/// Log entries applied since the last snapshot before openraft builds the next one (and then
+/// purges the log behind it): what a restart replays, and what the log file holds, stay bounded.
+pub const SNAPSHOT_LOGS_SINCE_LAST: u64 = 1000;
+/// Entries kept in the log behind a snapshot, so a follower slightly behind catches up from the
+/// log rather than by a snapshot transfer.
+pub const LOGS_KEPT_AFTER_SNAPSHOT: u64 = 256;
+/// The subdirectory of a voter's directory holding its Raft files.
+pub const RAFT_DIR: &str = "raft";
+
 /// Why a Raft voter could not start or join.
 #[derive(Debug, thiserror::Error)]
 pub enum RaftStartError {
@@ -105,6 +128,37 @@ pub enum RaftStartError {
     Config(String),
     #[error("raft: {0}")]
     Raft(String),
+    #[error("raft storage: {0}")]
+    Storage(#[from] std::io::Error),
+}
+
+/// A voter's storage: in memory, or opened from a directory.
+struct Storage {
+    log: LogStore,
+    state_machine: StateMachine,
+    /// The first proposal sequence number of this start.
+    first_seq: u64,
+}
+
+impl Storage {
+    fn memory() -> Storage {
+        Storage {
+            log: LogStore::default(),
+            state_machine: StateMachine::default(),
+            first_seq: 0,
+        }
+    }
+
+    /// The Raft log, vote and snapshot in `<dir>/raft/`.
+    fn open(dir: &Path) -> Result<Storage, RaftStartError> {
+        let dir = dir.join(RAFT_DIR);
+        let incarnation = log_file::next_incarnation(&dir)?;
+        Ok(Storage {
+            log: LogStore::open(&dir)?,
+            state_machine: StateMachine::open(&dir)?,
+            first_seq: incarnation << 32,
+        })
+    }
 }
 
 /// One voter of the openraft-based quorum.
@@ -140,7 +194,24 @@ impl RaftQuorum {
             from: id,
             router: router.clone(),
         };
-        let quorum = RaftQuorum::start_with(id, timing, network).await?;
+        let quorum = RaftQuorum::start_with(id, timing, network, Storage::memory()).await?;
+        router.add(id, quorum.raft.clone());
+        Ok(quorum)
+    }
+
+    /// [`RaftQuorum::start`] with the Raft log, vote and snapshot in `<dir>/raft/` (created if
+    /// missing; a voter restarted from the same `dir` keeps them).
+    pub async fn start_durable(
+        id: NodeId,
+        timing: RaftTiming,
+        router: &Router,
+        dir: &Path,
+    ) -> Result<RaftQuorum, RaftStartError> {
+        let network = RouterFactory {
+            from: id,
+            router: router.clone(),
+        };
+        let quorum = RaftQuorum::start_with(id, timing, network, Storage::open(dir)?).await?;
         router.add(id, quorum.raft.clone());
         Ok(quorum)
     }
@@ -152,7 +223,27 @@ impl RaftQuorum {
         timing: RaftTiming,
         listener: tokio::net::TcpListener,
     ) -> Result<RaftQuorum, RaftStartError> {
-        let mut quorum = RaftQuorum::start_with(id, timing, tcp::TcpNetwork).await?;
+        RaftQuorum::start_tcp_with(id, timing, listener, Storage::memory()).await
+    }
+
+    /// [`RaftQuorum::start_tcp`] with the Raft log, vote and snapshot in `<dir>/raft/` (what a
+    /// broker runs: a voter restarted from the same `dir` keeps them).
+    pub async fn start_tcp_durable(
+        id: NodeId,
+        timing: RaftTiming,
+        listener: tokio::net::TcpListener,
+        dir: &Path,
+    ) -> Result<RaftQuorum, RaftStartError> {
+        RaftQuorum::start_tcp_with(id, timing, listener, Storage::open(dir)?).await
+    }
+
+    async fn start_tcp_with(
+        id: NodeId,
+        timing: RaftTiming,
+        listener: tokio::net::TcpListener,
+        storage: Storage,
+    ) -> Result<RaftQuorum, RaftStartError> {
+        let mut quorum = RaftQuorum::start_with(id, timing, tcp::TcpNetwork, storage).await?;
         let server = tokio::spawn(tcp::serve(listener, quorum.raft.clone()));
         quorum.server = Some(Arc::new(server.abort_handle()));
         Ok(quorum)
@@ -162,6 +253,7 @@ impl RaftQuorum {
         id: NodeId,
         timing: RaftTiming,
         network: N,
+        storage: Storage,
     ) -> Result<RaftQuorum, RaftStartError>
     where
         N: openraft::RaftNetworkFactory<TypeConfig>,
@@ -171,6 +263,8 @@ impl RaftQuorum {
             heartbeat_interval: timing.heartbeat_interval_ms,
             election_timeout_min: timing.election_timeout_min_ms,
             election_timeout_max: timing.election_timeout_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_LOGS_SINCE_LAST),
+            max_in_snapshot_log_to_keep: LOGS_KEPT_AFTER_SNAPSHOT,
             ..Default::default()
         };
         let config = Arc::new(
@@ -178,16 +272,10 @@ impl RaftQuorum {
                 .validate()
                 .map_err(|e| RaftStartError::Config(e.to_string()))?,
         );
-        let state_machine = StateMachine::default();
-        let raft = Raft::new(
-            id,
-            config,
-            network,
-            LogStore::default(),
-            state_machine.clone(),
-        )
-        .await
-        .map_err(|e| RaftStartError::Raft(e.to_string()))?;
+        let state_machine = storage.state_machine;
+        let raft = Raft::new(id, config, network, storage.log, state_machine.clone())
+            .await
+            .map_err(|e| RaftStartError::Raft(e.to_string()))?;
         let in_flight = Arc::new(AtomicUsize::new(0));
         let (submit, batches) = mpsc::channel(PROPOSALS_IN_FLIGHT_MAX);
         tokio::spawn(submit_in_order(raft.clone(), batches, in_flight.clone()));
@@ -195,7 +283,7 @@ impl RaftQuorum {
             id,
             raft,
             state_machine,
-            next_seq: Arc::new(AtomicU64::new(0)),
+            next_seq: Arc::new(AtomicU64::new(storage.first_seq)),
             in_flight,
             submit,
             server: None,

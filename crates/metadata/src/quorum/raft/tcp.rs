@@ -70,14 +70,21 @@ async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std
     serde_json::from_slice(&body).map_err(std::io::Error::other)
 }
 
-/// Answer Raft RPCs arriving on `listener` with the local `raft` (runs until aborted).
+/// Answer Raft RPCs arriving on `listener` with the local `raft` (runs until aborted; aborting
+/// it closes every connection it accepted too, so peers reconnect to whatever listens next,
+/// such as the same voter restarted).
 pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
     let slots = Arc::new(Semaphore::new(QUORUM_CONNECTIONS_MAX));
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (mut stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next() => continue, // reap a closed connection
+        };
+        let (mut stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "quorum listener accept");
@@ -85,7 +92,7 @@ pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
             }
         };
         let raft = raft.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _permit = permit;
             while let Ok(request) = read_frame::<Request>(&mut stream).await {
                 let response = match request {

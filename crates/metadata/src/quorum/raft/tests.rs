@@ -9,14 +9,14 @@ use uuid::Uuid;
 use super::*;
 use crate::records::RegisterBroker;
 
-const WAIT_MAX: Duration = Duration::from_secs(20);
-const FAST: RaftTiming = RaftTiming {
+pub(super) const WAIT_MAX: Duration = Duration::from_secs(20);
+pub(super) const FAST: RaftTiming = RaftTiming {
     heartbeat_interval_ms: 50,
     election_timeout_min_ms: 300,
     election_timeout_max_ms: 600,
 };
 
-fn register(id: i32) -> Vec<Record> {
+pub(super) fn register(id: i32) -> Vec<Record> {
     vec![Record::RegisterBroker(RegisterBroker {
         broker_id: id,
         broker_epoch: i64::from(id),
@@ -27,7 +27,7 @@ fn register(id: i32) -> Vec<Record> {
     })]
 }
 
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub(super) async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT_MAX;
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -36,7 +36,7 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// The leader every node in `nodes` agrees on.
-async fn agreed_leader(nodes: &[&RaftQuorum]) -> NodeId {
+pub(super) async fn agreed_leader(nodes: &[&RaftQuorum]) -> NodeId {
     let mut leader = None;
     wait_until("an agreed leader", || {
         let seen: Vec<_> = nodes.iter().map(|q| q.leader().leader).collect();
@@ -48,7 +48,7 @@ async fn agreed_leader(nodes: &[&RaftQuorum]) -> NodeId {
     leader.unwrap_or_else(|| unreachable!())
 }
 
-fn committed(q: &RaftQuorum) -> Vec<CommittedBatch> {
+pub(super) fn committed(q: &RaftQuorum) -> Vec<CommittedBatch> {
     q.read_committed(0, usize::MAX).unwrap()
 }
 
