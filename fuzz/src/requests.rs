@@ -103,6 +103,7 @@ fn decode_body(req: &RequestFrame) {
         ApiKey::CreatePartitions => drop(decode!(req, CreatePartitionsRequest)),
         ApiKey::IncrementalAlterConfigs => drop(decode!(req, IncrementalAlterConfigsRequest)),
         ApiKey::DescribeCluster => drop(decode!(req, DescribeClusterRequest)),
+        ApiKey::DescribeQuorum => drop(decode!(req, DescribeQuorumRequest)),
         ApiKey::OffsetCommit => drop(decode!(req, OffsetCommitRequest)),
         ApiKey::OffsetFetch => drop(decode!(req, OffsetFetchRequest)),
         ApiKey::FindCoordinator => drop(decode!(req, FindCoordinatorRequest)),

@@ -29,7 +29,8 @@ served! {
     AlterConfigs, 0, 2;
     CreatePartitions, 0, 3;
     IncrementalAlterConfigs, 0, 1;
-    DescribeCluster, 0, 1;
+    DescribeCluster, 0, 2;
+    DescribeQuorum, 0, 2;
     DescribeLogDirs, 1, 4;
     OffsetCommit, 2, 9;
     OffsetFetch, 1, 9;

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder, TimestampType};
 use streamforge_http::{
     BatchInfo, BrokerInfo, ClusterInfo, ClusterView, ConfigEntry, CreateTopic, GroupInfo, Message,
-    MessagePage, MessageQuery, PartitionInfo, ReadStart, TopicDetail, TopicInfo, ViewError,
-    ViewFuture,
+    MessagePage, MessageQuery, PartitionInfo, QuorumInfo, QuorumVoter, ReadStart, TopicDetail,
+    TopicInfo, ViewError, ViewFuture,
 };
 
 use crate::http_view_console as console;
@@ -45,6 +45,40 @@ impl BrokerView {
 
     fn node_id(&self) -> i32 {
         self.state.node_id()
+    }
+
+    /// Every broker of the image (this one by its advertised address; the others by their
+    /// endpoint for this broker's first listener), fenced ones included.
+    fn brokers(&self) -> Vec<BrokerInfo> {
+        let image = self.state.replicas.image();
+        let me = self.node_id();
+        let listener = self.state.security.endpoint(0).protocol.name();
+        let mut brokers = vec![BrokerInfo {
+            node_id: me,
+            host: self.state.advertised_host.clone(),
+            port: self.state.advertised_port as u16,
+            rack: None,
+            fenced: image.broker(me).is_some_and(|b| b.fenced),
+        }];
+        for b in image.brokers().values().filter(|b| b.id != me) {
+            let Some(e) = b
+                .endpoints
+                .iter()
+                .find(|e| e.name == listener)
+                .or(b.endpoints.first())
+            else {
+                continue;
+            };
+            brokers.push(BrokerInfo {
+                node_id: b.id,
+                host: e.host.clone(),
+                port: e.port,
+                rack: b.rack.clone(),
+                fenced: b.fenced,
+            });
+        }
+        brokers.sort_by_key(|b| b.node_id);
+        brokers
     }
 
     fn topic_info(&self, topic: &Topic) -> TopicInfo {
@@ -273,18 +307,26 @@ fn topic_error(e: TopicError) -> ViewError {
 impl ClusterView for BrokerView {
     fn cluster(&self) -> ViewFuture<'_, ClusterInfo> {
         Box::pin(async move {
+            let metadata = self.state.replicas.metadata();
+            let (leader, voters) = metadata.quorum_status();
             Ok(ClusterInfo {
                 cluster_id: self.state.cluster_id.clone(),
                 node_id: self.node_id(),
-                controller_id: self.node_id(),
-                brokers: vec![BrokerInfo {
-                    node_id: self.node_id(),
-                    host: self.state.advertised_host.clone(),
-                    port: self.state.advertised_port as u16,
-                    rack: None,
-                }],
+                controller_id: crate::handlers::metadata::controller_id(&self.state),
+                brokers: self.brokers(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 started_at_ms: self.started_at_ms,
+                quorum: Some(QuorumInfo {
+                    leader_id: leader.leader.map_or(-1, |id| id as i32),
+                    epoch: leader.epoch,
+                    voters: voters
+                        .iter()
+                        .map(|v| QuorumVoter {
+                            node_id: v.id as i32,
+                            lag: v.lag_entries,
+                        })
+                        .collect(),
+                }),
             })
         })
     }

@@ -94,7 +94,8 @@ pub static ROUTES: &[Route] = &[
         1,
         configs::handle_incremental_alter_configs
     ),
-    route!(DescribeCluster, 0, 1, cluster::handle_describe_cluster),
+    route!(DescribeCluster, 0, 2, cluster::handle_describe_cluster),
+    route!(DescribeQuorum, 0, 2, cluster::handle_describe_quorum),
     route!(DescribeLogDirs, 1, 4, log_dirs::handle_describe_log_dirs),
     // Consumer groups (classic protocol). OffsetCommit/OffsetFetch v10 need topic ids.
     route!(OffsetCommit, 2, 9, groups::handle_offset_commit),

@@ -291,6 +291,25 @@ fn produce_from_stdin_and_consume_back() {
         serde_json::from_str(&ok(&["cluster", "--json", "--bootstrap", bs], None)).unwrap();
     assert_eq!(cluster["brokers"].as_array().unwrap().len(), 1);
     assert_eq!(cluster["controller_id"], cluster["brokers"][0]["node_id"]);
+    assert_eq!(cluster["brokers"][0]["fenced"], false, "{cluster}");
+    // The one-voter metadata quorum, led by this broker, with nothing to catch up.
+    assert_eq!(
+        cluster["quorum"]["leader_id"], cluster["controller_id"],
+        "{cluster}"
+    );
+    assert_eq!(cluster["quorum"]["voters"][0]["lag"], 0, "{cluster}");
+    assert!(
+        cluster["quorum"]["high_watermark"].as_i64().unwrap() > 0,
+        "{cluster}"
+    );
+    assert_eq!(
+        cluster["under_replicated_partitions"],
+        serde_json::json!([])
+    );
+    assert_eq!(cluster["offline_partitions"], serde_json::json!([]));
+    let text = ok(&["cluster", "--bootstrap", bs], None);
+    assert!(text.contains("Metadata quorum: leader 1"), "{text}");
+    assert!(text.contains("Under-replicated partitions: none"), "{text}");
 
     ok(
         &[

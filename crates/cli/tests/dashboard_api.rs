@@ -201,6 +201,25 @@ async fn dashboard_api_against_the_real_broker() {
     assert!(family(&before, "streamforge_connections"));
     assert!(family(&before, "process_resident_memory_bytes"));
     assert!(family(&before, "streamforge_under_replicated_partitions"));
+    // Kafka's controller gauges: this one broker is the active controller of a live cluster.
+    assert_eq!(
+        before.get("streamforge_active_controller_count"),
+        Some(&1.0)
+    );
+    assert_eq!(
+        before.get("streamforge_controller_active_brokers"),
+        Some(&1.0)
+    );
+    assert_eq!(
+        before.get("streamforge_controller_fenced_brokers"),
+        Some(&0.0)
+    );
+    assert_eq!(
+        before.get("streamforge_controller_offline_partitions"),
+        Some(&0.0)
+    );
+    assert_eq!(cluster["brokers"][0]["fenced"], false);
+    assert_eq!(cluster["quorum"]["leader_id"], cluster["node_id"]);
 
     // Create a topic through the API.
     let (status, body) = try_http(

@@ -18,6 +18,7 @@ mod log_dirs;
 pub mod offsets;
 pub mod partitioner;
 pub mod producer;
+pub mod quorum;
 pub mod records;
 
 pub use accumulator::BatchRecord;

@@ -213,20 +213,21 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }
+    let cluster = state.view.cluster().await;
     match state.view.topics().await {
-        Ok(topics) => prom_text::render_topics(&mut out, &topics),
+        Ok(topics) => {
+            prom_text::render_topics(&mut out, &topics);
+            if let Ok(cluster) = &cluster {
+                prom_text::render_cluster(&mut out, cluster, &topics);
+            }
+        }
         Err(e) => tracing::warn!(error = %e, "metrics: could not list topics"),
     }
     match state.view.groups().await {
         Ok(groups) => prom_text::render_groups(&mut out, &groups),
         Err(e) => tracing::warn!(error = %e, "metrics: could not list groups"),
     }
-    let started_at_ms = state
-        .view
-        .cluster()
-        .await
-        .map(|c| c.started_at_ms)
-        .unwrap_or_default();
+    let started_at_ms = cluster.map(|c| c.started_at_ms).unwrap_or_default();
     prom_text::render_process(&mut out, started_at_ms);
     (
         [(

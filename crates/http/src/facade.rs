@@ -145,11 +145,29 @@ pub struct ClusterInfo {
     /// The node id of the broker serving this dashboard.
     pub node_id: i32,
     pub controller_id: i32,
+    /// Every registered broker, fenced ones included.
     pub brokers: Vec<BrokerInfo>,
     /// StreamForge version string.
     pub version: String,
     /// Wall-clock time the broker started (ms since the epoch).
     pub started_at_ms: i64,
+    /// The metadata quorum as this broker knows it (None where there is none, e.g. in tests).
+    pub quorum: Option<QuorumInfo>,
+}
+
+/// The metadata quorum: its leader (the active controller), epoch and voters.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuorumInfo {
+    pub leader_id: i32,
+    pub epoch: i32,
+    pub voters: Vec<QuorumVoter>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuorumVoter {
+    pub node_id: i32,
+    /// Metadata log entries behind the leader, when this broker leads and so knows.
+    pub lag: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -158,6 +176,8 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// Fenced by the controller: registered but not heartbeating, or shut down.
+    pub fenced: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use crate::facade::{GroupInfo, TopicInfo};
+use crate::facade::{ClusterInfo, GroupInfo, TopicInfo};
 use crate::lag::partition_lag;
 
 /// Appends one metric family.
@@ -136,6 +136,45 @@ pub fn render_topics(out: &mut String, topics: &[TopicInfo]) {
 }
 
 /// Consumer group families.
+/// Kafka's controller gauges (`ActiveControllerCount`, `OfflinePartitionsCount`,
+/// `FencedBrokerCount`, `ActiveBrokerCount`). As in Kafka only the active controller reports the
+/// cluster-wide counts (the others report 0), so a sum over every broker's `/metrics` is right.
+pub fn render_cluster(out: &mut String, cluster: &ClusterInfo, topics: &[TopicInfo]) {
+    let active = cluster.controller_id == cluster.node_id;
+    let count = |n: usize| if active { n as f64 } else { 0.0 };
+    let gauges: [(&'static str, &str, f64); 4] = [
+        (
+            "streamforge_active_controller_count",
+            "1 on the broker that is the active controller, else 0",
+            if active { 1.0 } else { 0.0 },
+        ),
+        (
+            "streamforge_controller_offline_partitions",
+            "Partitions without a leader (reported by the active controller)",
+            count(
+                topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .filter(|p| p.leader < 0)
+                    .count(),
+            ),
+        ),
+        (
+            "streamforge_controller_fenced_brokers",
+            "Registered brokers the controller has fenced (reported by the active controller)",
+            count(cluster.brokers.iter().filter(|b| b.fenced).count()),
+        ),
+        (
+            "streamforge_controller_active_brokers",
+            "Registered, unfenced brokers (reported by the active controller)",
+            count(cluster.brokers.iter().filter(|b| !b.fenced).count()),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        Family::new(out, name, "gauge", help).sample(&[], value);
+    }
+}
+
 pub fn render_groups(out: &mut String, groups: &[GroupInfo]) {
     let mut f = Family::new(
         out,

@@ -67,7 +67,14 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
 ];
 
 /// Paths the browser-side router knows; anything else is a 404.
-const PAGE_PREFIXES: &[&str] = &["/topics", "/groups", "/bench", "/messages", "/broker"];
+const PAGE_PREFIXES: &[&str] = &[
+    "/topics",
+    "/groups",
+    "/bench",
+    "/messages",
+    "/broker",
+    "/brokers",
+];
 
 pub async fn asset(Path(path): Path<String>) -> Response {
     match ASSETS.iter().find(|(p, _, _)| *p == path) {

@@ -294,6 +294,7 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
         ApiKey::OffsetDelete => "OffsetDelete",
         ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::DescribeQuorum => "DescribeQuorum",
         ApiKey::DescribeProducers => "DescribeProducers",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",

@@ -332,6 +332,20 @@ describe('dashboard console actions', () => {
     await shot('broker');
   });
 
+  it('shows the brokers page: the broker, its role, the quorum and partition health', async () => {
+    await open('/brokers');
+    await page.waitForSelector('#bs-brokers tr[data-broker]');
+    const cluster = await api('/api/cluster');
+    const row = `#bs-brokers tr[data-broker="${cluster.node_id}"]`;
+    assert.equal(await page.locator('#bs-brokers tr[data-broker]').count(), cluster.brokers.length);
+    assert.match(await page.textContent(`${row} [data-state]`), /live/);
+    assert.match(await page.textContent(`${row} [data-role]`), /controller/);
+    assert.equal((await page.textContent('#bs-quorum-leader')).trim(), String(cluster.quorum.leader_id));
+    assert.equal(cluster.quorum.leader_id, cluster.node_id);
+    await page.waitForSelector('#bs-all-good');
+    await shot('brokers');
+  });
+
   it('logged no script errors (refused requests aside)', () => {
     // Chromium logs every 4xx and aborted request as "Failed to load resource"; the tests above
     // cause those on purpose. Anything else is a bug.

@@ -69,9 +69,11 @@ impl ClusterView for MemView {
                     host: "127.0.0.1".into(),
                     port: 9092,
                     rack: None,
+                    fenced: false,
                 }],
                 version: "test".into(),
                 started_at_ms: 1,
+                quorum: None,
             })
         })
     }

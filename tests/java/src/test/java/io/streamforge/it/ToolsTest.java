@@ -37,6 +37,7 @@ class ToolsTest {
     static final String VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer";
     static final String PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance";
     static final String CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance";
+    static final String METADATA_QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand";
 
     @Test
     void topicsCommand() {
@@ -145,6 +146,19 @@ class ToolsTest {
         assertTrue(out.contains("Produce(0): 0 to 12 [usable: 12]"), out);
         assertTrue(out.contains("Fetch(1): 4 to 12 [usable: 12]"), out);
         assertTrue(out.contains("DescribeLogDirs(35): 1 to 4 [usable: 4]"), out);
+    }
+
+    @Test
+    void metadataQuorumCommand() {
+        // kafka-metadata-quorum describe (DescribeQuorum): a one-voter quorum led by this broker.
+        String status = Tool.ok(METADATA_QUORUM, null, "--bootstrap-server", BS, "describe", "--status").out();
+        assertTrue(status.matches("(?s).*LeaderId:\\s+1\\b.*"), status);
+        assertTrue(status.matches("(?s).*HighWatermark:\\s+[1-9]\\d*.*"), status);
+        assertTrue(status.matches("(?s).*MaxFollowerLag:\\s+0\\b.*"), status);
+        assertTrue(status.matches("(?s).*CurrentVoters:\\s+\\[\\{\"id\": 1\\b.*"), status);
+        String replication = Tool.ok(METADATA_QUORUM, null, "--bootstrap-server", BS, "describe", "--replication")
+                .out();
+        assertTrue(replication.lines().anyMatch(l -> l.matches("^1\\s.*Leader\\s*$")), replication);
     }
 
     @Test
