@@ -35,6 +35,7 @@ use streamforge_coordinator as coord;
 use streamforge_protocol::RequestFrame;
 
 use crate::BrokerState;
+use crate::handlers::coordinator_lookup::{CoordinatorNode, coordinator_node};
 use crate::handlers::groups_acl::{self as acl, group_allowed};
 use crate::handlers::topic_name;
 use crate::router::HandlerResult;
@@ -62,64 +63,90 @@ pub async fn handle_find_coordinator(state: Arc<BrokerState>, req: RequestFrame)
     let request: FindCoordinatorRequest = req.decode()?;
     let mut resp = FindCoordinatorResponse::default();
     let access = Access::of(&state, &req);
-    let answer = |key_type: i8, key: &str| -> (i16, Option<StrBytes>) {
-        match key_type {
+    let image = state.replicas.image();
+    let listener_name = state.security.endpoint(req.listener).protocol.name();
+    let here = state.security.endpoint(req.listener);
+    let answer = |key_type: i8, key: &str| -> Answer {
+        let topic = match key_type {
             KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION
-                if let Some(denied) =
+                if let Some((code, message)) =
                     acl::coordinator_denied(&access, key_type == KEY_TYPE_TRANSACTION, key) =>
             {
-                denied
+                return Answer::error(code, message);
             }
-            KEY_TYPE_GROUP => (0, None),
-            // One broker: it coordinates every transactional id (`__transaction_state`).
-            KEY_TYPE_TRANSACTION => (0, None),
-            other => (
-                ResponseError::InvalidRequest.code(),
-                Some(s(&format!("unsupported coordinator key type {other}"))),
-            ),
+            KEY_TYPE_GROUP => coord::OFFSETS_TOPIC,
+            KEY_TYPE_TRANSACTION => coord::txn::TRANSACTION_STATE_TOPIC,
+            other => {
+                return Answer::error(
+                    ResponseError::InvalidRequest.code(),
+                    Some(s(&format!("unsupported coordinator key type {other}"))),
+                );
+            }
+        };
+        match coordinator_node(&image, state.node_id(), listener_name, topic, key) {
+            CoordinatorNode::Here => Answer {
+                error_code: 0,
+                error_message: None,
+                node_id: state.node_id(),
+                host: here.host.clone(),
+                port: here.port,
+            },
+            CoordinatorNode::Other { id, host, port } => Answer {
+                error_code: 0,
+                error_message: None,
+                node_id: id,
+                host,
+                port,
+            },
+            not_available => Answer::error(not_available.error_code(), None),
         }
     };
     if req.api_version < 4 {
-        let (error_code, error_message) = answer(request.key_type, &request.key);
-        resp.error_code = error_code;
-        resp.error_message = error_message;
-        resp.node_id = BrokerId(if error_code == 0 { state.node_id() } else { -1 });
-        resp.host = s(if error_code == 0 {
-            &state.security.endpoint(req.listener).host
-        } else {
-            ""
-        });
-        resp.port = if error_code == 0 {
-            state.security.endpoint(req.listener).port
-        } else {
-            -1
-        };
+        let a = answer(request.key_type, &request.key);
+        resp.error_code = a.error_code;
+        resp.error_message = a.error_message;
+        resp.node_id = BrokerId(a.node_id);
+        resp.host = s(&a.host);
+        resp.port = a.port;
     } else {
         for key in request
             .coordinator_keys
             .iter()
             .take(FIND_COORDINATOR_KEYS_MAX)
         {
-            let (error_code, error_message) = answer(request.key_type, key);
+            let a = answer(request.key_type, key);
             let mut c = Coordinator::default();
             c.key = key.clone();
-            c.error_code = error_code;
-            c.error_message = error_message;
-            c.node_id = BrokerId(if error_code == 0 { state.node_id() } else { -1 });
-            c.host = s(if error_code == 0 {
-                &state.security.endpoint(req.listener).host
-            } else {
-                ""
-            });
-            c.port = if error_code == 0 {
-                state.security.endpoint(req.listener).port
-            } else {
-                -1
-            };
+            c.error_code = a.error_code;
+            c.error_message = a.error_message;
+            c.node_id = BrokerId(a.node_id);
+            c.host = s(&a.host);
+            c.port = a.port;
             resp.coordinators.push(c);
         }
     }
     Ok(Some(req.respond(&resp)?))
+}
+
+/// One FindCoordinator answer (v0-3 carry one at the top level, v4+ one per key).
+struct Answer {
+    error_code: i16,
+    error_message: Option<StrBytes>,
+    node_id: i32,
+    host: String,
+    port: i32,
+}
+
+impl Answer {
+    fn error(error_code: i16, error_message: Option<StrBytes>) -> Answer {
+        Answer {
+            error_code,
+            error_message,
+            node_id: -1,
+            host: String::new(),
+            port: -1,
+        }
+    }
 }
 
 pub async fn handle_join_group(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {

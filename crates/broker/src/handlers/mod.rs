@@ -8,6 +8,7 @@ pub mod broker_configs;
 pub mod client_quotas;
 pub mod cluster;
 pub mod configs;
+mod coordinator_lookup;
 pub mod fetch;
 pub mod group_protocol;
 pub mod groups;
