@@ -72,7 +72,8 @@ struct Inner {
 /// The broker's group coordinator service.
 pub struct GroupService {
     inner: Mutex<Inner>,
-    partitions: Vec<Arc<Partition>>,
+    /// One slot per `__consumer_offsets` partition; `None` where another broker hosts it.
+    partitions: Vec<Option<Arc<Partition>>>,
     next_token: AtomicU64,
     /// Woken when an event may have moved the next deadline earlier.
     timer_wakeup: Notify,
@@ -118,12 +119,12 @@ impl GroupService {
             };
         let mut coordinator_config = config.coordinator.clone();
         // An existing topic keeps its partition count: group placement depends on it.
-        coordinator_config.offsets_topic_partitions = topic.partitions.len() as i32;
+        coordinator_config.offsets_topic_partitions = topic.partition_count();
         coordinator_config.member_id_seed = rand::random();
         let now = now_ms();
         let mut coordinator = GroupCoordinator::new(coordinator_config, now);
         let mut replayed_records = 0usize;
-        for partition in &topic.partitions {
+        for partition in topic.hosted() {
             if let Some(why) = partition.offline_reason() {
                 // Its groups answer errors (appends to it fail); the others load.
                 tracing::error!(
@@ -137,16 +138,17 @@ impl GroupService {
         }
         coordinator.finish_replay(now_ms());
         tracing::info!(
-            partitions = topic.partitions.len(),
+            partitions = topic.partition_count(),
+            hosted = topic.hosted_count(),
             records = replayed_records,
             groups = coordinator.group_count(),
             "replayed {OFFSETS_TOPIC}"
         );
         // What is already in each partition counts towards its next snapshot.
         let appended_since_snapshot_bytes = topic
-            .partitions
+            .slots()
             .iter()
-            .map(|p| p.size_bytes().unwrap_or(0))
+            .map(|p| p.as_ref().map_or(0, |p| p.size_bytes().unwrap_or(0)))
             .collect();
         Ok(GroupService {
             inner: Mutex::new(Inner {
@@ -154,7 +156,7 @@ impl GroupService {
                 waiters: HashMap::new(),
                 appended_since_snapshot_bytes,
             }),
-            partitions: topic.partitions.clone(),
+            partitions: topic.slots().to_vec(),
             next_token: AtomicU64::new(1),
             timer_wakeup: Notify::new(),
             config,
@@ -276,8 +278,11 @@ impl GroupService {
         let mut durable = true;
         for append in out.appends {
             let index = append.partition as usize;
-            let Some(partition) = self.partitions.get(index) else {
-                tracing::error!(partition = append.partition, "no such offsets partition");
+            let Some(partition) = self.partitions.get(index).and_then(Option::as_ref) else {
+                tracing::error!(
+                    partition = append.partition,
+                    "offsets partition not hosted here"
+                );
                 durable = false;
                 continue;
             };
@@ -317,7 +322,9 @@ impl GroupService {
     /// Writes the live state of one partition and moves its log start past everything
     /// older, so whole superseded segments are deleted.
     fn snapshot_and_truncate(&self, inner: &mut Inner, index: usize, now: i64) {
-        let partition = &self.partitions[index];
+        let Some(partition) = &self.partitions[index] else {
+            return;
+        };
         let records = inner.coordinator.snapshot_records(index as i32, now);
         let start = match partition.offsets() {
             Ok(offsets) => offsets.log_end_offset,

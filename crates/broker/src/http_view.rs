@@ -81,24 +81,30 @@ impl BrokerView {
         brokers
     }
 
+    /// The partitions hosted here with their logs' offsets; leader, replicas and ISR as the
+    /// metadata image has them.
     fn topic_info(&self, topic: &Topic) -> TopicInfo {
-        let node = self.node_id();
+        let image = self.state.replicas.image();
+        let states = image.topic(topic.id).map(|t| &t.partitions);
+        let replication_factor = states
+            .and_then(|s| s.values().next())
+            .map_or(1, |s| s.replicas.len() as u32);
         TopicInfo {
             name: topic.name.clone(),
             topic_id: Some(topic.id.to_string()),
             internal: topic.is_internal(),
-            replication_factor: 1,
+            replication_factor,
             partitions: topic
-                .partitions
-                .iter()
+                .hosted()
                 .filter_map(|p| {
                     let offsets = p.offsets().ok()?;
+                    let state = states?.get(&p.index)?;
                     Some(PartitionInfo {
                         partition: p.index,
-                        leader: node,
+                        leader: state.leader,
                         leader_epoch: p.leader_epoch(),
-                        replicas: vec![node],
-                        isr: vec![node],
+                        replicas: state.replicas.clone(),
+                        isr: state.isr.clone(),
                         log_start_offset: offsets.log_start_offset,
                         log_end_offset: offsets.log_end_offset,
                         high_watermark: offsets.high_watermark,

@@ -8,6 +8,7 @@
 //! OffsetDelete / DeleteGroups through the group coordinator.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use kafka_protocol::ResponseError;
@@ -21,7 +22,7 @@ use streamforge_http::{
 };
 
 use crate::partition::{Acks, AppendParams, OffsetSpec, Partition};
-use crate::replica_manager::{TopicError, is_internal_topic};
+use crate::replica_manager::{LookupError, TopicError, is_internal_topic};
 use crate::{BrokerState, topic_config};
 
 /// Kafka's error for `code`, with `message`; code 0 is not an error and must not get here.
@@ -42,11 +43,25 @@ pub(crate) fn topic_error(e: TopicError, topic: &str) -> ViewError {
     }
 }
 
-fn unknown_partition(topic: &str, partition: i32) -> ViewError {
-    kafka(
-        ResponseError::UnknownTopicOrPartition.code(),
-        format!("Topic '{topic}' has no partition {partition}."),
-    )
+/// Partition `partition` of `topic` when hosted here; otherwise the error Produce would give.
+fn hosted_partition(
+    state: &BrokerState,
+    topic: &str,
+    partition: i32,
+) -> Result<Arc<Partition>, ViewError> {
+    state
+        .replicas
+        .lookup_partition(topic, partition)
+        .map_err(|e| match e {
+            LookupError::Unknown => kafka(
+                e.kafka_code(),
+                format!("Topic '{topic}' has no partition {partition}."),
+            ),
+            LookupError::NotHosted => kafka(
+                e.kafka_code(),
+                format!("Partition {partition} of topic '{topic}' is hosted by other brokers."),
+            ),
+        })
 }
 
 /// Applies set/delete changes to the topic's overrides like IncrementalAlterConfigs.
@@ -99,10 +114,7 @@ pub async fn delete_records(
             format!("Cannot delete records of internal topic {topic}"),
         ));
     }
-    let part = state
-        .replicas
-        .partition(topic, partition)
-        .ok_or_else(|| unknown_partition(topic, partition))?;
+    let part = hosted_partition(state, topic, partition)?;
     part.delete_records(before_offset)
         .await
         .map_err(|e| kafka(e.kafka_code(), e.to_string()))
@@ -153,13 +165,10 @@ pub fn produce(state: &BrokerState, message: ProduceMessage) -> Result<Produced,
         .ok_or_else(|| topic_error(TopicError::UnknownTopic, topic))?;
     let partition = match (message.partition, &message.key) {
         (Some(p), _) => p,
-        (None, Some(key)) => partition_for_key(key, t.partitions.len()),
+        (None, Some(key)) => partition_for_key(key, t.partition_count() as usize),
         (None, None) => 0,
     };
-    let part = state
-        .replicas
-        .partition(topic, partition)
-        .ok_or_else(|| unknown_partition(topic, partition))?;
+    let part = hosted_partition(state, topic, partition)?;
     let timestamp_ms = crate::util::now_ms();
     let record = Record {
         transactional: false,
@@ -251,16 +260,14 @@ pub fn reset_offsets(
         .topic(&reset.topic)
         .ok_or_else(|| topic_error(TopicError::UnknownTopic, &reset.topic))?;
     let indexes: Vec<i32> = if reset.partitions.is_empty() {
-        topic.partitions.iter().map(|p| p.index).collect()
+        // Every partition: one hosted elsewhere fails the reset rather than being skipped.
+        (0..topic.partition_count()).collect()
     } else {
         reset.partitions.clone()
     };
     let mut partitions = Vec::with_capacity(indexes.len());
     for index in indexes {
-        let part = state
-            .replicas
-            .partition(&reset.topic, index)
-            .ok_or_else(|| unknown_partition(&reset.topic, index))?;
+        let part = hosted_partition(state, &reset.topic, index)?;
         partitions.push(coord::CommitPartition {
             partition: index,
             offset: resolve_target(&part, reset.target)?,

@@ -22,19 +22,19 @@ pub fn colliding_topic<'a>(
         .next()
 }
 
-/// Create partitions `range` of a topic, all or none: on a failure, close the ones created
+/// Create partitions `indexes` of a topic, all or none: on a failure, close the ones created
 /// and remove every partition directory this call made (a failed 10,000-partition creation
 /// once left 4,955 empty directories behind).
 pub(crate) fn create_all(
     topic: &Arc<str>,
-    range: std::ops::Range<i32>,
+    indexes: &[i32],
     data_dir: &Path,
     config: &LogConfig,
     remote: &RemoteTier,
 ) -> Result<Vec<Arc<Partition>>, TopicError> {
     let mut made: Vec<PathBuf> = Vec::new();
-    let mut parts = Vec::with_capacity(range.len());
-    for p in range {
+    let mut parts = Vec::with_capacity(indexes.len());
+    for &p in indexes {
         let dir = data_dir.join(format!("{topic}-{p}"));
         if !dir.exists() {
             made.push(dir);
@@ -93,7 +93,7 @@ mod tests {
         std::fs::write(dir.path().join("t-2"), b"not a directory").unwrap();
         let err = create_all(
             &topic,
-            0..4,
+            &[0, 1, 2, 3],
             dir.path(),
             &LogConfig::default(),
             &RemoteTier::default(),

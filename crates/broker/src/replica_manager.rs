@@ -5,8 +5,10 @@
 //! [`Partition`].
 
 mod apply;
+mod hosted;
 mod lifecycle;
 mod topics;
+pub use hosted::{LookupError, Topic};
 pub use lifecycle::CLOSE_THREADS_MAX;
 
 use std::collections::BTreeMap;
@@ -14,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
-use kafka_protocol::protocol::StrBytes;
 use parking_lot::{Mutex, RwLock};
 use streamforge_log::{LogConfig, LogError};
 use streamforge_tiered::TieringManager;
@@ -116,21 +117,6 @@ impl From<std::io::Error> for TopicError {
     }
 }
 
-/// A topic and its partitions (immutable snapshot; changes replace the `Arc<Topic>`).
-pub struct Topic {
-    pub name: String,
-    pub name_bytes: StrBytes,
-    pub id: Uuid,
-    pub configs: BTreeMap<String, String>,
-    pub partitions: Vec<Arc<Partition>>,
-}
-
-impl Topic {
-    pub fn is_internal(&self) -> bool {
-        is_internal_topic(&self.name)
-    }
-}
-
 /// Topics only the broker itself writes (Kafka's internal topics).
 pub fn is_internal_topic(name: &str) -> bool {
     name == "__consumer_offsets" || name == "__transaction_state"
@@ -164,33 +150,25 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
-/// Open partitions `0..count` of a topic at startup on up to one thread per CPU (Kafka's
+/// Open partitions `indexes` of a topic at startup on up to one thread per CPU (Kafka's
 /// `num.recovery.threads.per.data.dir`): logs are independent, and opening one is syscalls and,
 /// after an unclean shutdown, CRC checks — restart time is what a crash costs clients. A log
 /// that cannot be opened is an offline partition, not a failed start-up.
 fn open_partitions(
     topic: &Arc<str>,
-    count: i32,
+    indexes: &[i32],
     data_dir: &Path,
     config: &LogConfig,
     remote: &RemoteTier,
 ) -> Vec<Arc<Partition>> {
-    let count = count.max(0) as usize;
+    let count = indexes.len();
+    let open =
+        |p: i32| Partition::open_or_offline(topic, p, data_dir, config.clone(), remote.clone());
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(count);
     if threads <= 1 {
-        return (0..count)
-            .map(|p| {
-                Arc::new(Partition::open_or_offline(
-                    topic,
-                    p as i32,
-                    data_dir,
-                    config.clone(),
-                    remote.clone(),
-                ))
-            })
-            .collect();
+        return indexes.iter().map(|&p| Arc::new(open(p))).collect();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let opened: Mutex<Vec<Option<Partition>>> = Mutex::new((0..count).map(|_| None).collect());
@@ -198,18 +176,12 @@ fn open_partitions(
         for _ in 0..threads {
             scope.spawn(|| {
                 loop {
-                    let p = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if p >= count {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&p) = indexes.get(i) else {
                         break;
-                    }
-                    let result = Partition::open_or_offline(
-                        topic,
-                        p as i32,
-                        data_dir,
-                        config.clone(),
-                        remote.clone(),
-                    );
-                    opened.lock()[p] = Some(result);
+                    };
+                    let result = open(p);
+                    opened.lock()[i] = Some(result);
                 }
             });
         }
@@ -285,10 +257,10 @@ impl ReplicaManager {
             tiering,
         };
         let topics = rm.open_from_image(&rm.metadata.image());
-        let partitions = topics.values().flat_map(|t| t.partitions.iter());
+        let partitions = topics.values().flat_map(|t| t.hosted());
         rm.recovery_checked_bytes = partitions.map(|p| p.recovery_checked_bytes()).sum();
         tracing::info!(
-            logs = topics.values().map(|t| t.partitions.len()).sum::<usize>(),
+            logs = topics.values().map(|t| t.hosted_count()).sum::<usize>(),
             recovery_checked_bytes = rm.recovery_checked_bytes,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "loaded logs"
@@ -337,12 +309,7 @@ impl ReplicaManager {
         let max = self
             .partitions_max
             .load(std::sync::atomic::Ordering::Relaxed);
-        let hosted: usize = self
-            .topics
-            .read()
-            .values()
-            .map(|t| t.partitions.len())
-            .sum();
+        let hosted: usize = self.topics.read().values().map(|t| t.hosted_count()).sum();
         let adding = adding.max(0) as usize;
         if hosted.saturating_add(adding) > max {
             return Err(TopicError::InvalidPartitions(format!(
@@ -376,7 +343,7 @@ impl ReplicaManager {
         for topic in self.topics() {
             let config = topic_config::log_config(&defaults, &topic.configs);
             let remote_enabled = crate::tiered::remote_enabled(&topic.configs);
-            for p in &topic.partitions {
+            for p in topic.hosted() {
                 p.update_config(config.clone(), remote_enabled);
             }
         }
@@ -399,11 +366,25 @@ impl ReplicaManager {
         self.topics.read().values().cloned().collect()
     }
 
+    /// Partition `index` of `topic` when it is hosted here.
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
-        let t = self.topic(topic)?;
-        usize::try_from(index)
-            .ok()
-            .and_then(|i| t.partitions.get(i).cloned())
+        self.lookup_partition(topic, index).ok()
+    }
+
+    /// Partition `index` of `topic`, or why it is not served here: unknown (no such topic or
+    /// partition) or not hosted (another broker's replica), as Produce and Fetch answer.
+    pub fn lookup_partition(&self, topic: &str, index: i32) -> Result<Arc<Partition>, LookupError> {
+        let topics = self.topics.read();
+        let t = topics.get(topic).ok_or(LookupError::Unknown)?;
+        t.lookup(index).cloned()
+    }
+
+    /// Does `topic` have a partition `index` (hosted here or by other brokers)?
+    pub fn partition_exists(&self, topic: &str, index: i32) -> bool {
+        !matches!(
+            self.lookup_partition(topic, index),
+            Err(LookupError::Unknown)
+        )
     }
 
     /// Heartbeat and controller tick when due, applying what committed.
@@ -430,7 +411,7 @@ impl ReplicaManager {
         self.topics
             .read()
             .values()
-            .flat_map(|t| t.partitions.iter().cloned())
+            .flat_map(|t| t.hosted().cloned())
             .collect()
     }
 

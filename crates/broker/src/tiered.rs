@@ -84,7 +84,7 @@ async fn sync(state: &BrokerState) {
             continue;
         }
         let p = policy(&topic.configs, &defaults);
-        for part in &topic.partitions {
+        for part in topic.hosted() {
             let id = PartitionId::new(&topic.name, topic.id.simple().to_string(), part.index);
             wanted.insert(id.clone());
             if state.tiering.partition(&topic.name, part.index).is_some() {

@@ -44,7 +44,7 @@ struct Inner {
 pub struct TxnService {
     inner: Mutex<Inner>,
     /// `__transaction_state`'s partitions once the topic exists.
-    partitions: OnceLock<Vec<Arc<Partition>>>,
+    partitions: OnceLock<Vec<Option<Arc<Partition>>>>,
     /// Its partition count when this broker creates it.
     wanted_partitions: i32,
 }
@@ -75,11 +75,11 @@ impl TxnService {
             });
         };
         // An existing topic keeps its partition count: placement depends on it.
-        config.state_partitions = topic.partitions.len() as i32;
+        config.state_partitions = topic.partition_count();
         let mut coordinator = TxnCoordinator::new(config);
         let mut pending_offsets = HashMap::new();
         let mut records = 0usize;
-        for partition in &topic.partitions {
+        for partition in topic.hosted() {
             if let Some(why) = partition.offline_reason() {
                 tracing::error!(
                     partition = partition.index,
@@ -100,14 +100,17 @@ impl TxnService {
                 coordinator,
                 pending_offsets,
             }),
-            partitions: OnceLock::from(topic.partitions.clone()),
-            wanted_partitions: topic.partitions.len() as i32,
+            partitions: OnceLock::from(topic.slots().to_vec()),
+            wanted_partitions: topic.partition_count(),
         })
     }
 
     /// The partitions of `__transaction_state`, creating the topic (compacted,
     /// `transaction.state.log.num.partitions` partitions) on first use.
-    fn state_partitions(&self, replicas: &ReplicaManager) -> Result<&[Arc<Partition>], String> {
+    fn state_partitions(
+        &self,
+        replicas: &ReplicaManager,
+    ) -> Result<&[Option<Arc<Partition>>], String> {
         if let Some(p) = self.partitions.get() {
             return Ok(p);
         }
@@ -125,10 +128,10 @@ impl TxnService {
             Err(e) => return Err(format!("creating {TRANSACTION_STATE_TOPIC}: {e}")),
         };
         tracing::info!(
-            partitions = topic.partitions.len(),
+            partitions = topic.partition_count(),
             "created {TRANSACTION_STATE_TOPIC}"
         );
-        Ok(self.partitions.get_or_init(|| topic.partitions.clone()))
+        Ok(self.partitions.get_or_init(|| topic.slots().to_vec()))
     }
 
     /// Runs one event and applies its effects (appends, then markers, then completions).
@@ -287,7 +290,9 @@ impl TxnService {
         let p = self
             .state_partitions(replicas)?
             .get(partition as usize)
-            .ok_or_else(|| format!("no partition {partition}"))?;
+            .ok_or_else(|| format!("no partition {partition}"))?
+            .as_ref()
+            .ok_or_else(|| format!("partition {partition} is not hosted here"))?;
         let mut batch =
             encode_batch(std::slice::from_ref(record), now_ms()).map_err(|e| e.to_string())?;
         p.append(&mut batch, AppendParams { acks: Acks::All })

@@ -323,10 +323,7 @@ pub async fn handle_create_partitions(state: Arc<BrokerState>, req: RequestFrame
         let result = match checked {
             Err(e) => Err(e),
             Ok(()) => {
-                let current = state
-                    .replicas
-                    .topic(&name)
-                    .map(|t| t.partitions.len() as i32);
+                let current = state.replicas.topic(&name).map(|t| t.partition_count());
                 if let Some(cur) = current
                     && t.assignments.is_some()
                     && assignments.len() as i32 != t.count - cur

@@ -202,11 +202,14 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                 topic.partitions.push(fp);
                 continue;
             }
-            let Some(partition) = state.replicas.partition(&topic.name, p.partition) else {
-                fp.error_code = ResponseError::UnknownTopicOrPartition.code();
-                out.errors = true;
-                topic.partitions.push(fp);
-                continue;
+            let partition = match state.replicas.lookup_partition(&topic.name, p.partition) {
+                Ok(partition) => partition,
+                Err(e) => {
+                    fp.error_code = e.kafka_code();
+                    out.errors = true;
+                    topic.partitions.push(fp);
+                    continue;
+                }
             };
             let remaining = response_max_bytes.saturating_sub(out.bytes);
             let params = FetchParams {

@@ -312,9 +312,9 @@ pub async fn handle_leave_group(state: Arc<BrokerState>, req: RequestFrame) -> H
     Ok(Some(req.respond(&resp)?))
 }
 
-/// Does the broker host this topic partition?
+/// Does this topic partition exist (here or on another broker)?
 fn partition_exists(state: &BrokerState, topic: &str, partition: i32) -> bool {
-    state.replicas.partition(topic, partition).is_some()
+    state.replicas.partition_exists(topic, partition)
 }
 
 pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {

@@ -63,14 +63,12 @@ pub async fn handle_describe_log_dirs(state: Arc<BrokerState>, req: RequestFrame
 /// partitions of an offline log dir.
 fn describe_topic(topic: &Topic, only: Option<&[i32]>) -> Option<DescribeLogDirsTopic> {
     let partitions: Vec<DescribeLogDirsPartition> = topic
-        .partitions
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| only.is_none_or(|o| o.iter().any(|p| usize::try_from(*p) == Ok(*i))))
-        .filter_map(|(i, p)| {
+        .hosted()
+        .filter(|p| only.is_none_or(|o| o.contains(&p.index)))
+        .filter_map(|p| {
             let size = p.size_bytes().ok()?;
             let mut out = DescribeLogDirsPartition::default();
-            out.partition_index = i32::try_from(i).ok()?;
+            out.partition_index = p.index;
             out.partition_size = i64::try_from(size).unwrap_or(i64::MAX);
             out.offset_lag = 0; // no future replica moves between log dirs
             out.is_future_key = false;

@@ -253,8 +253,7 @@ fn topic_entry(state: &BrokerState, topic: &Topic) -> MetadataResponseTopic {
             e.replica_nodes = s.replicas.iter().map(|&r| BrokerId(r)).collect();
             e.isr_nodes = s.isr.iter().map(|&r| BrokerId(r)).collect();
             let offline_here = topic
-                .partitions
-                .get(index as usize)
+                .partition(index)
                 .is_some_and(|p| p.offline_reason().is_some());
             e.offline_replicas = s
                 .replicas

@@ -37,10 +37,13 @@ pub async fn handle_list_offsets(state: Arc<BrokerState>, req: RequestFrame) -> 
             pr.partition_index = p.partition_index;
             pr.timestamp = -1;
             pr.offset = -1;
-            let found = match state.replicas.partition(&t.name.0, p.partition_index) {
+            let found = match state
+                .replicas
+                .lookup_partition(&t.name.0, p.partition_index)
+            {
                 _ if !allowed => Err(ResponseError::TopicAuthorizationFailed.code()),
-                None => Err(ResponseError::UnknownTopicOrPartition.code()),
-                Some(part) => part
+                Err(e) => Err(e.kafka_code()),
+                Ok(part) => part
                     .list_offsets(
                         OffsetSpec::from_kafka(p.timestamp).with_isolation(request.isolation_level),
                         p.current_leader_epoch,
@@ -79,13 +82,16 @@ pub async fn handle_delete_records(state: Arc<BrokerState>, req: RequestFrame) -
             pr.low_watermark = -1;
             // Kafka's ReplicaManager refuses internal topics before looking the partition up:
             // deleting records of `__consumer_offsets` would destroy committed offsets.
-            let result = match state.replicas.partition(&t.name.0, p.partition_index) {
+            let result = match state
+                .replicas
+                .lookup_partition(&t.name.0, p.partition_index)
+            {
                 _ if !allowed => Err(ResponseError::TopicAuthorizationFailed.code()),
                 _ if is_internal_topic(&t.name.0) => {
                     Err(ResponseError::InvalidTopicException.code())
                 }
-                None => Err(ResponseError::UnknownTopicOrPartition.code()),
-                Some(part) => part
+                Err(e) => Err(e.kafka_code()),
+                Ok(part) => part
                     .delete_records(p.offset)
                     .await
                     .map_err(|e| e.kafka_code()),
@@ -119,10 +125,10 @@ pub async fn handle_offset_for_leader_epoch(
             e.partition = p.partition;
             e.leader_epoch = -1;
             e.end_offset = -1;
-            match state.replicas.partition(&t.topic.0, p.partition) {
+            match state.replicas.lookup_partition(&t.topic.0, p.partition) {
                 _ if !allowed => e.error_code = ResponseError::TopicAuthorizationFailed.code(),
-                None => e.error_code = ResponseError::UnknownTopicOrPartition.code(),
-                Some(part) => {
+                Err(err) => e.error_code = err.kafka_code(),
+                Ok(part) => {
                     match part.end_offset_for_epoch(p.leader_epoch, p.current_leader_epoch) {
                         Ok(Some((epoch, end))) => {
                             e.leader_epoch = epoch;

@@ -304,9 +304,9 @@ fn append_checked(
             Some(format!("Cannot append to internal topic {name}")),
         ));
     }
-    match state.replicas.partition(name, index) {
-        None => Err(Rejection::new(ErrorCode::UnknownTopicOrPartition, None)),
-        Some(partition) => {
+    match state.replicas.lookup_partition(name, index) {
+        Err(e) => Err(Rejection::new(e.response_error(), None)),
+        Ok(partition) => {
             let range = records.unwrap_or(0..0);
             if range.len() < RECORD_BATCH_HEADER_BYTES {
                 return Err(Rejection::new(

@@ -14,6 +14,7 @@ use streamforge_protocol::{ErrorCode, RequestFrame};
 
 use crate::BrokerState;
 use crate::handlers::message;
+use crate::replica_manager::LookupError;
 use crate::router::HandlerResult;
 use crate::security::acl::{Access, Operation, ResourceType};
 
@@ -111,14 +112,14 @@ pub async fn handle_describe_producers(
             }
             let producers = state
                 .replicas
-                .partition(&t.name.0, index)
-                .and_then(|p| p.producers().ok());
+                .lookup_partition(&t.name.0, index)
+                .and_then(|p| p.producers().map_err(|_| LookupError::Unknown));
             match producers {
-                None => {
-                    pr.error_code = ErrorCode::UnknownTopicOrPartition.code();
-                    pr.error_message = message("This server does not host this topic-partition.");
+                Err(e) => {
+                    pr.error_code = e.kafka_code();
+                    pr.error_message = message(e.to_string());
                 }
-                Some(entries) => {
+                Ok(entries) => {
                     for e in entries {
                         let mut ps = ProducerState::default();
                         ps.producer_id = ProducerId(e.producer_id);

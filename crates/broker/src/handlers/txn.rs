@@ -65,7 +65,7 @@ fn add_one(
                 Some(code)
             } else if client.is_some_and(|a| !a.topic(Operation::Write, t)) {
                 Some(ResponseError::TopicAuthorizationFailed.code())
-            } else if state.replicas.partition(t, *p).is_none() {
+            } else if !state.replicas.partition_exists(t, *p) {
                 Some(ResponseError::UnknownTopicOrPartition.code())
             } else {
                 None

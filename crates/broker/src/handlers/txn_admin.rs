@@ -149,10 +149,10 @@ pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) ->
             for &index in &t.partition_indexes {
                 let mut pr = WritableTxnMarkerPartitionResult::default();
                 pr.partition_index = index;
-                pr.error_code = match state.replicas.partition(&t.name.0, index) {
+                pr.error_code = match state.replicas.lookup_partition(&t.name.0, index) {
                     _ if !allowed => ResponseError::ClusterAuthorizationFailed.code(),
-                    None => ResponseError::UnknownTopicOrPartition.code(),
-                    Some(p) => p
+                    Err(e) => e.kafka_code(),
+                    Ok(p) => p
                         .write_txn_marker(marker)
                         .err()
                         .map_or(0, |e| e.kafka_code()),

@@ -3,12 +3,14 @@
 //! delta's `local_changes` (become leader, become follower, stop and delete) and its config
 //! changes. It owns no registry of its own: `topics` is the local view of the image.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use kafka_protocol::protocol::StrBytes;
 use streamforge_metadata::records::ConfigResource;
-use streamforge_metadata::{LocalPartition, MetadataDelta, MetadataImage, PartitionState};
+use streamforge_metadata::{
+    LocalPartition, MetadataDelta, MetadataImage, PartitionState, TopicImage,
+};
+use uuid::Uuid;
 
 use super::{Partition, ReplicaManager, Topic, TopicError, open_partitions};
 use crate::partition::RemoteTier;
@@ -32,42 +34,37 @@ pub(crate) fn topic_configs(image: &MetadataImage, topic: &str) -> BTreeMap<Stri
 }
 
 impl ReplicaManager {
-    /// Open every partition the image places on this broker, with its role.
+    /// Open every partition the image places on this broker (any subset of each topic's
+    /// partitions), with its role. Every topic of the image gets an entry, hosted here or not,
+    /// so requests for another broker's partition are told apart from unknown ones.
     pub(crate) fn open_from_image(&self, image: &MetadataImage) -> BTreeMap<String, Arc<Topic>> {
         let node = self.metadata.node_id();
         let mut topics = BTreeMap::new();
         let mut roles = Vec::new();
         let defaults = self.log_defaults();
         for t in image.topics() {
-            let hosted = t
+            let hosted: Vec<i32> = t
                 .partitions
                 .iter()
-                .take_while(|(_, s)| s.replicas.contains(&node))
-                .count();
+                .filter(|(_, s)| s.replicas.contains(&node))
+                .map(|(&p, _)| p)
+                .collect();
             let configs = topic_configs(image, &t.name);
             let config = topic_config::log_config(&defaults, &configs);
             let name: Arc<str> = Arc::from(t.name.as_str());
             let remote = self.remote_tier(&configs);
-            let partitions =
-                open_partitions(&name, hosted as i32, &self.data_dir, &config, &remote);
+            let partitions = open_partitions(&name, &hosted, &self.data_dir, &config, &remote);
             roles.extend(
                 partitions
                     .iter()
-                    .cloned()
-                    .zip(t.partitions.values().cloned()),
+                    .zip(&hosted)
+                    .map(|(p, i)| (p.clone(), t.partitions[i].clone())),
             );
             let checked: u64 = partitions.iter().map(|p| p.recovery_checked_bytes()).sum();
-            tracing::info!(topic = %t.name, partitions = partitions.len(), recovery_checked_bytes = checked, "loaded topic");
-            topics.insert(
-                t.name.clone(),
-                Arc::new(Topic {
-                    name_bytes: StrBytes::from_string(t.name.clone()),
-                    name: t.name.clone(),
-                    id: t.id,
-                    configs,
-                    partitions,
-                }),
-            );
+            let count = partition_count(t);
+            tracing::info!(topic = %t.name, partitions = partitions.len(), of = count, recovery_checked_bytes = checked, "loaded topic");
+            let topic = Topic::new(&t.name, t.id, configs, count, partitions);
+            topics.insert(t.name.clone(), Arc::new(topic));
         }
         take_roles(&roles, node);
         topics
@@ -83,25 +80,19 @@ impl ReplicaManager {
         let image = self.metadata.image();
         let changes = delta.local_changes(node);
         let mut next = self.topics.read().clone();
-        for (_, topic, index) in &changes.deletes {
-            if let Some(p) = next
-                .get(topic)
-                .and_then(|t| t.partitions.get(*index as usize))
-                && let Err(e) = p.stop(true)
-            {
-                tracing::warn!(dir = %p.dir.display(), error = %e, "could not remove deleted partition");
-            }
+        for (id, topic, index) in &changes.deletes {
+            stop_hosting(&mut next, *id, topic, *index);
         }
         for (id, name) in &delta.topics_removed {
-            next.remove(name);
+            if next.get(name).is_some_and(|t| t.id == *id) {
+                next.remove(name);
+            }
             tracing::info!(topic = %name, %id, "deleted topic");
         }
+        follow_partition_counts(&mut next, &image, delta);
         let mut new: BTreeMap<String, Vec<&LocalPartition>> = BTreeMap::new();
         for lp in changes.leaders.iter().chain(&changes.followers) {
-            match next
-                .get(&lp.topic)
-                .and_then(|t| t.partitions.get(lp.partition as usize))
-            {
+            match next.get(&lp.topic).and_then(|t| t.partition(lp.partition)) {
                 Some(p) => take_role(p, &lp.state, node),
                 None => new.entry(lp.topic.clone()).or_default().push(lp),
             }
@@ -109,7 +100,7 @@ impl ReplicaManager {
         let mut failures = Vec::new();
         for (topic, mut added) in new {
             added.sort_by_key(|lp| lp.partition);
-            if let Err(error) = self.create_local(&mut next, &image, &added) {
+            if let Err(error) = self.create_local(&mut next, &added) {
                 failures.push(CreateFailure { topic, error });
             }
         }
@@ -124,52 +115,39 @@ impl ReplicaManager {
         failures
     }
 
-    /// Create the logs of `added` (new partitions of one topic, by index), all or none, with
-    /// the roles they name.
+    /// Create the logs of `added` (partitions of one topic newly placed here, by index, with
+    /// gaps where other brokers host the rest), all or none, with the roles they name. The
+    /// topic's entry exists already ([`follow_partition_counts`]).
     fn create_local(
         &self,
         topics: &mut BTreeMap<String, Arc<Topic>>,
-        image: &MetadataImage,
         added: &[&LocalPartition],
     ) -> Result<(), TopicError> {
-        let (Some(first), Some(last)) = (added.first(), added.last()) else {
+        let Some(first) = added.first() else {
             return Ok(());
         };
-        let node = self.metadata.node_id();
-        let existing = topics.get(&first.topic).cloned();
-        let mut partitions = existing
-            .as_ref()
-            .map_or_else(Vec::new, |t| t.partitions.clone());
-        let range = first.partition..last.partition + 1;
-        if partitions.len() != first.partition as usize || range.len() != added.len() {
-            // Partitions are hosted by index from 0; a gap means this broker hosts only part
-            // of the topic, which needs the cluster's sparse partition map (not built yet).
+        let Some(topic) = topics.get(&first.topic).filter(|t| t.id == first.topic_id) else {
             return Err(TopicError::Storage(format!(
-                "partitions {range:?} of '{}' do not follow the {} hosted here",
-                first.topic,
-                partitions.len()
+                "partitions of '{}' ({}) placed here but the topic is not in the image",
+                first.topic, first.topic_id
             )));
-        }
-        let configs = topic_configs(image, &first.topic);
-        let config = topic_config::log_config(&self.log_defaults(), &configs);
-        let name: Arc<str> = existing
-            .as_ref()
-            .and_then(|t| t.partitions.first().map(|p| p.topic.clone()))
-            .unwrap_or_else(|| Arc::from(first.topic.as_str()));
-        let remote = self.remote_tier(&configs);
-        let created = create_all(&name, range, &self.data_dir, &config, &remote)?;
+        };
+        let node = self.metadata.node_id();
+        let indexes: Vec<i32> = added.iter().map(|lp| lp.partition).collect();
+        let config = topic_config::log_config(&self.log_defaults(), &topic.configs);
+        let name: Arc<str> = topic
+            .hosted()
+            .next()
+            .map_or_else(|| Arc::from(first.topic.as_str()), |p| p.topic.clone());
+        let remote = self.remote_tier(&topic.configs);
+        let created = create_all(&name, &indexes, &self.data_dir, &config, &remote)?;
         for (p, lp) in created.iter().zip(added) {
             take_role(p, &lp.state, node);
         }
-        partitions.extend(created);
-        let topic = Topic {
-            name: first.topic.clone(),
-            name_bytes: StrBytes::from_string(first.topic.clone()),
-            id: first.topic_id,
-            configs,
-            partitions,
-        };
-        topics.insert(first.topic.clone(), Arc::new(topic));
+        let grown = topic
+            .resized(topic.partition_count(), topic.configs.clone())
+            .with_hosted(created);
+        topics.insert(first.topic.clone(), Arc::new(grown));
         Ok(())
     }
 
@@ -178,17 +156,11 @@ impl ReplicaManager {
         let configs = topic_configs(image, &t.name);
         let log_config = topic_config::log_config(&self.log_defaults(), &configs);
         let remote_enabled = crate::tiered::remote_enabled(&configs);
-        for p in &t.partitions {
+        for p in t.hosted() {
             p.update_config(log_config.clone(), remote_enabled);
         }
         tracing::info!(topic = %t.name, "applied topic configs");
-        Topic {
-            name: t.name.clone(),
-            name_bytes: t.name_bytes.clone(),
-            id: t.id,
-            configs,
-            partitions: t.partitions.clone(),
-        }
+        t.resized(t.partition_count(), configs)
     }
 
     /// How new partitions of a topic with `configs` reach remote storage.
@@ -197,6 +169,55 @@ impl ReplicaManager {
             tiering: self.tiering.clone(),
             enabled: crate::tiered::remote_enabled(configs),
         }
+    }
+}
+
+/// Partitions of `t`: one past the highest index (the controller numbers them from 0).
+fn partition_count(t: &TopicImage) -> i32 {
+    t.partitions.keys().next_back().map_or(0, |&p| p + 1)
+}
+
+/// This node left the replicas of `name`-`index`: stop its log and delete it, that one only.
+fn stop_hosting(topics: &mut BTreeMap<String, Arc<Topic>>, id: Uuid, name: &str, index: i32) {
+    let Some(t) = topics.get(name).filter(|t| t.id == id) else {
+        return;
+    };
+    let Some(p) = t.partition(index) else {
+        return;
+    };
+    if let Err(e) = p.stop(true) {
+        tracing::warn!(dir = %p.dir.display(), error = %e, "could not remove deleted partition");
+    }
+    tracing::info!(topic = name, partition = index, "stopped hosting partition");
+    let without = t.without(index);
+    topics.insert(name.to_string(), Arc::new(without));
+}
+
+/// Every topic the delta created or grew gets its entry with the image's partition count,
+/// whether or not any of its partitions is placed here.
+fn follow_partition_counts(
+    topics: &mut BTreeMap<String, Arc<Topic>>,
+    image: &MetadataImage,
+    delta: &MetadataDelta,
+) {
+    let touched: BTreeSet<Uuid> = delta
+        .topics_created
+        .keys()
+        .copied()
+        .chain(delta.partitions.keys().map(|(id, _)| *id))
+        .collect();
+    for t in touched.iter().filter_map(|id| image.topic(*id)) {
+        let count = partition_count(t);
+        let next = match topics.get(&t.name) {
+            Some(existing) if existing.id == t.id => {
+                if existing.partition_count() >= count {
+                    continue;
+                }
+                existing.resized(count, existing.configs.clone())
+            }
+            _ => Topic::new(&t.name, t.id, topic_configs(image, &t.name), count, []),
+        };
+        topics.insert(t.name.clone(), Arc::new(next));
     }
 }
 

@@ -34,7 +34,7 @@ fn topics_live_in_the_metadata_log_and_come_back_after_a_restart() {
     drop(rm);
     let rm = open(dir.path());
     let a = rm.topic("a").unwrap();
-    assert_eq!((a.id, a.partitions.len()), (t.id, 3));
+    assert_eq!((a.id, a.partition_count(), a.hosted_count()), (t.id, 3, 3));
     assert_eq!(a.configs, configs);
     assert!(rm.topic("b").is_none());
     let epoch = rm.image().topic(t.id).unwrap().partitions[&0].leader_epoch;
@@ -83,4 +83,169 @@ fn a_replication_factor_above_the_live_brokers_is_refused_by_the_controller() {
     );
     assert!(rm.topic("r3").is_none());
     rm.close_all();
+}
+
+/// Node 2 of three: brokers 1 and 3 are registered and unfenced in its image (their
+/// processes are not needed; nothing here talks to them).
+mod sparse {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use streamforge_metadata::controller::{
+        BrokerHeartbeat, BrokerRegistration, CreateTopic, Event, Reply,
+    };
+    use streamforge_metadata::{MetadataDelta, PartitionDelta};
+
+    use crate::partition::PartitionRole;
+    use crate::replica_manager::{LookupError, MetadataOptions, ReplicaManager};
+
+    const NODE: i32 = 2;
+
+    fn open_node_2(dir: &std::path::Path) -> ReplicaManager {
+        let options = MetadataOptions {
+            node_id: NODE,
+            ..MetadataOptions::default()
+        };
+        ReplicaManager::open_with(dir, options, Default::default(), None).unwrap()
+    }
+
+    fn register_peer(rm: &ReplicaManager, id: i32) {
+        let registration = BrokerRegistration {
+            broker_id: id,
+            incarnation_id: uuid::Uuid::from_u128(id as u128 + 1),
+            endpoints: Vec::new(),
+            rack: None,
+        };
+        let (reply, _) = rm.request(Event::BrokerRegistration(registration)).unwrap();
+        let Reply::BrokerRegistration(Ok(broker_epoch)) = reply else {
+            panic!("registration of {id} refused: {reply:?}");
+        };
+        let heartbeat = BrokerHeartbeat {
+            broker_id: id,
+            broker_epoch,
+            metadata_offset: i64::MAX,
+            wants_fence: false,
+            wants_shutdown: false,
+        };
+        let (reply, _) = rm.request(Event::BrokerHeartbeat(heartbeat)).unwrap();
+        assert!(
+            matches!(reply, Reply::BrokerHeartbeat(Ok(r)) if !r.is_fenced),
+            "{reply:?}"
+        );
+    }
+
+    /// Node 2 with brokers 1 and 3, and topic `name` placed as `replicas` (by partition).
+    fn cluster_with(dir: &std::path::Path, name: &str, replicas: &[&[i32]]) -> ReplicaManager {
+        let rm = open_node_2(dir);
+        register_peer(&rm, 1);
+        register_peer(&rm, 3);
+        create(&rm, name, replicas);
+        rm
+    }
+
+    fn create(rm: &ReplicaManager, name: &str, replicas: &[&[i32]]) {
+        let spec = CreateTopic {
+            name: name.into(),
+            num_partitions: -1,
+            replication_factor: -1,
+            assignment: (0..).zip(replicas).map(|(p, r)| (p, r.to_vec())).collect(),
+            configs: BTreeMap::new(),
+        };
+        rm.create_topic_spec(spec, false).unwrap();
+    }
+
+    fn hosted(rm: &ReplicaManager, name: &str) -> Vec<i32> {
+        let t = rm.topic(name).unwrap();
+        t.hosted().map(|p| p.index).collect()
+    }
+
+    /// Partitions 1 and 3 of 4 live on node 2; 0 and 2 on brokers 1 and 3.
+    const GAPS: &[&[i32]] = &[&[1], &[2], &[3], &[2]];
+
+    #[test]
+    fn a_broker_opens_exactly_the_partitions_placed_on_it_with_gaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = cluster_with(dir.path(), "t", GAPS);
+        create(&rm, "elsewhere", &[&[1], &[3]]);
+        let t = rm.topic("t").unwrap();
+        assert_eq!((t.partition_count(), hosted(&rm, "t")), (4, vec![1, 3]));
+        for (p, dir_exists) in [(0, false), (1, true), (2, false), (3, true)] {
+            assert_eq!(
+                dir.path().join(format!("t-{p}")).exists(),
+                dir_exists,
+                "t-{p}"
+            );
+        }
+        assert_eq!(t.lookup(0).err(), Some(LookupError::NotHosted));
+        assert_eq!(t.lookup(4).err(), Some(LookupError::Unknown));
+        assert_eq!(t.lookup(-1).err(), Some(LookupError::Unknown));
+        assert_eq!(rm.partition("t", 3).unwrap().role(), PartitionRole::Leader);
+        assert_eq!(rm.partition("t", 1).unwrap().role(), PartitionRole::Leader);
+        // A topic with no partition here is still known, with its partition count.
+        let e = rm.topic("elsewhere").unwrap();
+        assert_eq!((e.partition_count(), e.hosted_count()), (2, 0));
+        assert!(rm.partition_exists("elsewhere", 1) && !rm.partition_exists("elsewhere", 2));
+        rm.close_all();
+        drop(rm);
+
+        let rm = open_node_2(dir.path());
+        assert_eq!(rm.topic("t").unwrap().partition_count(), 4);
+        assert_eq!(hosted(&rm, "t"), [1, 3], "after a restart");
+        assert_eq!(rm.topic("elsewhere").unwrap().partition_count(), 2);
+        assert_eq!(rm.partition("t", 3).unwrap().role(), PartitionRole::Leader);
+        rm.close_all();
+    }
+
+    #[test]
+    fn a_delta_that_adds_a_partition_here_opens_just_that_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = cluster_with(dir.path(), "t", GAPS);
+        let before = rm.partition("t", 1).unwrap();
+        let assignment = Some(vec![vec![1], vec![NODE]]);
+        rm.create_partitions_assigned("t", 6, assignment, false)
+            .unwrap();
+        let t = rm.topic("t").unwrap();
+        assert_eq!((t.partition_count(), hosted(&rm, "t")), (6, vec![1, 3, 5]));
+        assert_eq!(t.lookup(4).err(), Some(LookupError::NotHosted));
+        assert!(!dir.path().join("t-4").exists());
+        assert_eq!(rm.partition("t", 5).unwrap().role(), PartitionRole::Leader);
+        assert!(Arc::ptr_eq(&before, t.partition(1).unwrap()), "kept open");
+        // Partitions added on other brokers only: the count follows, nothing opens here.
+        rm.create_partitions_assigned("t", 7, Some(vec![vec![3]]), false)
+            .unwrap();
+        assert_eq!(rm.topic("t").unwrap().partition_count(), 7);
+        assert_eq!(hosted(&rm, "t"), [1, 3, 5]);
+        rm.close_all();
+    }
+
+    #[test]
+    fn a_delta_that_moves_a_partition_away_stops_and_deletes_that_log_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let rm = cluster_with(dir.path(), "t", GAPS);
+        let kept = rm.partition("t", 1).unwrap();
+        let image = rm.image();
+        let topic = image.topic_by_name("t").unwrap();
+        let before = topic.partitions[&3].clone();
+        let mut after = before.clone();
+        after.replicas = vec![1];
+        after.isr = vec![1];
+        after.leader = 1;
+        after.leader_epoch += 1;
+        let mut delta = MetadataDelta::default();
+        let moved = PartitionDelta {
+            topic: "t".into(),
+            before: Some(before),
+            after: Some(after),
+        };
+        delta.partitions.insert((topic.id, 3), moved);
+        assert!(rm.apply_delta(&delta).is_empty());
+        let t = rm.topic("t").unwrap();
+        assert_eq!((t.partition_count(), hosted(&rm, "t")), (4, vec![1]));
+        assert_eq!(t.lookup(3).err(), Some(LookupError::NotHosted));
+        assert!(!dir.path().join("t-3").exists(), "its log is deleted");
+        assert!(dir.path().join("t-1").exists());
+        assert!(Arc::ptr_eq(&kept, t.partition(1).unwrap()));
+        assert_eq!(kept.role(), PartitionRole::Leader);
+        rm.close_all();
+    }
 }

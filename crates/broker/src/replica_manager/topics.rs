@@ -158,7 +158,7 @@ impl ReplicaManager {
     ) -> Result<(), TopicError> {
         let _admin = self.admin.lock();
         let topic = self.topic(name).ok_or(TopicError::UnknownTopic)?;
-        let current = topic.partitions.len() as i32;
+        let current = topic.partition_count();
         if count < current {
             return Err(TopicError::InvalidPartitions(format!(
                 "Topic currently has {current} partitions, which is higher than the requested {count}."
