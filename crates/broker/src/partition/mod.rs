@@ -85,6 +85,30 @@ pub struct AppendParams {
     pub acks: Acks,
 }
 
+/// Where a partition's high watermark starts when its log is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenHighWatermark {
+    /// The log end: this broker is alone in the ISR (a single broker, every new partition),
+    /// so everything its log holds is committed.
+    LogEnd,
+    /// The partition has other replicas: the high watermark from the
+    /// `replication-offset-checkpoint` (`None`: no entry, so the log start), never past the log
+    /// end (Kafka's `min(checkpoint, LEO)`). A leader's then advances by the ISR rules, a
+    /// follower's with the leader's.
+    Checkpointed(Option<i64>),
+}
+
+impl OpenHighWatermark {
+    /// The high watermark a log with these offsets opens with.
+    pub fn resolve(self, log_start_offset: i64, log_end_offset: i64) -> i64 {
+        let hw = match self {
+            OpenHighWatermark::LogEnd => log_end_offset,
+            OpenHighWatermark::Checkpointed(hw) => hw.unwrap_or(log_start_offset),
+        };
+        hw.clamp(log_start_offset, log_end_offset)
+    }
+}
+
 /// A consistent snapshot of a partition's offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionOffsets {
@@ -223,21 +247,29 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// Open the log in `<data_dir>/<topic>-<index>` and lead it with the epoch its leader-epoch
-    /// cache holds (a single broker never changes it).
+    /// Open the log in `<data_dir>/<topic>-<index>` with its high watermark where `hw` says,
+    /// and lead it with the epoch its leader-epoch cache holds until the metadata gives it its
+    /// role (a single broker never changes it).
     fn open(
         topic: &Arc<str>,
         index: i32,
         data_dir: &Path,
         config: LogConfig,
         remote: RemoteTier,
+        hw: OpenHighWatermark,
     ) -> Result<Partition, LogError> {
         let dir = data_dir.join(format!("{topic}-{index}"));
         let mut log = Log::open(&dir, config, now_ms())?;
         let leo = log.log_end_offset();
-        log.set_high_watermark(leo);
+        log.set_high_watermark(hw.resolve(log.log_start_offset(), leo));
+        let hw = log.high_watermark();
+        assert!(
+            hw <= leo && hw >= log.log_start_offset(),
+            "{topic}-{index}: opened with HW {hw} outside [{}, {leo}]",
+            log.log_start_offset()
+        );
         let leader_epoch = log.latest_epoch().unwrap_or(LEADER_EPOCH).max(LEADER_EPOCH);
-        let (hw_tx, _) = watch::channel(leo);
+        let (hw_tx, _) = watch::channel(hw);
         Ok(Partition {
             topic: topic.clone(),
             index,
@@ -267,8 +299,9 @@ impl Partition {
         data_dir: &Path,
         config: LogConfig,
         remote: RemoteTier,
+        hw: OpenHighWatermark,
     ) -> Self {
-        match Partition::open(topic, index, data_dir, config, remote.clone()) {
+        match Partition::open(topic, index, data_dir, config, remote.clone(), hw) {
             Ok(p) => p,
             Err(e) => {
                 let dir = data_dir.join(format!("{topic}-{index}"));
@@ -312,7 +345,14 @@ impl Partition {
         config: LogConfig,
         remote: RemoteTier,
     ) -> Result<Partition, LogError> {
-        let partition = Partition::open(topic, index, data_dir, config, remote)?;
+        let partition = Partition::open(
+            topic,
+            index,
+            data_dir,
+            config,
+            remote,
+            OpenHighWatermark::LogEnd,
+        )?;
         if let Ok(assigned) =
             partition.with_state(|serving, log| log.assign_epoch_start_offset(serving.leader_epoch))
         {
@@ -524,6 +564,11 @@ impl Partition {
     pub fn flush(&self) -> Result<(), PartitionError> {
         self.with_log(|log| log.flush())??;
         Ok(())
+    }
+
+    /// The high watermark now (what the `replication-offset-checkpoint` records).
+    pub fn high_watermark(&self) -> Result<i64, PartitionError> {
+        self.with_log(|log| log.high_watermark())
     }
 
     /// Watch the high watermark: a long-polling fetch waits for it to change (it also wakes
