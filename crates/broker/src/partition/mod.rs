@@ -48,7 +48,8 @@ pub enum PartitionRole {
     Leader,
     /// Replicates from the leader; clients get NOT_LEADER_OR_FOLLOWER.
     Follower,
-    /// Stopped (deleted, moved away, broker shutting down): nothing is served.
+    /// Stopped (deleted, moved away, broker shutting down), or a replicated partition just
+    /// reopened whose role the metadata has not set yet: nothing is served.
     None,
 }
 
@@ -247,9 +248,11 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// Open the log in `<data_dir>/<topic>-<index>` with its high watermark where `hw` says,
-    /// and lead it with the epoch its leader-epoch cache holds until the metadata gives it its
-    /// role (a single broker never changes it).
+    /// Open the log in `<data_dir>/<topic>-<index>` with its high watermark where `hw` says.
+    /// Alone in its ISR it leads with the epoch its leader-epoch cache holds (a single broker
+    /// never changes it). A replicated partition serves nothing (`PartitionRole::None`) until
+    /// the metadata makes it leader or follower: leading from its own epoch cache, it would
+    /// take appends as if alone in the ISR and commit them at once.
     fn open(
         topic: &Arc<str>,
         index: i32,
@@ -262,13 +265,18 @@ impl Partition {
         let mut log = Log::open(&dir, config, now_ms())?;
         let leo = log.log_end_offset();
         log.set_high_watermark(hw.resolve(log.log_start_offset(), leo));
-        let hw = log.high_watermark();
+        let opened = log.high_watermark();
         assert!(
-            hw <= leo && hw >= log.log_start_offset(),
-            "{topic}-{index}: opened with HW {hw} outside [{}, {leo}]",
+            opened <= leo && opened >= log.log_start_offset(),
+            "{topic}-{index}: opened with HW {opened} outside [{}, {leo}]",
             log.log_start_offset()
         );
         let leader_epoch = log.latest_epoch().unwrap_or(LEADER_EPOCH).max(LEADER_EPOCH);
+        let role = match hw {
+            OpenHighWatermark::LogEnd => PartitionRole::Leader,
+            OpenHighWatermark::Checkpointed(_) => PartitionRole::None,
+        };
+        let hw = log.high_watermark();
         let (hw_tx, _) = watch::channel(hw);
         Ok(Partition {
             topic: topic.clone(),
@@ -277,7 +285,7 @@ impl Partition {
             state: Mutex::new(State {
                 log: Some(log),
                 serving: Serving {
-                    role: PartitionRole::Leader,
+                    role,
                     leader_epoch,
                     leader_id: None,
                     replica: None,

@@ -360,6 +360,12 @@ fn a_reopened_log_starts_its_high_watermark_at_min_of_checkpoint_and_log_end() {
             hw,
         );
         let o = p.offsets().unwrap();
+        let role = match hw {
+            OpenHighWatermark::LogEnd => PartitionRole::Leader,
+            // No role, so no appends, until the metadata names one.
+            OpenHighWatermark::Checkpointed(_) => PartitionRole::None,
+        };
+        assert_eq!(p.role(), role);
         // The watch fetches wait on starts at the same value.
         assert_eq!(*p.watch_high_watermark().borrow(), o.high_watermark);
         p.stop(false).unwrap();
