@@ -35,7 +35,9 @@ use crate::util::now_ms;
 
 pub use offsets::{DELETE_TO_HIGH_WATERMARK, FoundOffset, OffsetSpec};
 pub use read::{FetchIsolation, FetchParams, ReadResult};
-pub use replication::{AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink};
+pub use replication::{
+    AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink, OpenHighWatermark,
+};
 pub use txn::MarkerResult;
 
 /// Leader epoch of a partition this broker leads from its creation (no elections yet).
@@ -84,30 +86,6 @@ pub struct AppendParams {
     /// satisfied by the local append; `min.insync.replicas` and the acks=all wait for
     /// followers belong here once replication exists.
     pub acks: Acks,
-}
-
-/// Where a partition's high watermark starts when its log is opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenHighWatermark {
-    /// The log end: this broker is alone in the ISR (a single broker, every new partition),
-    /// so everything its log holds is committed.
-    LogEnd,
-    /// The partition has other replicas: the high watermark from the
-    /// `replication-offset-checkpoint` (`None`: no entry, so the log start), never past the log
-    /// end (Kafka's `min(checkpoint, LEO)`). A leader's then advances by the ISR rules, a
-    /// follower's with the leader's.
-    Checkpointed(Option<i64>),
-}
-
-impl OpenHighWatermark {
-    /// The high watermark a log with these offsets opens with.
-    pub fn resolve(self, log_start_offset: i64, log_end_offset: i64) -> i64 {
-        let hw = match self {
-            OpenHighWatermark::LogEnd => log_end_offset,
-            OpenHighWatermark::Checkpointed(hw) => hw.unwrap_or(log_start_offset),
-        };
-        hw.clamp(log_start_offset, log_end_offset)
-    }
 }
 
 /// A consistent snapshot of a partition's offsets.
