@@ -219,3 +219,28 @@ def test_a_damaged_broker_file_stops_start_up_with_a_message_naming_it(broker_fa
     log = broker.log_text().split("===== start #2")[-1]
     assert name in log, f"the start-up error does not name {name}:\n{log[-2000:]}"
     assert "panicked" not in log
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_a_damaged_high_watermark_checkpoint_is_reported_and_replaced(broker_factory, topic_name, how):
+    # replication-offset-checkpoint: the broker starts (Kafka would fail the log dir), says so
+    # at ERROR naming the file, serves everything (partitions alone in their ISR start at their
+    # log end), and the next write replaces the file.
+    broker = broker_factory(extra_args=["--replica-high-watermark-checkpoint-interval-ms", "100"])
+    create_topic(broker.bootstrap, topic_name, partitions=2)
+    produce(broker.bootstrap, topic_name, 2, BYSTANDER_MESSAGES)
+    if how == "sigterm":
+        assert broker.stop() == 0
+    else:
+        broker.kill()
+    path = broker.data_dir / "replication-offset-checkpoint"
+    garbage(path, 200)
+    broker.start()
+    check_bystander(broker.bootstrap, topic_name, 2)
+    log = broker.log_text().split("===== start #2")[-1]
+    assert "replication-offset-checkpoint" in log and "ERROR" in log, log[-2000:]
+    assert broker.stop() == 0
+    text = path.read_text()
+    assert text.startswith("0\n"), text
+    assert f"{topic_name} 0 " in text and f"{topic_name} 1 " in text, text
+    assert "panicked" not in broker.log_text()

@@ -56,6 +56,10 @@ pub struct BrokerConfig {
     pub replica_fetch_response_max_bytes: usize,
     /// `replica.lag.time.max.ms`: an ISR member that has not caught up for this long is dropped.
     pub replica_lag_time_max_ms: i64,
+    /// `replica.high.watermark.checkpoint.interval.ms`: how often the housekeeping tick writes
+    /// every partition's high watermark to `<data_dir>/replication-offset-checkpoint` (also
+    /// written at clean shutdown; 0 = only then).
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
     /// Most partitions this broker hosts (all topics); CreateTopics/CreatePartitions and
     /// auto-creation past it fail. `None` = derived from the open-files limit and
     /// `vm.max_map_count` at start-up (`partition_limit::resolve`).
@@ -123,6 +127,8 @@ impl Default for BrokerConfig {
             replica_fetch_max_bytes: 1024 * 1024,
             replica_fetch_response_max_bytes: 10 * 1024 * 1024,
             replica_lag_time_max_ms: crate::partition::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            replica_high_watermark_checkpoint_interval_ms:
+                crate::replica_manager::HW_CHECKPOINT_INTERVAL_MS_DEFAULT,
             max_partitions: None,
             log_scrub_interval_ms: 0,
             shutdown_grace_ms: 10_000,

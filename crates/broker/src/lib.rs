@@ -220,6 +220,9 @@ impl Broker {
         });
         let partitions_max = partition_limit::resolve(state.config.max_partitions);
         state.replicas.set_partitions_max(partitions_max);
+        (state.replicas).set_hw_checkpoint_interval_ms(
+            state.config.replica_high_watermark_checkpoint_interval_ms,
+        );
         // Recovery is done: checkpoint it now, so a crash loop shorter than the first
         // background flush does not re-scan an ever longer tail on every restart.
         let st = state.clone();

@@ -6,9 +6,11 @@
 
 mod apply;
 mod hosted;
+pub(crate) mod hw_checkpoint;
 mod lifecycle;
 mod topics;
 pub use hosted::{LookupError, Topic};
+pub use hw_checkpoint::HW_CHECKPOINT_INTERVAL_MS_DEFAULT;
 pub use lifecycle::CLOSE_THREADS_MAX;
 
 use std::collections::BTreeMap;
@@ -21,8 +23,8 @@ use streamforge_log::{LogConfig, LogError};
 use streamforge_tiered::TieringManager;
 use uuid::Uuid;
 
-use crate::partition::RemoteTier;
 pub use crate::partition::{LEADER_EPOCH, Partition, PartitionError};
+use crate::partition::{OpenHighWatermark, RemoteTier};
 use streamforge_metadata::controller::{ControllerConfig, Event, Reply};
 use streamforge_metadata::records::Endpoint;
 
@@ -153,17 +155,20 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
 /// Open partitions `indexes` of a topic at startup on up to one thread per CPU (Kafka's
 /// `num.recovery.threads.per.data.dir`): logs are independent, and opening one is syscalls and,
 /// after an unclean shutdown, CRC checks — restart time is what a crash costs clients. A log
-/// that cannot be opened is an offline partition, not a failed start-up.
+/// that cannot be opened is an offline partition, not a failed start-up. `hw(p)` says where
+/// partition `p`'s high watermark starts.
 fn open_partitions(
     topic: &Arc<str>,
     indexes: &[i32],
     data_dir: &Path,
     config: &LogConfig,
     remote: &RemoteTier,
+    hw: &(dyn Fn(i32) -> OpenHighWatermark + Sync),
 ) -> Vec<Arc<Partition>> {
     let count = indexes.len();
-    let open =
-        |p: i32| Partition::open_or_offline(topic, p, data_dir, config.clone(), remote.clone());
+    let open = |p: i32| {
+        Partition::open_or_offline(topic, p, data_dir, config.clone(), remote.clone(), hw(p))
+    };
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(count);
@@ -212,6 +217,8 @@ pub struct ReplicaManager {
     partitions_max: std::sync::atomic::AtomicUsize,
     /// Tiered storage, which partitions read below their local log start.
     tiering: Option<Arc<TieringManager>>,
+    /// The `replication-offset-checkpoint` of the data directory.
+    hw_checkpoint: hw_checkpoint::HwCheckpointer,
 }
 
 impl ReplicaManager {
@@ -255,6 +262,7 @@ impl ReplicaManager {
             recovery_checked_bytes: 0,
             partitions_max: std::sync::atomic::AtomicUsize::new(usize::MAX),
             tiering,
+            hw_checkpoint: hw_checkpoint::HwCheckpointer::open(data_dir),
         };
         let topics = rm.open_from_image(&rm.metadata.image());
         let partitions = topics.values().flat_map(|t| t.hosted());
@@ -415,12 +423,14 @@ impl ReplicaManager {
             .collect()
     }
 
-    /// Housekeeping on every log: roll, retention, `flush.ms`, recovery-point checkpoint, and
-    /// the periodic background flush (`background_flush_ms`, 0 = off).
+    /// Housekeeping on every log: roll, retention, `flush.ms`, recovery-point checkpoint, the
+    /// periodic background flush (`background_flush_ms`, 0 = off), and the high-watermark
+    /// checkpoint when its interval has passed.
     pub fn tick(&self, now_ms: i64, background_flush_ms: u64) {
         self.metadata_tick(now_ms.max(0) as u64);
         for p in self.all_partitions() {
             p.tick(now_ms, background_flush_ms);
         }
+        self.maybe_checkpoint_high_watermarks(now_ms);
     }
 }

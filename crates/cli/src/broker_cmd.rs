@@ -172,6 +172,14 @@ pub struct Args {
     /// `replica.fetch.response.max.bytes`: response cap of replica fetches [default: 10485760].
     #[arg(long, env = "STREAMFORGE_REPLICA_FETCH_RESPONSE_MAX_BYTES")]
     pub replica_fetch_response_max_bytes: Option<usize>,
+    /// `replica.high.watermark.checkpoint.interval.ms`: how often the high watermarks of all
+    /// partitions are written to `<data-dir>/replication-offset-checkpoint` (0 = only at clean
+    /// shutdown) [default: 5000].
+    #[arg(
+        long,
+        env = "STREAMFORGE_REPLICA_HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS"
+    )]
+    pub replica_high_watermark_checkpoint_interval_ms: Option<u64>,
     /// Most partitions the broker hosts [default: derived from the open-files limit].
     #[arg(long, env = "STREAMFORGE_MAX_PARTITIONS")]
     pub max_partitions: Option<usize>,
@@ -263,6 +271,7 @@ struct FileConfig {
     fetch_max_bytes: Option<usize>,
     replica_fetch_max_bytes: Option<usize>,
     replica_fetch_response_max_bytes: Option<usize>,
+    replica_high_watermark_checkpoint_interval_ms: Option<u64>,
     max_partitions: Option<usize>,
     http_listen: Option<String>,
     http_auth: Option<String>,
@@ -355,6 +364,7 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(fetch_max_bytes);
     set!(replica_fetch_max_bytes);
     set!(replica_fetch_response_max_bytes);
+    set!(replica_high_watermark_checkpoint_interval_ms);
     c.max_partitions = args
         .max_partitions
         .or(file.max_partitions)
@@ -627,6 +637,32 @@ mod tests {
         assert_eq!(c.num_partitions, 5);
         assert_eq!(c.http_listen, None);
         assert_eq!(c.listen, BrokerConfig::default().listen);
+    }
+
+    #[test]
+    fn the_high_watermark_checkpoint_interval_comes_from_flag_file_or_default() {
+        let c = broker_config(Args::default()).unwrap();
+        assert_eq!(c.replica_high_watermark_checkpoint_interval_ms, 5_000);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sf.toml");
+        std::fs::write(
+            &path,
+            "replica.high.watermark.checkpoint.interval.ms = 250\n",
+        )
+        .unwrap();
+        let file = Args {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let c = broker_config(file).unwrap();
+        assert_eq!(c.replica_high_watermark_checkpoint_interval_ms, 250);
+        let flag = Args {
+            config: Some(path),
+            replica_high_watermark_checkpoint_interval_ms: Some(0),
+            ..Default::default()
+        };
+        let c = broker_config(flag).unwrap();
+        assert_eq!(c.replica_high_watermark_checkpoint_interval_ms, 0);
     }
 
     #[test]

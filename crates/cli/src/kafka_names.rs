@@ -84,6 +84,10 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
         "group_max_session_timeout_ms",
     ),
     ("offsets.retention.minutes", "offsets_retention_minutes"),
+    (
+        "replica.high.watermark.checkpoint.interval.ms",
+        "replica_high_watermark_checkpoint_interval_ms",
+    ),
 ];
 
 /// Our sections, kept as tables.

@@ -134,3 +134,45 @@ fn describe_log_dirs_reports_partition_sizes_and_the_volume() {
     assert!(c.closed_by_peer());
     b.terminate();
 }
+
+/// The `topic partition offset` lines of `<data>/replication-offset-checkpoint`.
+fn hw_checkpoint(data: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(data.join("replication-offset-checkpoint")).ok()
+}
+
+#[test]
+fn the_high_watermark_checkpoint_is_written_periodically_and_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let flag = ["--replica-high-watermark-checkpoint-interval-ms", "100"];
+    let mut b = BrokerProc::start(&data, &flag);
+    let mut c = b.connect();
+    create_topic(&mut c, 2);
+    produce(&mut c, 0, 20);
+    // The housekeeping tick (every second) writes it once the interval has passed.
+    let t0 = std::time::Instant::now();
+    while !hw_checkpoint(&data).is_some_and(|t| t.contains("\nsized 0 20\n")) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "no checkpoint with HW 20: {:?}",
+            hw_checkpoint(&data)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let text = hw_checkpoint(&data).unwrap();
+    assert!(text.starts_with("0\n"), "version line: {text}");
+    assert!(text.contains("\nsized 1 0\n"), "{text}");
+    produce(&mut c, 1, 5);
+    b.terminate();
+    let text = hw_checkpoint(&data).unwrap();
+    assert!(
+        text.contains("\nsized 0 20\n") && text.contains("\nsized 1 5\n"),
+        "{text}"
+    );
+    let count: usize = text.lines().nth(1).unwrap().parse().unwrap();
+    assert_eq!(count, text.lines().count() - 2, "{text}");
+    // The broker starts again from it (partitions alone in their ISR keep HW = LEO).
+    let b = BrokerProc::start(&data, &flag);
+    let mut c = b.connect();
+    produce(&mut c, 1, 1);
+}

@@ -1,9 +1,13 @@
 //! A seeded simulation of one partition replicated on three brokers: real `Partition`s (logs
 //! in temp dirs), the sans-io replica state inside them, a model controller (ISR changes with
 //! partition-epoch checks, elections only from the alive ISR) and a scheduler that picks, per
-//! step, a produce, a follower fetch, time passing, an ISR answer, a crash or a recovery.
+//! step, a produce, a follower fetch, time passing, an ISR answer, a high-watermark checkpoint
+//! write, a crash or a recovery. A crashed broker's log is dropped without being closed (no
+//! clean-shutdown marker, as after kill -9) and a recovery reopens it from disk, with its high
+//! watermark from the `replication-offset-checkpoint` it last wrote.
 //! Invariants checked after every step:
-//! 1. no broker's high watermark ever decreases;
+//! 1. no broker's high watermark ever decreases while it runs (a reopened broker starts again
+//!    at its checkpointed HW, which is at most the HW it had);
 //! 2. every acknowledged (acks=all) batch is in the current leader's log, across leader changes;
 //! 3. any two alive replicas hold identical batches below the smaller of their high watermarks;
 //! 4. a high watermark never passes its log end.
@@ -19,7 +23,10 @@ use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 
 use super::replicate_once;
 use crate::partition::replica::{LeaderAndIsr, ReplicaConfig, Replication};
-use crate::partition::{Acks, AlterPartitionIntent, AppendParams, Partition, RemoteTier};
+use crate::partition::{
+    Acks, AlterPartitionIntent, AppendParams, OpenHighWatermark, Partition, RemoteTier,
+};
+use crate::replica_manager::hw_checkpoint;
 
 const SEEDS: u64 = 60;
 const STEPS: usize = 250;
@@ -27,6 +34,7 @@ const BROKERS: [i32; 3] = [1, 2, 3];
 const LAG_MS: i64 = 1_000;
 /// Small fetches, so followers often hold a partial tail.
 const FETCH_MAX_BYTES: usize = 600;
+const TOPIC: &str = "sim";
 
 type BatchId = (i64, i64, i32, u32);
 
@@ -46,25 +54,29 @@ struct Sim {
     pending: Vec<(i64, i32)>,
     acked: Vec<BatchId>,
     last_hw: BTreeMap<i32, i64>,
-    _dirs: Vec<tempfile::TempDir>,
+    dirs: BTreeMap<i32, tempfile::TempDir>,
+    reopened: usize,
+}
+
+fn log_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        ..LogConfig::default()
+    }
 }
 
 impl Sim {
     fn new(seed: u64) -> Sim {
         let mut rng = StdRng::seed_from_u64(seed);
         let min_isr = rng.random_range(1..=2);
-        let topic: Arc<str> = Arc::from("sim");
-        let mut dirs = Vec::new();
+        let topic: Arc<str> = Arc::from(TOPIC);
+        let mut dirs = BTreeMap::new();
         let mut partitions = BTreeMap::new();
         for id in BROKERS {
             let dir = tempfile::tempdir().unwrap();
-            let config = LogConfig {
-                segment_bytes: 4096,
-                ..LogConfig::default()
-            };
-            let p = Partition::create(&topic, 0, dir.path(), config, RemoteTier::default());
+            let p = Partition::create(&topic, 0, dir.path(), log_config(), RemoteTier::default());
             partitions.insert(id, Arc::new(p.unwrap()));
-            dirs.push(dir);
+            dirs.insert(id, dir);
         }
         let mut sim = Sim {
             rng,
@@ -80,7 +92,8 @@ impl Sim {
             pending: Vec::new(),
             acked: Vec::new(),
             last_hw: BTreeMap::new(),
-            _dirs: dirs,
+            dirs,
+            reopened: 0,
         };
         sim.install_leader();
         sim
@@ -148,8 +161,9 @@ impl Sim {
                     self.p(self.leader).maybe_shrink_isr(self.now_ms);
                 }
             }
-            75..=84 => self.answer_isr_change(),
-            85..=92 => self.crash(),
+            75..=81 => self.answer_isr_change(),
+            82..=85 => self.write_checkpoint(),
+            86..=92 => self.crash(),
             _ => self.recover(),
         }
         self.collect_acks();
@@ -231,12 +245,51 @@ impl Sim {
         self.install_leader();
     }
 
+    /// The periodic `replication-offset-checkpoint` write of one alive broker.
+    fn write_checkpoint(&mut self) {
+        let id = BROKERS[self.rng.random_range(0..BROKERS.len())];
+        if !self.alive[&id] {
+            return;
+        }
+        let hw = self.p(id).high_watermark().unwrap();
+        let entries = hw_checkpoint::HighWatermarks::from([((TOPIC.to_string(), 0), hw)]);
+        hw_checkpoint::write(self.dirs[&id].path(), &entries).unwrap();
+    }
+
+    /// Restart a crashed broker: its log was never closed; open it again from disk as the
+    /// broker does at start-up (a replicated partition: HW = min(checkpoint, LEO)).
+    fn reopen(&mut self, id: i32) {
+        let dir = self.dirs[&id].path();
+        let checkpointed = hw_checkpoint::read(dir)
+            .unwrap()
+            .and_then(|e| e.get(&(TOPIC.to_string(), 0)).copied());
+        let topic: Arc<str> = Arc::from(TOPIC);
+        let hw = OpenHighWatermark::Checkpointed(checkpointed);
+        let p = Partition::open_or_offline(&topic, 0, dir, log_config(), RemoteTier::default(), hw);
+        assert!(p.offline_reason().is_none(), "{:?}", p.offline_reason());
+        let o = p.offsets().unwrap();
+        let before = self.last_hw.get(&id).copied().unwrap_or(0);
+        assert!(
+            o.high_watermark <= before,
+            "broker {id} reopened with HW {} above the {before} it had",
+            o.high_watermark
+        );
+        assert!(o.high_watermark <= o.log_end_offset);
+        self.last_hw.insert(id, o.high_watermark);
+        // Dropped without `stop`: the crashed log is never closed cleanly.
+        self.partitions.insert(id, Arc::new(p));
+        self.reopened += 1;
+    }
+
     fn recover(&mut self) {
         let Some(&id) = BROKERS.iter().find(|&&b| !self.alive[&b]) else {
             return;
         };
+        self.reopen(id);
         self.alive.insert(id, true);
-        if !self.alive[&self.leader] {
+        // A reopened partition has no role until the controller gives it one: the leader that
+        // comes back (the last of its ISR) is elected again, in a new epoch.
+        if !self.alive[&self.leader] || id == self.leader {
             self.elect();
             if !self.alive[&self.leader] {
                 return;
@@ -325,6 +378,8 @@ impl Sim {
 fn replicas_agree_and_nothing_acknowledged_is_lost_over_many_seeds() {
     let mut acked_total = 0;
     let mut elections = 0;
+    let mut reopened = 0;
+    let mut seeds = 0;
     for seed in std::env::var("SIM_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -337,8 +392,11 @@ fn replicas_agree_and_nothing_acknowledged_is_lost_over_many_seeds() {
         }
         acked_total += sim.acked.len();
         elections += sim.leader_epoch - 1;
+        reopened += sim.reopened;
+        seeds += 1;
     }
     // The scheduler really exercises the protocol.
-    assert!(acked_total > SEEDS as usize * 5, "only {acked_total} acks");
-    assert!(elections > SEEDS as i32, "only {elections} elections");
+    assert!(acked_total > seeds * 5, "only {acked_total} acks");
+    assert!(elections > seeds as i32, "only {elections} elections");
+    assert!(reopened > seeds, "only {reopened} restarts");
 }

@@ -35,7 +35,9 @@ use crate::util::now_ms;
 
 pub use offsets::{DELETE_TO_HIGH_WATERMARK, FoundOffset, OffsetSpec};
 pub use read::{FetchIsolation, FetchParams, ReadResult};
-pub use replication::{AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink};
+pub use replication::{
+    AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink, OpenHighWatermark,
+};
 pub use txn::MarkerResult;
 
 /// Leader epoch of a partition this broker leads from its creation (no elections yet).
@@ -48,7 +50,8 @@ pub enum PartitionRole {
     Leader,
     /// Replicates from the leader; clients get NOT_LEADER_OR_FOLLOWER.
     Follower,
-    /// Stopped (deleted, moved away, broker shutting down): nothing is served.
+    /// Stopped (deleted, moved away, broker shutting down), or a replicated partition just
+    /// reopened whose role the metadata has not set yet: nothing is served.
     None,
 }
 
@@ -223,21 +226,36 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// Open the log in `<data_dir>/<topic>-<index>` and lead it with the epoch its leader-epoch
-    /// cache holds (a single broker never changes it).
+    /// Open the log in `<data_dir>/<topic>-<index>` with its high watermark where `hw` says.
+    /// Alone in its ISR it leads with the epoch its leader-epoch cache holds (a single broker
+    /// never changes it). A replicated partition serves nothing (`PartitionRole::None`) until
+    /// the metadata makes it leader or follower: leading from its own epoch cache, it would
+    /// take appends as if alone in the ISR and commit them at once.
     fn open(
         topic: &Arc<str>,
         index: i32,
         data_dir: &Path,
         config: LogConfig,
         remote: RemoteTier,
+        hw: OpenHighWatermark,
     ) -> Result<Partition, LogError> {
         let dir = data_dir.join(format!("{topic}-{index}"));
         let mut log = Log::open(&dir, config, now_ms())?;
         let leo = log.log_end_offset();
-        log.set_high_watermark(leo);
+        log.set_high_watermark(hw.resolve(log.log_start_offset(), leo));
+        let opened = log.high_watermark();
+        assert!(
+            opened <= leo && opened >= log.log_start_offset(),
+            "{topic}-{index}: opened with HW {opened} outside [{}, {leo}]",
+            log.log_start_offset()
+        );
         let leader_epoch = log.latest_epoch().unwrap_or(LEADER_EPOCH).max(LEADER_EPOCH);
-        let (hw_tx, _) = watch::channel(leo);
+        let role = match hw {
+            OpenHighWatermark::LogEnd => PartitionRole::Leader,
+            OpenHighWatermark::Checkpointed(_) => PartitionRole::None,
+        };
+        let hw = log.high_watermark();
+        let (hw_tx, _) = watch::channel(hw);
         Ok(Partition {
             topic: topic.clone(),
             index,
@@ -245,7 +263,7 @@ impl Partition {
             state: Mutex::new(State {
                 log: Some(log),
                 serving: Serving {
-                    role: PartitionRole::Leader,
+                    role,
                     leader_epoch,
                     leader_id: None,
                     replica: None,
@@ -267,8 +285,9 @@ impl Partition {
         data_dir: &Path,
         config: LogConfig,
         remote: RemoteTier,
+        hw: OpenHighWatermark,
     ) -> Self {
-        match Partition::open(topic, index, data_dir, config, remote.clone()) {
+        match Partition::open(topic, index, data_dir, config, remote.clone(), hw) {
             Ok(p) => p,
             Err(e) => {
                 let dir = data_dir.join(format!("{topic}-{index}"));
@@ -312,7 +331,14 @@ impl Partition {
         config: LogConfig,
         remote: RemoteTier,
     ) -> Result<Partition, LogError> {
-        let partition = Partition::open(topic, index, data_dir, config, remote)?;
+        let partition = Partition::open(
+            topic,
+            index,
+            data_dir,
+            config,
+            remote,
+            OpenHighWatermark::LogEnd,
+        )?;
         if let Ok(assigned) =
             partition.with_state(|serving, log| log.assign_epoch_start_offset(serving.leader_epoch))
         {
@@ -524,6 +550,11 @@ impl Partition {
     pub fn flush(&self) -> Result<(), PartitionError> {
         self.with_log(|log| log.flush())??;
         Ok(())
+    }
+
+    /// The high watermark now (what the `replication-offset-checkpoint` records).
+    pub fn high_watermark(&self) -> Result<i64, PartitionError> {
+        self.with_log(|log| log.high_watermark())
     }
 
     /// Watch the high watermark: a long-polling fetch waits for it to change (it also wakes

@@ -20,6 +20,30 @@ use super::{
     local_offsets,
 };
 
+/// Where a partition's high watermark starts when its log is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenHighWatermark {
+    /// The log end: this broker is alone in the ISR (a single broker, every new partition),
+    /// so everything its log holds is committed.
+    LogEnd,
+    /// The partition has other replicas: the high watermark from the
+    /// `replication-offset-checkpoint` (`None`: no entry, so the log start), never past the log
+    /// end (Kafka's `min(checkpoint, LEO)`). A leader's then advances by the ISR rules, a
+    /// follower's with the leader's.
+    Checkpointed(Option<i64>),
+}
+
+impl OpenHighWatermark {
+    /// The high watermark a log with these offsets opens with.
+    pub fn resolve(self, log_start_offset: i64, log_end_offset: i64) -> i64 {
+        let hw = match self {
+            OpenHighWatermark::LogEnd => log_end_offset,
+            OpenHighWatermark::Checkpointed(hw) => hw.unwrap_or(log_start_offset),
+        };
+        hw.clamp(log_start_offset, log_end_offset)
+    }
+}
+
 /// An ISR change this leader wants (AlterPartition), for the controller wiring to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlterPartitionIntent {

@@ -227,8 +227,14 @@ async fn an_offline_partition_answers_kafka_storage_error() {
     // The partition directory path is taken by a file: the log cannot be opened.
     std::fs::write(dir.path().join("t-0"), b"not a directory").unwrap();
     let topic: Arc<str> = Arc::from(TOPIC);
-    let p =
-        Partition::open_or_offline(&topic, 0, dir.path(), small_config(), RemoteTier::default());
+    let p = Partition::open_or_offline(
+        &topic,
+        0,
+        dir.path(),
+        small_config(),
+        RemoteTier::default(),
+        OpenHighWatermark::LogEnd,
+    );
     assert!(p.offline_reason().is_some());
     let storage = code(ResponseError::KafkaStorageError);
     assert_eq!(p.read(fetch(0)).await.unwrap_err().kafka_code(), storage);
@@ -333,4 +339,48 @@ async fn reads_and_offsets_below_the_local_log_come_from_remote_storage() {
         p.offsets().unwrap().local_log_start_offset,
         o.local_log_start_offset
     );
+}
+
+#[test]
+fn a_reopened_log_starts_its_high_watermark_at_min_of_checkpoint_and_log_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), RemoteTier::default());
+    append(&p, 3, 0);
+    assert_eq!(p.high_watermark().unwrap(), 30);
+    p.stop(false).unwrap();
+    drop(p);
+    let topic: Arc<str> = Arc::from(TOPIC);
+    let reopen = |hw| {
+        let p = Partition::open_or_offline(
+            &topic,
+            0,
+            dir.path(),
+            small_config(),
+            RemoteTier::default(),
+            hw,
+        );
+        let o = p.offsets().unwrap();
+        let role = match hw {
+            OpenHighWatermark::LogEnd => PartitionRole::Leader,
+            // No role, so no appends, until the metadata names one.
+            OpenHighWatermark::Checkpointed(_) => PartitionRole::None,
+        };
+        assert_eq!(p.role(), role);
+        // The watch fetches wait on starts at the same value.
+        assert_eq!(*p.watch_high_watermark().borrow(), o.high_watermark);
+        p.stop(false).unwrap();
+        (o.high_watermark, o.log_end_offset)
+    };
+    // Alone in the ISR: everything the log holds is committed (the single-broker rule).
+    assert_eq!(reopen(OpenHighWatermark::LogEnd), (30, 30));
+    // Replicated: the checkpointed HW, never above the log end, and the log start without one.
+    assert_eq!(reopen(OpenHighWatermark::Checkpointed(Some(20))), (20, 30));
+    assert_eq!(reopen(OpenHighWatermark::Checkpointed(Some(31))), (30, 30));
+    assert_eq!(reopen(OpenHighWatermark::Checkpointed(None)), (0, 30));
+    assert_eq!(OpenHighWatermark::Checkpointed(Some(3)).resolve(5, 9), 5);
+    assert_eq!(
+        OpenHighWatermark::Checkpointed(Some(i64::MAX)).resolve(5, 9),
+        9
+    );
+    assert_eq!(OpenHighWatermark::LogEnd.resolve(5, 9), 9);
 }

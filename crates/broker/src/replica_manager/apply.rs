@@ -13,7 +13,7 @@ use streamforge_metadata::{
 use uuid::Uuid;
 
 use super::{Partition, ReplicaManager, Topic, TopicError, open_partitions};
-use crate::partition::RemoteTier;
+use crate::partition::{OpenHighWatermark, RemoteTier};
 use crate::partition_create::create_all;
 use crate::topic_config;
 
@@ -53,7 +53,11 @@ impl ReplicaManager {
             let config = topic_config::log_config(&defaults, &configs);
             let name: Arc<str> = Arc::from(t.name.as_str());
             let remote = self.remote_tier(&configs);
-            let partitions = open_partitions(&name, &hosted, &self.data_dir, &config, &remote);
+            let hw = |p: i32| match t.partitions.get(&p) {
+                Some(state) => self.open_high_watermark(&t.name, p, state),
+                None => OpenHighWatermark::LogEnd,
+            };
+            let partitions = open_partitions(&name, &hosted, &self.data_dir, &config, &remote, &hw);
             roles.extend(
                 partitions
                     .iter()

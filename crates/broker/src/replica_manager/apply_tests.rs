@@ -249,3 +249,47 @@ mod sparse {
         rm.close_all();
     }
 }
+
+#[test]
+fn the_high_watermark_checkpoint_is_written_per_interval_and_at_shutdown() {
+    use crate::partition::{Acks, AppendParams};
+    use crate::replica_manager::hw_checkpoint;
+    use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
+    let dir = tempfile::tempdir().unwrap();
+    let rm = open(dir.path());
+    rm.create_topic("t", 2, BTreeMap::new(), false).unwrap();
+    let p = rm.partition("t", 1).unwrap();
+    let append = || {
+        let params = AppendParams { acks: Acks::Leader };
+        p.append(&mut build_simple(BatchSpec::default(), 4, 10), params)
+            .unwrap();
+    };
+    let file = || hw_checkpoint::read(dir.path()).unwrap().unwrap_or_default();
+    let hw = |entries: &hw_checkpoint::HighWatermarks, index| entries[&("t".to_string(), index)];
+    append();
+    rm.set_hw_checkpoint_interval_ms(5_000);
+    rm.tick(1_000, 0);
+    assert_eq!((hw(&file(), 0), hw(&file(), 1)), (0, 4));
+    append();
+    rm.tick(5_999, 0);
+    assert_eq!(hw(&file(), 1), 4, "not before the interval");
+    rm.tick(6_000, 0);
+    assert_eq!(hw(&file(), 1), 8);
+    append();
+    rm.close_all();
+    assert_eq!(hw(&file(), 1), 12, "written at shutdown");
+    drop((p, rm));
+    // A partition alone in its ISR opens at its log end whatever the file says.
+    let lower = hw_checkpoint::HighWatermarks::from([(("t".to_string(), 1), 3)]);
+    hw_checkpoint::write(dir.path(), &lower).unwrap();
+    let rm = open(dir.path());
+    assert_eq!(rm.partition("t", 1).unwrap().high_watermark().unwrap(), 12);
+    // A damaged file is reported and read as empty; the broker still starts.
+    rm.close_all();
+    drop(rm);
+    std::fs::write(dir.path().join(hw_checkpoint::HW_CHECKPOINT_FILE), "0\n9\n").unwrap();
+    let rm = open(dir.path());
+    assert_eq!(rm.partition("t", 1).unwrap().high_watermark().unwrap(), 12);
+    rm.close_all();
+    assert_eq!(hw(&file(), 1), 12, "the damaged file is replaced");
+}

@@ -67,13 +67,17 @@ impl ReplicaManager {
         }
     }
 
-    /// Flush and close every log (writes the clean-shutdown markers).
+    /// Flush and close every log (writes the clean-shutdown markers), then write the
+    /// high-watermark checkpoint with the HWs the logs had when they closed.
     ///
     /// Each close is a handful of fsyncs; one after another they made a clean shutdown of a
     /// broker with the 50 `__consumer_offsets` partitions take over a second. They are I/O
     /// waits, not CPU, so up to [`CLOSE_THREADS_MAX`] run at once.
     pub fn close_all(&self) {
         let partitions = self.all_partitions();
+        // Taken before the logs close (a closed partition has no log to ask); nothing is
+        // served any more, so these are the final values.
+        let high_watermarks = self.high_watermarks();
         let next = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|scope| {
             for _ in 0..partitions.len().min(CLOSE_THREADS_MAX) {
@@ -88,6 +92,7 @@ impl ReplicaManager {
                 });
             }
         });
+        self.write_hw_checkpoint(high_watermarks);
     }
 }
 
