@@ -180,6 +180,8 @@ impl MetadataImage {
     }
 
     /// Apply records in order, accumulating one delta; stops at the first that does not apply.
+    /// The records are applied in place to one copy, so a batch copies the shared maps it
+    /// touches once, not once per record.
     pub fn apply_all<'a>(
         &self,
         records: impl IntoIterator<Item = (&'a Record, LogPosition)>,
@@ -187,7 +189,7 @@ impl MetadataImage {
         let mut delta = MetadataDelta::default();
         let mut image = self.clone();
         for (record, at) in records {
-            image = image.apply_into(record, at, &mut delta)?;
+            image.apply_mut(record, at, &mut delta)?;
         }
         Ok((image, delta))
     }
@@ -199,29 +201,42 @@ impl MetadataImage {
         at: LogPosition,
         delta: &mut MetadataDelta,
     ) -> Result<MetadataImage, ApplyError> {
+        let mut next = self.clone();
+        next.apply_mut(record, at, delta)?;
+        Ok(next)
+    }
+
+    /// Apply `record` to this image in place, noting changes in `delta`. All or nothing: a
+    /// record that does not apply leaves the image and `delta` as they were (every rule is
+    /// checked before anything changes). Replaying a log this way copies a map shared with an
+    /// older image only the first time it changes.
+    pub fn apply_mut(
+        &mut self,
+        record: &Record,
+        at: LogPosition,
+        delta: &mut MetadataDelta,
+    ) -> Result<(), ApplyError> {
         if at.offset <= self.position.offset {
             return Err(ApplyError::OffsetNotAfter {
                 offset: at.offset,
                 image: self.position.offset,
             });
         }
-        let mut next = self.clone();
-        next.position = at;
         match record {
-            Record::RegisterBroker(r) => next.register_broker(r, delta)?,
+            Record::RegisterBroker(r) => self.register_broker(r, delta)?,
             Record::FenceBroker {
                 broker_id,
                 broker_epoch,
-            } => next.set_fenced(*broker_id, *broker_epoch, true, delta)?,
+            } => self.set_fenced(*broker_id, *broker_epoch, true, delta)?,
             Record::UnfenceBroker {
                 broker_id,
                 broker_epoch,
-            } => next.set_fenced(*broker_id, *broker_epoch, false, delta)?,
-            Record::Topic(t) => next.add_topic(t, delta)?,
-            Record::Partition(p) => next.add_partition(p, delta)?,
-            Record::PartitionChange(c) => next.change_partition(c, delta)?,
+            } => self.set_fenced(*broker_id, *broker_epoch, false, delta)?,
+            Record::Topic(t) => self.add_topic(t, delta)?,
+            Record::Partition(p) => self.add_partition(p, delta)?,
+            Record::PartitionChange(c) => self.change_partition(c, delta)?,
             Record::Config(c) => {
-                next.set_config(c)?;
+                self.set_config(c)?;
                 delta.configs_changed.insert(c.resource.clone());
             }
             Record::ProducerIds(p) => {
@@ -232,11 +247,12 @@ impl MetadataImage {
                         current,
                     });
                 }
-                next.producer_ids = Some(p.clone());
+                self.producer_ids = Some(p.clone());
             }
-            Record::RemoveTopic { topic_id } => next.remove_topic(*topic_id, delta)?,
+            Record::RemoveTopic { topic_id } => self.remove_topic(*topic_id, delta)?,
         }
-        Ok(next)
+        self.position = at;
+        Ok(())
     }
 
     fn register_broker(

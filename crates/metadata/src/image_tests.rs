@@ -142,6 +142,16 @@ fn records_that_do_not_fit_are_refused_and_leave_the_image_unchanged() {
     ];
     for record in &bad {
         assert!(image.apply(record, at).is_err(), "{record:?} applied");
+        // In place too: all or nothing, the image and the delta as they were.
+        let mut in_place = image.clone();
+        let mut delta = MetadataDelta::default();
+        assert!(in_place.apply_mut(record, at, &mut delta).is_err());
+        assert_eq!(in_place, image, "{record:?} changed the image");
+        assert_eq!(
+            delta,
+            MetadataDelta::default(),
+            "{record:?} changed the delta"
+        );
     }
     let old = LogPosition {
         offset: image.position().offset,
@@ -229,6 +239,29 @@ proptest! {
             }
         }
         prop_assert_eq!(MetadataImage::load(&image.snapshot()).unwrap(), image);
+    }
+
+    /// Replaying in place (what a node does at start-up) gives the image and the delta that
+    /// applying each record to a new copy gives, whichever records refuse to apply.
+    #[test]
+    fn replaying_in_place_equals_applying_to_copies(
+        changes in prop::collection::vec((0..3i32, prop::option::of(0..5i32), prop::collection::vec(1..4i32, 0..3)), 0..30)
+    ) {
+        let mut copied = build(&cluster());
+        let mut in_place = copied.clone();
+        let (mut copied_delta, mut in_place_delta) = (MetadataDelta::default(), MetadataDelta::default());
+        for (p, leader, isr) in changes {
+            let record = change(p, leader, Some(&isr));
+            let at = next(&copied);
+            let a = copied.apply_into(&record, at, &mut copied_delta);
+            let b = in_place.apply_mut(&record, at, &mut in_place_delta);
+            prop_assert_eq!(a.is_ok(), b.is_ok());
+            if let Ok(image) = a {
+                copied = image;
+            }
+            prop_assert_eq!(&copied, &in_place);
+        }
+        prop_assert_eq!(copied_delta, in_place_delta);
     }
 
     #[test]

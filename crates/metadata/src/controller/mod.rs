@@ -127,9 +127,14 @@ impl Controller {
     pub fn config(&self) -> &ControllerConfig {
         &self.config
     }
-    /// The image the controller decides against (committed plus its own pending records).
+    /// The image the controller decides against (committed plus its own pending records); an
+    /// inactive controller decides nothing, so that is the committed image.
     pub fn image(&self) -> &MetadataImage {
-        &self.image
+        if self.is_active() {
+            &self.image
+        } else {
+            &self.committed
+        }
     }
     pub fn committed(&self) -> &MetadataImage {
         &self.committed
@@ -178,8 +183,10 @@ impl Controller {
         record: &Record,
         at: LogPosition,
     ) -> Result<MetadataDelta, ApplyError> {
-        let (committed, delta) = self.committed.apply(record, at)?;
-        self.committed = committed;
+        // In place: an inactive node replays the whole log at start-up, and copying the image's
+        // maps per record made that grow with topics x records.
+        let mut delta = MetadataDelta::default();
+        self.committed.apply_mut(record, at, &mut delta)?;
         if let Record::RegisterBroker(r) = record {
             self.registered_at.insert(r.broker_id, at.offset);
         }
@@ -188,10 +195,14 @@ impl Controller {
             if self.pending.is_empty() {
                 self.image = self.committed.clone();
             }
-        } else {
-            // Not ours (inactive, or a record another leader wrote): the committed log wins.
+        } else if self.active_epoch.is_some() {
+            // A record another leader wrote: the committed log wins.
             self.pending.clear();
             self.image = self.committed.clone();
+        } else {
+            // Inactive: nothing is decided against `image`; `activate` starts it from the
+            // committed image (not keeping it in step here keeps the replay in place).
+            self.pending.clear();
         }
         Ok(delta)
     }
