@@ -52,6 +52,7 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ("log.dir", "data_dir"),
     ("node.id", "node_id"),
     ("broker.id", "node_id"),
+    ("controller.quorum.voters", "controller_quorum_voters"),
     ("num.partitions", "num_partitions"),
     ("default.replication.factor", "default_replication_factor"),
     ("broker.session.timeout.ms", "broker_session_timeout_ms"),

@@ -5,6 +5,7 @@
 //! batch shows up in [`MetadataQuorum::read_committed`] when a majority has it). Leadership,
 //! the epoch (Raft term) and follower lag come from openraft's metrics.
 
+pub mod forward;
 mod network;
 mod store;
 pub mod tcp;
@@ -119,6 +120,8 @@ pub struct RaftQuorum {
     submit: mpsc::Sender<Batch>,
     /// The TCP listener's task, when there is one.
     server: Option<Arc<tokio::task::AbortHandle>>,
+    /// Who answers controller events forwarded to this voter over TCP.
+    forward: forward::ForwardSlot,
 }
 
 impl std::fmt::Debug for RaftQuorum {
@@ -153,7 +156,8 @@ impl RaftQuorum {
         listener: tokio::net::TcpListener,
     ) -> Result<RaftQuorum, RaftStartError> {
         let mut quorum = RaftQuorum::start_with(id, timing, tcp::TcpNetwork).await?;
-        let server = tokio::spawn(tcp::serve(listener, quorum.raft.clone()));
+        let served = tcp::serve(listener, quorum.raft.clone(), quorum.forward.clone());
+        let server = tokio::spawn(served);
         quorum.server = Some(Arc::new(server.abort_handle()));
         Ok(quorum)
     }
@@ -199,6 +203,7 @@ impl RaftQuorum {
             in_flight,
             submit,
             server: None,
+            forward: forward::ForwardSlot::default(),
         })
     }
 
@@ -240,6 +245,27 @@ impl RaftQuorum {
 
     pub fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft
+    }
+
+    /// Answer controller events forwarded to this voter with `handler`.
+    pub fn set_forward_handler(&self, handler: Arc<dyn forward::ForwardHandler>) {
+        self.forward.set(handler);
+    }
+
+    /// The quorum leader and its quorum-listener address (from the membership).
+    pub fn leader_addr(&self) -> Option<(NodeId, String)> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        let node = metrics.membership_config.membership().get_node(&leader)?;
+        Some((leader, node.addr.clone()))
+    }
+
+    /// Changes to what this voter knows (entries applied, leader, term), to wait on instead of
+    /// polling.
+    pub fn changes(
+        &self,
+    ) -> tokio::sync::watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>> {
+        self.raft.metrics()
     }
 }
 
