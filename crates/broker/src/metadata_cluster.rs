@@ -122,9 +122,9 @@ pub fn wait_change(changes: &mut Changes, timeout: Duration) {
     }
 }
 
-/// Send `event` to the controller at `addr` (blocking).
-pub fn forward_blocking(addr: &str, event: Event) -> std::io::Result<Forwarded> {
-    tokio::runtime::Handle::current().block_on(forward::forward(addr, event))
+/// Send `event` to the controller at `addr` (blocking), waiting at most `timeout`.
+pub fn forward_blocking(addr: &str, event: Event, timeout: Duration) -> std::io::Result<Forwarded> {
+    tokio::runtime::Handle::current().block_on(forward::forward(addr, event, timeout))
 }
 
 /// Time left before `deadline` (zero when past).
@@ -149,6 +149,9 @@ pub fn derived_cluster_id(voters: &BTreeMap<NodeId, String>) -> String {
 /// How long a request waits for a controller to answer (elections included) before it gets
 /// NOT_CONTROLLER.
 pub const CONTROLLER_WAIT_MS: u64 = 10_000;
+/// How long a controlled shutdown waits for a controller (the last broker of a cluster that is
+/// stopping has none) before the broker closes its logs anyway.
+pub const SHUTDOWN_WAIT_MS: u64 = 3_000;
 /// A request whose controller is unknown or unreachable asks again after at most this long
 /// (sooner when the quorum's leader changes).
 const RETRY_WAIT_MS: u64 = 50;
@@ -196,19 +199,22 @@ impl MetadataService {
                 Some((leader, _)) if leader == self.node_id as NodeId => {
                     self.request_active(raft, event.clone(), deadline)?
                 }
-                Some((leader, addr)) => match forward_blocking(&addr, event.clone()) {
-                    Ok(answer) => {
-                        let reply = Reply::from_wire(answer.reply);
-                        if !reply.is_not_controller() {
-                            self.wait_applied(raft, answer.committed_offset, deadline)?;
+                Some((leader, addr)) => {
+                    let timeout = remaining(deadline).max(Duration::from_millis(RETRY_WAIT_MS));
+                    match forward_blocking(&addr, event.clone(), timeout) {
+                        Ok(answer) => {
+                            let reply = Reply::from_wire(answer.reply);
+                            if !reply.is_not_controller() {
+                                self.wait_applied(raft, answer.committed_offset, deadline)?;
+                            }
+                            reply
                         }
-                        reply
+                        Err(error) => {
+                            tracing::debug!(%error, leader, "controller unreachable");
+                            Reply::NotController
+                        }
                     }
-                    Err(error) => {
-                        tracing::debug!(%error, leader, "controller unreachable");
-                        Reply::NotController
-                    }
-                },
+                }
                 None => Reply::NotController,
             };
             tracing::debug!(?reply, "controller reply");

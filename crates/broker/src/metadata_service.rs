@@ -205,7 +205,7 @@ impl MetadataService {
         };
         self.broker_epoch.store(epoch, Ordering::Relaxed);
         for _ in 0..UNFENCE_ATTEMPTS_MAX {
-            let (fenced, d) = self.heartbeat(now_ms)?;
+            let (fenced, d) = self.heartbeat(now_ms, REGISTRATION_WAIT_MS)?;
             delta.merge(d);
             if !fenced {
                 tracing::info!(
@@ -220,7 +220,8 @@ impl MetadataService {
     }
 
     /// One heartbeat; returns whether this broker is still fenced, and what committed.
-    fn heartbeat(&self, now_ms: u64) -> Result<(bool, MetadataDelta), MetadataError> {
+    /// In cluster mode it waits at most `wait_ms` for a controller.
+    fn heartbeat(&self, now_ms: u64, wait_ms: u64) -> Result<(bool, MetadataDelta), MetadataError> {
         let metadata_offset = self.image.read().position().offset;
         let event = Event::BrokerHeartbeat(BrokerHeartbeat {
             broker_id: self.node_id,
@@ -230,7 +231,7 @@ impl MetadataService {
             wants_shutdown: false,
         });
         self.last_heartbeat_ms.store(now_ms, Ordering::Relaxed);
-        let (reply, delta) = self.request(event, now_ms)?;
+        let (reply, delta) = self.request_within(event, now_ms, wait_ms)?;
         match reply {
             Reply::BrokerHeartbeat(Ok(r)) => Ok((r.is_fenced, delta)),
             Reply::BrokerHeartbeat(Err(e)) => Err(MetadataError::Refused(e)),
@@ -246,7 +247,12 @@ impl MetadataService {
         if now_ms.saturating_sub(last) < self.heartbeat_interval_ms {
             return Ok(MetadataDelta::default());
         }
-        let (_, mut delta) = self.heartbeat(now_ms)?;
+        // Heartbeats run on the housekeeping tick: without a controller, wait no longer than
+        // until the next one is due.
+        let wait_ms = self
+            .heartbeat_interval_ms
+            .min(crate::metadata_cluster::CONTROLLER_WAIT_MS);
+        let (_, mut delta) = self.heartbeat(now_ms, wait_ms)?;
         let mut node = self.node.lock();
         // Only the active controller fences silent brokers (an inactive one writes nothing).
         if node.is_active() {
@@ -268,7 +274,8 @@ impl MetadataService {
             wants_fence: false,
             wants_shutdown: true,
         });
-        Ok(self.request(event, now_ms)?.1)
+        let wait_ms = crate::metadata_cluster::SHUTDOWN_WAIT_MS;
+        Ok(self.request_within(event, now_ms, wait_ms)?.1)
     }
 
     /// A block of producer ids for this broker (AllocateProducerIds).

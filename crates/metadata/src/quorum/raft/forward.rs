@@ -72,8 +72,9 @@ impl ForwardSlot {
     }
 }
 
-/// Send `event` to the controller listening at `addr` and wait for its answer.
-pub async fn forward(addr: &str, event: Event) -> std::io::Result<Forwarded> {
+/// Send `event` to the controller listening at `addr` and wait for its answer, at most
+/// `timeout` (itself capped by [`FORWARD_TIMEOUT_MS`]).
+pub async fn forward(addr: &str, event: Event, timeout: Duration) -> std::io::Result<Forwarded> {
     let call = async {
         let mut stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
@@ -83,7 +84,8 @@ pub async fn forward(addr: &str, event: Event) -> std::io::Result<Forwarded> {
             _ => Err(std::io::Error::other("answer of another kind")),
         }
     };
-    match tokio::time::timeout(Duration::from_millis(FORWARD_TIMEOUT_MS), call).await {
+    let timeout = timeout.min(Duration::from_millis(FORWARD_TIMEOUT_MS));
+    match tokio::time::timeout(timeout, call).await {
         Ok(result) => result,
         Err(_) => Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
