@@ -122,7 +122,9 @@ def test_three_brokers_place_rf3_topics_across_them_and_serve_each_partitions_le
     p50 = statistics.median(took)
     p99 = took[min(len(took) - 1, round(0.99 * (len(took) - 1)))]
     print(f"metadata propagation over {len(took)} topics: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
-    assert p99 < 5, took
+    # Measured 7 ms / 8 ms (debug, shared machine); a round trip waiting on a timer (a delayed
+    # ACK once made p50 90 ms) fails the first bound.
+    assert p50 < 0.05 and p99 < 0.5, took
 
     # acks=1 produce to each partition (the client sends each to its leader), consume back.
     bootstrap = ",".join(b.bootstrap for b in brokers)

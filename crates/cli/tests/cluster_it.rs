@@ -271,7 +271,10 @@ fn three_brokers_form_a_cluster_propagate_topics_and_survive_losing_the_controll
         "metadata propagation over {PROPAGATION_TOPICS} topics (create + Metadata with leaders on 3 brokers): p50 {p50:?}, p99 {p99:?}, max {:?}",
         took.last().unwrap()
     );
-    assert!(p99 < Duration::from_secs(5), "propagation p99 {p99:?}");
+    // Measured 10 ms / 21 ms (debug, shared machine); the bounds leave room for a loaded one
+    // and still catch a round trip that waits on a timer (a delayed ACK made p50 90 ms).
+    assert!(p50 < Duration::from_millis(50), "propagation p50 {p50:?}");
+    assert!(p99 < Duration::from_millis(500), "propagation p99 {p99:?}");
 
     // kill -9 the active controller: another voter takes over.
     let dead = cluster.index_of(controller);

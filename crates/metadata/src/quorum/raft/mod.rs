@@ -280,8 +280,16 @@ async fn submit_in_order(
         match raft.client_write_ff(batch).await {
             Ok(done) => {
                 let in_flight = in_flight.clone();
+                let raft = raft.clone();
                 tokio::spawn(async move {
-                    if !matches!(done.await, Ok(Ok(_))) {
+                    if matches!(done.await, Ok(Ok(_))) {
+                        // Followers learn the commit from the next AppendEntries: send it now
+                        // instead of at the next heartbeat (up to `heartbeat_interval_ms` later),
+                        // so every broker applies a committed change within a round trip.
+                        if let Err(error) = raft.trigger().heartbeat().await {
+                            tracing::debug!(%error, "heartbeat after commit");
+                        }
+                    } else {
                         tracing::debug!(seq, "metadata proposal not committed");
                     }
                     in_flight.fetch_sub(1, Ordering::AcqRel);
