@@ -109,6 +109,19 @@ def test_three_brokers_place_rf3_topics_across_them_and_serve_each_partitions_le
         create(brokers[1], "cluster-rf4", 1, 4)
     assert "INVALID_REPLICATION_FACTOR" in str(too_many.value)
 
+    # A topic config altered through one broker is what every broker describes.
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "cluster-rf3", incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin(brokers[2]).incremental_alter_configs([resource]).values():
+        f.result(20)
+    for b in brokers:
+        def described(b=b):
+            r = ConfigResource(ConfigResource.Type.TOPIC, "cluster-rf3")
+            entries = list(admin(b).describe_configs([r]).values())[0].result(20)
+            return entries["retention.ms"].value == "3600000"
+        wait_for("the config on every broker", described)
+
     # Propagation: create on one broker, until every broker answers Metadata with leaders.
     took = []
     for n in range(20):

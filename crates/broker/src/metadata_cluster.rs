@@ -89,7 +89,7 @@ pub fn start_voter(node_id: i32, cluster: &ClusterOptions) -> std::io::Result<Ra
             "node {node_id} is not in --controller-quorum-voters"
         )));
     }
-    tokio::runtime::Handle::current().block_on(async {
+    block_on(async {
         let listener = tokio::net::TcpListener::bind(&cluster.listen)
             .await
             .map_err(|e| {
@@ -117,14 +117,22 @@ pub type Changes = watch::Receiver<RaftMetrics<NodeId, BasicNode>>;
 pub fn wait_change(changes: &mut Changes, timeout: Duration) {
     let wait = tokio::time::timeout(timeout, changes.changed());
     // A closed channel means the voter stopped: the caller's deadline ends its loop.
-    if let Ok(Err(_)) = tokio::runtime::Handle::current().block_on(wait) {
+    if let Ok(Err(_)) = block_on(wait) {
         std::thread::sleep(timeout);
     }
 }
 
+/// Run `future` to completion from synchronous code: a blocking thread, or a runtime worker
+/// (a few transaction paths reach the metadata service from async handlers), which
+/// `block_in_place` hands its other tasks away from first.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(move || handle.block_on(future))
+}
+
 /// Send `event` to the controller at `addr` (blocking), waiting at most `timeout`.
 pub fn forward_blocking(addr: &str, event: Event, timeout: Duration) -> std::io::Result<Forwarded> {
-    tokio::runtime::Handle::current().block_on(forward::forward(addr, event, timeout))
+    block_on(forward::forward(addr, event, timeout))
 }
 
 /// Time left before `deadline` (zero when past).

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
@@ -169,6 +170,26 @@ fn create(addr: SocketAddr, topic: &str, partitions: i32, rf: i16) -> i16 {
     r.topics[0].error_code
 }
 
+fn create_partitions(addr: SocketAddr, topic: &str, count: i32) -> i16 {
+    let mut t = CreatePartitionsTopic::default();
+    t.name = name(topic);
+    t.count = count;
+    t.assignments = None;
+    let mut req = CreatePartitionsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 15_000;
+    let r: CreatePartitionsResponse = Conn::connect(addr).call(ApiKey::CreatePartitions, 3, &req);
+    r.results[0].error_code
+}
+
+fn delete(addr: SocketAddr, topic: &str) -> i16 {
+    let mut req = DeleteTopicsRequest::default();
+    req.topic_names = vec![name(topic)];
+    req.timeout_ms = 15_000;
+    let r: DeleteTopicsResponse = Conn::connect(addr).call(ApiKey::DeleteTopics, 4, &req);
+    r.responses[0].error_code
+}
+
 /// Per partition: (leader, replicas, isr), or `None` until every partition has a leader.
 type Assignment = Vec<(i32, Vec<i32>, Vec<i32>)>;
 
@@ -252,6 +273,35 @@ fn three_brokers_form_a_cluster_propagate_topics_and_survive_losing_the_controll
     }
     // More replicas than brokers: INVALID_REPLICATION_FACTOR (38).
     assert_eq!(create(addrs[1], "too-many", 1, 4), 38);
+
+    // CreatePartitions and DeleteTopics sent to other brokers apply on every broker.
+    assert_eq!(create_partitions(addrs[2], "replicated", 6), 0);
+    for a in &addrs {
+        wait_for("6 partitions on every broker", || {
+            assignment(*a, "replicated").filter(|x| x.len() == 6)
+        });
+    }
+    assert_eq!(create(addrs[0], "doomed", 2, 3), 0);
+    for a in &addrs {
+        wait_for("the topic on every broker", || assignment(*a, "doomed"));
+    }
+    assert_eq!(delete(addrs[1], "doomed"), 0);
+    for a in &addrs {
+        wait_for("the topic gone from every broker", || {
+            // UNKNOWN_TOPIC_OR_PARTITION (3).
+            (metadata(*a, &["doomed"]).topics[0].error_code == 3).then_some(())
+        });
+    }
+    for n in &cluster.nodes {
+        wait_for("the deleted topic's logs removed on every broker", || {
+            let left = std::fs::read_dir(&n.dir)
+                .unwrap()
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("doomed-"))
+                .count();
+            (left == 0).then_some(())
+        });
+    }
 
     // Propagation: create on one broker (in turn), time until every broker answers Metadata
     // with leaders for it.
