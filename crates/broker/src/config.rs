@@ -104,6 +104,12 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     /// `quota.window.num` / `quota.window.size.seconds`: the client-quota sensors' windows.
     pub quota_window: crate::quota::rate::RateConfig,
+    /// `controller.quorum.voters`: `Some` makes this broker a voter of that static quorum
+    /// (and the controller when it leads); `None` is the one-voter quorum of itself.
+    pub cluster: Option<crate::metadata_cluster::ClusterOptions>,
+    /// The cluster id a fresh data dir gets (`None`: random alone, derived from the voters in
+    /// a cluster, so every broker of it has the same one).
+    pub cluster_id: Option<String>,
 }
 
 impl Default for BrokerConfig {
@@ -149,6 +155,8 @@ impl Default for BrokerConfig {
             broker_session_timeout_ms: 9_000,
             broker_heartbeat_interval_ms: 2_000,
             quota_window: Default::default(),
+            cluster: None,
+            cluster_id: None,
         }
     }
 }

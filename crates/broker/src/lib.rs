@@ -15,6 +15,7 @@ pub mod http_auth;
 pub mod http_view;
 mod http_view_console;
 mod http_view_groups;
+pub mod metadata_cluster;
 mod metadata_import;
 pub mod metadata_service;
 pub mod partition;
@@ -227,6 +228,11 @@ impl Broker {
         // background flush does not re-scan an ever longer tail on every restart.
         let st = state.clone();
         tokio::task::spawn_blocking(move || st.replicas.checkpoint_recovery(st.clock.now_ms()));
+        if state.replicas.metadata().is_cluster() {
+            // Cluster mode: every committed delta is applied here as it commits.
+            let st = state.clone();
+            tokio::task::spawn_blocking(move || st.replicas.follow_metadata(&st.shutdown));
+        }
         log_listening(&state, kafka_addr, partitions_max);
         tiered::startup(&state).await;
         let http = match http_listener {
@@ -408,6 +414,11 @@ async fn open_storage(
     let static_log_defaults = config.log_defaults.clone();
     let static_max_connections = config.max_connections;
     let groups_config = config.groups.clone();
+    let fresh_cluster_id = match (&config.cluster_id, &config.cluster) {
+        (Some(id), _) => id.clone(),
+        (None, Some(cluster)) => metadata_cluster::derived_cluster_id(&cluster.voters),
+        (None, None) => new_cluster_id(),
+    };
     let storage_error = {
         let path = data_dir.clone();
         move |message: String| BrokerError::Storage {
@@ -424,7 +435,7 @@ async fn open_storage(
             .map_err(|e| error(e.to_string()))?;
         let cluster_id = replicas
             .store()
-            .cluster_id(new_cluster_id)
+            .cluster_id(|| fresh_cluster_id)
             .map_err(|e| error(e.to_string()))?;
         let groups = group_service::GroupService::open(&replicas, groups_config)
             .map_err(|e| error(e.to_string()))?;
@@ -470,6 +481,7 @@ fn metadata_options(
             ..ControllerConfig::default()
         },
         heartbeat_interval_ms: config.broker_heartbeat_interval_ms,
+        cluster: config.cluster.clone(),
     }
 }
 
@@ -622,10 +634,12 @@ fn request_memory_kib(config: &BrokerConfig) -> usize {
 }
 
 fn new_cluster_id() -> String {
-    // Kafka cluster ids are 16 random bytes in URL-safe base64 without padding (22 chars).
+    encode_cluster_id(u128::from_be_bytes(rand::random()))
+}
+
+/// Kafka cluster ids are 16 bytes in URL-safe base64 without padding (22 chars).
+pub(crate) fn encode_cluster_id(mut bits: u128) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes: [u8; 16] = rand::random();
-    let mut bits: u128 = u128::from_be_bytes(bytes);
     let mut out = String::with_capacity(22);
     for _ in 0..22 {
         out.push(ALPHABET[(bits & 63) as usize] as char);

@@ -6,8 +6,12 @@
 //! A broker started without `--controller-quorum-voters` is a one-voter quorum of itself
 //! ([`DurableQuorum`], persisted in `<data-dir>/__cluster_metadata-0`): the same controller, the
 //! same records, the same deltas as a cluster; a proposal commits (fsynced) when it is made.
+//! With voters it is one voter of a Raft quorum; what differs is in [`crate::metadata_cluster`]
+//! (forwarding to the active controller, waiting for commits).
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use kafka_protocol::ResponseError;
@@ -16,14 +20,21 @@ use streamforge_metadata::controller::{
     BrokerHeartbeat, BrokerRegistration, ControllerConfig, Event, ProducerIdBlock, Reply,
 };
 use streamforge_metadata::node::{MetadataNode, RequestId};
+use streamforge_metadata::quorum::raft::RaftQuorum;
 use streamforge_metadata::quorum::{DurableQuorum, MetadataQuorum};
 use streamforge_metadata::records::{Endpoint, Record};
 use streamforge_metadata::{MetadataDelta, MetadataImage};
+use streamforge_protocol::clock::SharedClock;
+
+use crate::metadata_cluster::{BrokerQuorum, ClusterOptions};
 
 /// Kafka's name for the metadata log's directory.
 pub const METADATA_DIR: &str = "__cluster_metadata-0";
 /// Heartbeats at start-up until the controller unfences this broker (each one a poll).
 const UNFENCE_ATTEMPTS_MAX: usize = 16;
+/// Cluster mode: how long registration waits for a quorum to form and elect a controller
+/// (the other voters may start after this one).
+const REGISTRATION_WAIT_MS: u64 = 120_000;
 
 /// Why the metadata service could not start or answer.
 #[derive(Debug, thiserror::Error)]
@@ -34,55 +45,100 @@ pub enum MetadataError {
     Node(#[from] streamforge_metadata::node::NodeError),
     #[error("the controller refused: {0:?}")]
     Refused(ResponseError),
+    #[error("metadata log: offset {offset} not applied here within {waited_ms} ms")]
+    NotApplied { offset: i64, waited_ms: u64 },
 }
 
 /// The metadata node of this broker and its registration.
 pub struct MetadataService {
-    node_id: i32,
-    node: Mutex<MetadataNode<DurableQuorum>>,
+    pub(crate) node_id: i32,
+    pub(crate) node: Mutex<MetadataNode<BrokerQuorum>>,
     /// The committed image as of the last poll, for readers (handlers) without the node lock.
-    image: RwLock<MetadataImage>,
+    pub(crate) image: RwLock<MetadataImage>,
+    /// Cluster mode: this node's voter (the leader's address, commit notifications).
+    pub(crate) raft: Option<RaftQuorum>,
+    /// What committed since the replica manager last took it (every poll adds to it).
+    pending: Mutex<MetadataDelta>,
+    /// Cluster mode: replies a poll released, for the request waiting on each (bounded by
+    /// `AWAITING_REPLIES_MAX` request ids).
+    pub(crate) released: Mutex<BTreeMap<RequestId, Reply>>,
+    pub(crate) clock: SharedClock,
     broker_epoch: AtomicI64,
     last_heartbeat_ms: AtomicU64,
     heartbeat_interval_ms: u64,
-    next_request: AtomicU64,
+    pub(crate) next_request: AtomicU64,
+}
+
+/// Where the metadata service starts.
+pub struct MetadataStart<'a> {
+    pub data_dir: &'a Path,
+    pub node_id: i32,
+    pub controller: ControllerConfig,
+    pub heartbeat_interval_ms: u64,
+    /// `Some`: a voter of this static quorum; `None`: the one-voter quorum of itself.
+    pub cluster: Option<&'a ClusterOptions>,
+    pub clock: SharedClock,
 }
 
 impl MetadataService {
-    /// Open the metadata log in `data_dir`. When it is empty, `import` gives the records of an
-    /// earlier release's files, written once as the log's first batch.
+    /// Open the metadata log in `data_dir` (one voter) or join the cluster's quorum. When the
+    /// one-voter log is empty, `import` gives the records of an earlier release's files,
+    /// written once as the log's first batch.
     pub fn open(
-        data_dir: &Path,
-        node_id: i32,
-        controller: ControllerConfig,
-        heartbeat_interval_ms: u64,
+        start: MetadataStart<'_>,
         import: impl FnOnce() -> std::io::Result<Vec<Record>>,
-    ) -> Result<MetadataService, MetadataError> {
-        let quorum = DurableQuorum::open(node_id as u64, &data_dir.join(METADATA_DIR))?;
-        if quorum.snapshot().position.offset < 0 {
-            let records = import()?;
-            if !records.is_empty() {
-                tracing::info!(
-                    records = records.len(),
-                    "importing the topic registry of an earlier release"
-                );
-                quorum
-                    .propose(records)
-                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+    ) -> Result<Arc<MetadataService>, MetadataError> {
+        let (quorum, raft) = match start.cluster {
+            None => (BrokerQuorum::Durable(open_durable(&start, import)?), None),
+            Some(cluster) => {
+                let dir = start.data_dir.join(METADATA_DIR);
+                let raft = crate::metadata_cluster::start_voter(start.node_id, cluster, &dir)?;
+                (BrokerQuorum::Raft(raft.clone()), Some(raft))
             }
-        }
-        let mut node = MetadataNode::new(quorum, controller);
-        node.poll(0)?;
+        };
+        let mut node = MetadataNode::new(quorum, start.controller);
+        let polled = node.poll(0)?;
         let image = node.image().clone();
-        Ok(MetadataService {
-            node_id,
+        let service = Arc::new(MetadataService {
+            node_id: start.node_id,
             node: Mutex::new(node),
             image: RwLock::new(image),
+            raft,
+            pending: Mutex::new(polled.delta),
+            released: Mutex::new(BTreeMap::new()),
+            clock: start.clock,
             broker_epoch: AtomicI64::new(-1),
             last_heartbeat_ms: AtomicU64::new(0),
-            heartbeat_interval_ms,
+            heartbeat_interval_ms: start.heartbeat_interval_ms,
             next_request: AtomicU64::new(1),
-        })
+        });
+        if let Some(raft) = &service.raft {
+            let handler = crate::metadata_cluster::ForwardTo(Arc::downgrade(&service));
+            raft.set_forward_handler(Arc::new(handler));
+        }
+        Ok(service)
+    }
+
+    /// Whether this broker is a voter of a multi-node quorum.
+    pub fn is_cluster(&self) -> bool {
+        self.raft.is_some()
+    }
+
+    /// What committed since the last call, for the replica manager (under its admin lock).
+    pub fn take_pending(&self) -> MetadataDelta {
+        std::mem::take(&mut *self.pending.lock())
+    }
+
+    /// The image to open the partitions from, with what committed before it dropped from the
+    /// pending delta (the image holds it).
+    pub fn image_for_open(&self) -> MetadataImage {
+        let _node = self.node.lock();
+        *self.pending.lock() = MetadataDelta::default();
+        self.image()
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms().max(0) as u64
     }
 
     pub fn node_id(&self) -> i32 {
@@ -142,7 +198,7 @@ impl MetadataService {
             endpoints,
             rack: None,
         });
-        let (reply, mut delta) = self.request(event, now_ms)?;
+        let (reply, mut delta) = self.request_within(event, now_ms, REGISTRATION_WAIT_MS)?;
         let epoch = match reply {
             Reply::BrokerRegistration(Ok(epoch)) => epoch,
             Reply::BrokerRegistration(Err(e)) => return Err(MetadataError::Refused(e)),
@@ -150,7 +206,7 @@ impl MetadataService {
         };
         self.broker_epoch.store(epoch, Ordering::Relaxed);
         for _ in 0..UNFENCE_ATTEMPTS_MAX {
-            let (fenced, d) = self.heartbeat(now_ms)?;
+            let (fenced, d) = self.heartbeat(now_ms, REGISTRATION_WAIT_MS)?;
             delta.merge(d);
             if !fenced {
                 tracing::info!(
@@ -165,7 +221,8 @@ impl MetadataService {
     }
 
     /// One heartbeat; returns whether this broker is still fenced, and what committed.
-    fn heartbeat(&self, now_ms: u64) -> Result<(bool, MetadataDelta), MetadataError> {
+    /// In cluster mode it waits at most `wait_ms` for a controller.
+    fn heartbeat(&self, now_ms: u64, wait_ms: u64) -> Result<(bool, MetadataDelta), MetadataError> {
         let metadata_offset = self.image.read().position().offset;
         let event = Event::BrokerHeartbeat(BrokerHeartbeat {
             broker_id: self.node_id,
@@ -175,7 +232,7 @@ impl MetadataService {
             wants_shutdown: false,
         });
         self.last_heartbeat_ms.store(now_ms, Ordering::Relaxed);
-        let (reply, delta) = self.request(event, now_ms)?;
+        let (reply, delta) = self.request_within(event, now_ms, wait_ms)?;
         match reply {
             Reply::BrokerHeartbeat(Ok(r)) => Ok((r.is_fenced, delta)),
             Reply::BrokerHeartbeat(Err(e)) => Err(MetadataError::Refused(e)),
@@ -191,10 +248,21 @@ impl MetadataService {
         if now_ms.saturating_sub(last) < self.heartbeat_interval_ms {
             return Ok(MetadataDelta::default());
         }
-        let (_, mut delta) = self.heartbeat(now_ms)?;
+        // Heartbeats run on the housekeeping tick: without a controller, wait no longer than
+        // until the next one is due.
+        let wait_ms = self
+            .heartbeat_interval_ms
+            .min(crate::metadata_cluster::CONTROLLER_WAIT_MS);
+        let (_, mut delta) = self.heartbeat(now_ms, wait_ms)?;
         let mut node = self.node.lock();
-        node.tick(now_ms);
-        delta.merge(self.poll_locked(&mut node, now_ms)?.0);
+        // Only the active controller fences silent brokers (an inactive one writes nothing).
+        if node.is_active() {
+            node.tick(now_ms);
+        }
+        let replies = self.poll_locked(&mut node, now_ms)?;
+        self.keep_released(replies);
+        drop(node);
+        delta.merge(self.take_pending());
         Ok(delta)
     }
 
@@ -207,7 +275,8 @@ impl MetadataService {
             wants_fence: false,
             wants_shutdown: true,
         });
-        Ok(self.request(event, now_ms)?.1)
+        let wait_ms = crate::metadata_cluster::SHUTDOWN_WAIT_MS;
+        Ok(self.request_within(event, now_ms, wait_ms)?.1)
     }
 
     /// A block of producer ids for this broker (AllocateProducerIds).
@@ -230,27 +299,67 @@ impl MetadataService {
         event: Event,
         now_ms: u64,
     ) -> Result<(Reply, MetadataDelta), MetadataError> {
+        self.request_within(event, now_ms, crate::metadata_cluster::CONTROLLER_WAIT_MS)
+    }
+
+    /// [`Self::request`], waiting at most `wait_ms` for a controller in cluster mode.
+    fn request_within(
+        &self,
+        event: Event,
+        now_ms: u64,
+        wait_ms: u64,
+    ) -> Result<(Reply, MetadataDelta), MetadataError> {
+        if let Some(raft) = &self.raft {
+            let reply = self.request_cluster(raft, event, wait_ms)?;
+            return Ok((reply, self.take_pending()));
+        }
         let id: RequestId = self.next_request.fetch_add(1, Ordering::Relaxed);
         let mut node = self.node.lock();
         let mut now = node.handle(id, event, now_ms);
-        let (delta, replies) = self.poll_locked(&mut node, now_ms)?;
-        now.extend(replies);
+        now.extend(self.poll_locked(&mut node, now_ms)?);
+        drop(node);
         let reply = now
             .into_iter()
             .find(|(r, _)| *r == id)
             .map_or(Reply::NotController, |(_, reply)| reply);
-        Ok((reply, delta))
+        Ok((reply, self.take_pending()))
     }
 
-    fn poll_locked(
+    /// Replay what committed (into the image and the pending delta); the replies released.
+    pub(crate) fn poll_locked(
         &self,
-        node: &mut MetadataNode<DurableQuorum>,
+        node: &mut MetadataNode<BrokerQuorum>,
         now_ms: u64,
-    ) -> Result<(MetadataDelta, Vec<(RequestId, Reply)>), MetadataError> {
+    ) -> Result<Vec<(RequestId, Reply)>, MetadataError> {
         let polled = node.poll(now_ms)?;
         *self.image.write() = node.image().clone();
-        Ok((polled.delta, polled.replies))
+        if !polled.delta.is_empty() {
+            self.pending.lock().merge(polled.delta);
+        }
+        Ok(polled.replies)
     }
+}
+
+/// The one-voter log in `<data-dir>/__cluster_metadata-0`, with an earlier release's registry
+/// imported into an empty one.
+fn open_durable(
+    start: &MetadataStart<'_>,
+    import: impl FnOnce() -> std::io::Result<Vec<Record>>,
+) -> Result<DurableQuorum, MetadataError> {
+    let quorum = DurableQuorum::open(start.node_id as u64, &start.data_dir.join(METADATA_DIR))?;
+    if quorum.snapshot().position.offset < 0 {
+        let records = import()?;
+        if !records.is_empty() {
+            tracing::info!(
+                records = records.len(),
+                "importing the topic registry of an earlier release"
+            );
+            quorum
+                .propose(records)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+    }
+    Ok(quorum)
 }
 
 /// Producer-id blocks from the controller, for InitProducerId.

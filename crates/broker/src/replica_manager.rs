@@ -100,6 +100,8 @@ pub struct MetadataOptions {
     pub endpoints: Vec<Endpoint>,
     pub controller: ControllerConfig,
     pub heartbeat_interval_ms: u64,
+    /// `Some`: a voter of this static quorum (`--controller-quorum-voters`).
+    pub cluster: Option<crate::metadata_cluster::ClusterOptions>,
 }
 
 impl Default for MetadataOptions {
@@ -109,6 +111,7 @@ impl Default for MetadataOptions {
             endpoints: Vec::new(),
             controller: ControllerConfig::default(),
             heartbeat_interval_ms: 2_000,
+            cluster: None,
         }
     }
 }
@@ -244,19 +247,23 @@ impl ReplicaManager {
         let started = std::time::Instant::now();
         let clock = log_defaults.runtime.clock().clone();
         let node_id = options.node_id;
-        let metadata = MetadataService::open(
+        let start = crate::metadata_service::MetadataStart {
             data_dir,
             node_id,
-            options.controller,
-            options.heartbeat_interval_ms,
-            || crate::metadata_import::legacy_records(data_dir, node_id),
-        )?;
+            controller: options.controller,
+            heartbeat_interval_ms: options.heartbeat_interval_ms,
+            cluster: options.cluster.as_ref(),
+            clock: clock.clone(),
+        };
+        let metadata = MetadataService::open(start, || {
+            crate::metadata_import::legacy_records(data_dir, node_id)
+        })?;
         metadata.register(options.endpoints, clock.now_ms().max(0) as u64)?;
         let mut rm = ReplicaManager {
             data_dir: data_dir.to_path_buf(),
             log_defaults: RwLock::new(Arc::new(log_defaults)),
             store: TopicStore::new(data_dir),
-            metadata: Arc::new(metadata),
+            metadata,
             topics: RwLock::new(BTreeMap::new()),
             admin: Mutex::new(()),
             recovery_checked_bytes: 0,
@@ -264,7 +271,7 @@ impl ReplicaManager {
             tiering,
             hw_checkpoint: hw_checkpoint::HwCheckpointer::open(data_dir),
         };
-        let topics = rm.open_from_image(&rm.metadata.image());
+        let topics = rm.open_from_image(&rm.metadata.image_for_open());
         let partitions = topics.values().flat_map(|t| t.hosted());
         rm.recovery_checked_bytes = partitions.map(|p| p.recovery_checked_bytes()).sum();
         tracing::info!(
@@ -403,6 +410,46 @@ impl ReplicaManager {
                 self.apply_delta(&delta);
             }
             Err(e) => tracing::warn!(error = %e, "metadata heartbeat failed"),
+        }
+    }
+
+    /// Cluster mode: apply every delta the metadata log commits, as it commits, until
+    /// `shutdown` (runs on a blocking thread; a one-voter broker returns at once).
+    pub fn follow_metadata(&self, shutdown: &tokio::sync::watch::Receiver<bool>) {
+        crate::metadata_cluster::follow_commits(&self.metadata, shutdown, || {
+            let _admin = self.admin.lock();
+            match self.metadata.sync() {
+                Ok(delta) => {
+                    self.apply_delta(&delta);
+                }
+                Err(e) => tracing::warn!(error = %e, "metadata replay failed"),
+            }
+        });
+    }
+
+    /// Wait (bounded by [`crate::metadata_cluster::BROKERS_WAIT_MS`]) until `want` brokers are
+    /// live, heartbeating and applying what commits meanwhile; the live count at the end.
+    pub(crate) fn wait_for_live_brokers(&self, want: usize) -> usize {
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_millis(crate::metadata_cluster::BROKERS_WAIT_MS);
+        loop {
+            let live = self.image().unfenced_brokers().count();
+            if live >= want || std::time::Instant::now() >= deadline {
+                return live;
+            }
+            self.metadata_tick(self.now_ms());
+            {
+                let _admin = self.admin.lock();
+                match self.metadata.sync() {
+                    Ok(delta) => {
+                        self.apply_delta(&delta);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "metadata replay failed"),
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(
+                crate::metadata_cluster::BROKERS_POLL_MS,
+            ));
         }
     }
 

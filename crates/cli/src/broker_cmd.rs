@@ -85,6 +85,16 @@ pub struct Args {
     /// This broker's node id [default: 1].
     #[arg(long, env = "STREAMFORGE_NODE_ID")]
     pub node_id: Option<i32>,
+    /// The static metadata quorum, `id@host:port,...` (`controller.quorum.voters`); a broker
+    /// listed there is also a controller. Unset: a one-voter quorum of itself.
+    #[arg(long, env = "STREAMFORGE_CONTROLLER_QUORUM_VOTERS")]
+    pub controller_quorum_voters: Option<String>,
+    /// The controller listener (Raft and forwarded controller requests) [default: this node's voter address].
+    #[arg(long, env = "STREAMFORGE_CONTROLLER_LISTEN")]
+    pub controller_listen: Option<String>,
+    /// The cluster id a fresh data dir gets [default: random; in a cluster, derived from the voters].
+    #[arg(long, env = "STREAMFORGE_CLUSTER_ID")]
+    pub cluster_id: Option<String>,
     /// Partitions of auto-created topics (`num.partitions`) [default: 1].
     #[arg(long, env = "STREAMFORGE_NUM_PARTITIONS")]
     pub num_partitions: Option<i32>,
@@ -243,6 +253,9 @@ struct FileConfig {
     advertised_listener: Option<String>,
     data_dir: Option<PathBuf>,
     node_id: Option<i32>,
+    controller_quorum_voters: Option<String>,
+    controller_listen: Option<String>,
+    cluster_id: Option<String>,
     num_partitions: Option<i32>,
     default_replication_factor: Option<i16>,
     broker_session_timeout_ms: Option<u64>,
@@ -336,6 +349,16 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     .map_err(anyhow::Error::msg)?;
     set!(data_dir);
     set!(node_id);
+    c.cluster = crate::cluster_args::resolve(
+        args.controller_quorum_voters
+            .as_deref()
+            .or(file.controller_quorum_voters.as_deref()),
+        args.controller_listen
+            .as_deref()
+            .or(file.controller_listen.as_deref()),
+        c.node_id,
+    )?;
+    c.cluster_id = args.cluster_id.clone().or(file.cluster_id.clone());
     set!(num_partitions);
     set!(default_replication_factor);
     set!(broker_session_timeout_ms);
@@ -584,7 +607,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error")),
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();

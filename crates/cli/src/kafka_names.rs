@@ -52,6 +52,7 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ("log.dir", "data_dir"),
     ("node.id", "node_id"),
     ("broker.id", "node_id"),
+    ("controller.quorum.voters", "controller_quorum_voters"),
     ("num.partitions", "num_partitions"),
     ("default.replication.factor", "default_replication_factor"),
     ("broker.session.timeout.ms", "broker_session_timeout_ms"),
@@ -239,6 +240,24 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
         toml::Value::String(c.data_dir.display().to_string()),
     );
     put("node_id", int(c.node_id.into()));
+    if let Some(cluster) = &c.cluster {
+        let voters: Vec<String> = cluster
+            .voters
+            .iter()
+            .map(|(id, addr)| format!("{id}@{addr}"))
+            .collect();
+        put(
+            "controller_quorum_voters",
+            toml::Value::String(voters.join(",")),
+        );
+        put(
+            "controller_listen",
+            toml::Value::String(cluster.listen.clone()),
+        );
+    }
+    if let Some(id) = &c.cluster_id {
+        put("cluster_id", toml::Value::String(id.clone()));
+    }
     put("quota_window_num", uint(c.quota_window.samples as u64));
     put(
         "quota_window_size_seconds",
@@ -320,6 +339,17 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controller_quorum_voters_maps_to_ours() {
+        let table: toml::Table =
+            toml::from_str("\"controller.quorum.voters\" = \"1@127.0.0.1:9093\"\n").unwrap();
+        let out = normalize(table).unwrap();
+        assert_eq!(
+            out["controller_quorum_voters"].as_str(),
+            Some("1@127.0.0.1:9093")
+        );
+    }
 
     #[test]
     fn kafka_names_dotted_or_quoted_map_to_ours() {

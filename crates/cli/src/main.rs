@@ -5,6 +5,7 @@ mod acls_cmd;
 mod bench_cmd;
 mod broker_cmd;
 mod client_common;
+mod cluster_args;
 mod cluster_cmd;
 mod consume_cmd;
 mod dashboard_bench;

@@ -38,7 +38,7 @@ pub struct BrokerInfo {
 }
 
 /// One partition's replication state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PartitionState {
     /// The assignment; `replicas[0]` is the preferred leader.
     pub replicas: Vec<BrokerId>,

@@ -29,7 +29,7 @@ pub const ENDPOINTS_MAX: usize = 64;
 pub const RECORD_VERSION: u8 = 0;
 
 /// A broker listener (`name://host:port`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Endpoint {
     pub name: String,
     pub host: String,
@@ -81,7 +81,9 @@ pub struct PartitionChange {
 }
 
 /// What a config entry belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum ConfigResource {
     Topic(String),
     Broker(BrokerId),

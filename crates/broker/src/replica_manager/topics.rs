@@ -48,8 +48,18 @@ impl ReplicaManager {
         // brokers may have joined: the default factor, capped by the live brokers (there is no
         // `offsets.topic.replication.factor` setting yet).
         let replication_factor = if is_internal_topic(name) {
-            let live = self.image().unfenced_brokers().count().max(1);
-            let default = self.metadata.default_replication_factor().max(1);
+            // In a cluster every voter hosts the internal topics (their coordinators read them
+            // locally). `__consumer_offsets` is created at start-up: wait, bounded, for the
+            // voters that have not started yet; later ones take the brokers that are live.
+            let live = match self.metadata.voter_count() {
+                Some(voters) if name == "__consumer_offsets" => self.wait_for_live_brokers(voters),
+                _ => self.image().unfenced_brokers().count(),
+            }
+            .max(1);
+            let default = match self.metadata.voter_count() {
+                Some(voters) => i16::try_from(voters).unwrap_or(i16::MAX),
+                None => self.metadata.default_replication_factor().max(1),
+            };
             default.min(i16::try_from(live).unwrap_or(i16::MAX))
         } else {
             -1

@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 
 use kafka_protocol::ResponseError;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::image::PartitionState;
 use crate::records::{BrokerId, ConfigResource, Endpoint};
 
 /// A broker (re)joins: BrokerRegistration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
     pub broker_id: BrokerId,
     pub incarnation_id: Uuid,
@@ -19,7 +20,7 @@ pub struct BrokerRegistration {
 }
 
 /// A broker's periodic BrokerHeartbeat.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerHeartbeat {
     pub broker_id: BrokerId,
     pub broker_epoch: i64,
@@ -31,7 +32,7 @@ pub struct BrokerHeartbeat {
 }
 
 /// One topic of a CreateTopics request. `-1` means "the default", as on the wire.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateTopic {
     pub name: String,
     pub num_partitions: i32,
@@ -42,7 +43,7 @@ pub struct CreateTopic {
 }
 
 /// One topic of a CreatePartitions request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreatePartitions {
     pub topic: String,
     /// The new total partition count.
@@ -52,28 +53,28 @@ pub struct CreatePartitions {
 }
 
 /// A topic named in DeleteTopics.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TopicRef {
     Name(String),
     Id(Uuid),
 }
 
 /// Incremental config changes for one resource: `None` deletes the entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlterConfig {
     pub resource: ConfigResource,
     pub entries: Vec<(String, Option<String>)>,
 }
 
 /// ElectLeaders' election type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ElectionType {
     Preferred,
     Unclean,
 }
 
 /// An ISR change proposed by a partition's leader.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlterPartition {
     pub broker_id: BrokerId,
     pub broker_epoch: i64,
@@ -85,7 +86,7 @@ pub struct AlterPartition {
 }
 
 /// Everything the controller reacts to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
     BrokerRegistration(BrokerRegistration),
     BrokerHeartbeat(BrokerHeartbeat),
@@ -111,7 +112,7 @@ pub enum Event {
 }
 
 /// A heartbeat's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatReply {
     pub is_caught_up: bool,
     pub is_fenced: bool,
@@ -119,7 +120,7 @@ pub struct HeartbeatReply {
 }
 
 /// A created topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreatedTopic {
     pub topic_id: Uuid,
     pub num_partitions: i32,
@@ -127,7 +128,7 @@ pub struct CreatedTopic {
 }
 
 /// A producer-id block: ids `[start, start + len)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerIdBlock {
     pub start: i64,
     pub len: i64,
@@ -135,17 +136,84 @@ pub struct ProducerIdBlock {
 
 /// The answer to the event that produced it. `Err(NotController)` when this controller is not
 /// the active one.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    BrokerRegistration(Result<i64, ResponseError>),
-    BrokerHeartbeat(Result<HeartbeatReply, ResponseError>),
-    CreateTopics(Vec<(String, Result<CreatedTopic, ResponseError>)>),
-    CreatePartitions(Vec<(String, Result<(), ResponseError>)>),
-    DeleteTopics(Vec<(TopicRef, Result<Uuid, ResponseError>)>),
-    AlterConfigs(Vec<(ConfigResource, Result<(), ResponseError>)>),
-    AllocateProducerIds(Result<ProducerIdBlock, ResponseError>),
-    ElectLeaders(Vec<((String, i32), Result<BrokerId, ResponseError>)>),
-    AlterPartition(Result<PartitionState, ResponseError>),
+pub type Reply = ReplyOf<ResponseError>;
+
+/// A reply with errors of type `E`: [`Reply`] in the process, [`WireReply`] (Kafka error
+/// codes) when a controller answers a request forwarded by another broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ReplyOf<E> {
+    BrokerRegistration(Result<i64, E>),
+    BrokerHeartbeat(Result<HeartbeatReply, E>),
+    CreateTopics(Vec<(String, Result<CreatedTopic, E>)>),
+    CreatePartitions(Vec<(String, Result<(), E>)>),
+    DeleteTopics(Vec<(TopicRef, Result<Uuid, E>)>),
+    AlterConfigs(Vec<(ConfigResource, Result<(), E>)>),
+    AllocateProducerIds(Result<ProducerIdBlock, E>),
+    ElectLeaders(Vec<((String, i32), Result<BrokerId, E>)>),
+    AlterPartition(Result<PartitionState, E>),
     /// The controller is not active: every request gets NOT_CONTROLLER.
     NotController,
+}
+
+/// A reply as it crosses the controller listener: each error as its Kafka error code.
+pub type WireReply = ReplyOf<i16>;
+
+impl<E> ReplyOf<E> {
+    /// The same reply with every error converted by `f`.
+    pub fn map_err<F>(self, f: impl Fn(E) -> F) -> ReplyOf<F> {
+        fn each<K, T, E, F>(
+            v: Vec<(K, Result<T, E>)>,
+            f: &impl Fn(E) -> F,
+        ) -> Vec<(K, Result<T, F>)> {
+            v.into_iter().map(|(k, r)| (k, r.map_err(f))).collect()
+        }
+        match self {
+            ReplyOf::BrokerRegistration(r) => ReplyOf::BrokerRegistration(r.map_err(f)),
+            ReplyOf::BrokerHeartbeat(r) => ReplyOf::BrokerHeartbeat(r.map_err(f)),
+            ReplyOf::CreateTopics(v) => ReplyOf::CreateTopics(each(v, &f)),
+            ReplyOf::CreatePartitions(v) => ReplyOf::CreatePartitions(each(v, &f)),
+            ReplyOf::DeleteTopics(v) => ReplyOf::DeleteTopics(each(v, &f)),
+            ReplyOf::AlterConfigs(v) => ReplyOf::AlterConfigs(each(v, &f)),
+            ReplyOf::AllocateProducerIds(r) => ReplyOf::AllocateProducerIds(r.map_err(f)),
+            ReplyOf::ElectLeaders(v) => ReplyOf::ElectLeaders(each(v, &f)),
+            ReplyOf::AlterPartition(r) => ReplyOf::AlterPartition(r.map_err(f)),
+            ReplyOf::NotController => ReplyOf::NotController,
+        }
+    }
+}
+
+impl Reply {
+    /// For the wire: errors as Kafka error codes.
+    pub fn to_wire(self) -> WireReply {
+        self.map_err(|e| e.code())
+    }
+
+    /// From the wire; a code this build does not know is UNKNOWN_SERVER_ERROR.
+    pub fn from_wire(wire: WireReply) -> Reply {
+        wire.map_err(|code| {
+            ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError)
+        })
+    }
+
+    /// Whether the controller that answered is not (or no longer) the active one: the request
+    /// goes to the new one.
+    pub fn is_not_controller(&self) -> bool {
+        fn any<K, T>(v: &[(K, Result<T, ResponseError>)]) -> bool {
+            v.iter()
+                .any(|(_, r)| matches!(r, Err(ResponseError::NotController)))
+        }
+        let nc = |r: Result<(), &ResponseError>| matches!(r, Err(ResponseError::NotController));
+        match self {
+            ReplyOf::BrokerRegistration(r) => nc(r.as_ref().map(|_| ())),
+            ReplyOf::BrokerHeartbeat(r) => nc(r.as_ref().map(|_| ())),
+            ReplyOf::AllocateProducerIds(r) => nc(r.as_ref().map(|_| ())),
+            ReplyOf::AlterPartition(r) => nc(r.as_ref().map(|_| ())),
+            ReplyOf::CreateTopics(v) => any(v),
+            ReplyOf::CreatePartitions(v) => any(v),
+            ReplyOf::DeleteTopics(v) => any(v),
+            ReplyOf::AlterConfigs(v) => any(v),
+            ReplyOf::ElectLeaders(v) => any(v),
+            ReplyOf::NotController => true,
+        }
+    }
 }

@@ -10,6 +10,7 @@
 //! `<dir>/raft/` ([`log_file`], [`store`]), so a voter restarted from its directory keeps its
 //! vote, its log and its last snapshot.
 
+pub mod forward;
 pub mod log_file;
 mod network;
 mod store;
@@ -173,6 +174,8 @@ pub struct RaftQuorum {
     submit: mpsc::Sender<Batch>,
     /// The TCP listener's task, when there is one.
     server: Option<Arc<tokio::task::AbortHandle>>,
+    /// Who answers controller events forwarded to this voter over TCP.
+    forward: forward::ForwardSlot,
 }
 
 impl std::fmt::Debug for RaftQuorum {
@@ -244,7 +247,8 @@ impl RaftQuorum {
         storage: Storage,
     ) -> Result<RaftQuorum, RaftStartError> {
         let mut quorum = RaftQuorum::start_with(id, timing, tcp::TcpNetwork, storage).await?;
-        let server = tokio::spawn(tcp::serve(listener, quorum.raft.clone()));
+        let served = tcp::serve(listener, quorum.raft.clone(), quorum.forward.clone());
+        let server = tokio::spawn(served);
         quorum.server = Some(Arc::new(server.abort_handle()));
         Ok(quorum)
     }
@@ -287,6 +291,7 @@ impl RaftQuorum {
             in_flight,
             submit,
             server: None,
+            forward: forward::ForwardSlot::default(),
         })
     }
 
@@ -329,6 +334,27 @@ impl RaftQuorum {
     pub fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft
     }
+
+    /// Answer controller events forwarded to this voter with `handler`.
+    pub fn set_forward_handler(&self, handler: Arc<dyn forward::ForwardHandler>) {
+        self.forward.set(handler);
+    }
+
+    /// The quorum leader and its quorum-listener address (from the membership).
+    pub fn leader_addr(&self) -> Option<(NodeId, String)> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        let node = metrics.membership_config.membership().get_node(&leader)?;
+        Some((leader, node.addr.clone()))
+    }
+
+    /// Changes to what this voter knows (entries applied, leader, term), to wait on instead of
+    /// polling.
+    pub fn changes(
+        &self,
+    ) -> tokio::sync::watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>> {
+        self.raft.metrics()
+    }
 }
 
 /// Hand batches to Raft one at a time, in order; count each as in flight until it resolves.
@@ -342,8 +368,16 @@ async fn submit_in_order(
         match raft.client_write_ff(batch).await {
             Ok(done) => {
                 let in_flight = in_flight.clone();
+                let raft = raft.clone();
                 tokio::spawn(async move {
-                    if !matches!(done.await, Ok(Ok(_))) {
+                    if matches!(done.await, Ok(Ok(_))) {
+                        // Followers learn the commit from the next AppendEntries: send it now
+                        // instead of at the next heartbeat (up to `heartbeat_interval_ms` later),
+                        // so every broker applies a committed change within a round trip.
+                        if let Err(error) = raft.trigger().heartbeat().await {
+                            tracing::debug!(%error, "heartbeat after commit");
+                        }
+                    } else {
                         tracing::debug!(seq, "metadata proposal not committed");
                     }
                     in_flight.fetch_sub(1, Ordering::AcqRel);

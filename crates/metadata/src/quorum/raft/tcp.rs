@@ -5,6 +5,9 @@
 //!
 //! Frames are bounded (`RPC_FRAME_BYTES_MAX`), every call has a deadline (`RPC_TIMEOUT_MS`) and
 //! the listener serves at most `QUORUM_CONNECTIONS_MAX` connections at once.
+//!
+//! The same listener answers one more RPC next to Raft's: `Forward`, a controller event sent by
+//! a broker that is not the active controller (see [`super::forward`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +25,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use super::TypeConfig;
+use super::forward::{ForwardSlot, Forwarded};
+use crate::controller::Event;
 use crate::quorum::NodeId;
 
 /// Bound on one RPC frame (a snapshot chunk is at most openraft's 3 MiB, several times that
@@ -33,20 +38,25 @@ pub const RPC_TIMEOUT_MS: u64 = 5_000;
 pub const QUORUM_CONNECTIONS_MAX: usize = 64;
 
 #[derive(Debug, Serialize, Deserialize)]
-enum Request {
+pub(super) enum Request {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Forward(Event),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-enum Response {
+pub(super) enum Response {
     Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    Forward(Forwarded),
 }
 
-async fn write_frame<T: Serialize>(stream: &mut TcpStream, value: &T) -> std::io::Result<()> {
+pub(super) async fn write_frame<T: Serialize>(
+    stream: &mut TcpStream,
+    value: &T,
+) -> std::io::Result<()> {
     let body = serde_json::to_vec(value).map_err(std::io::Error::other)?;
     if body.len() > RPC_FRAME_BYTES_MAX {
         return Err(std::io::Error::other(format!(
@@ -54,11 +64,17 @@ async fn write_frame<T: Serialize>(stream: &mut TcpStream, value: &T) -> std::io
             body.len()
         )));
     }
-    stream.write_all(&(body.len() as u32).to_be_bytes()).await?;
-    stream.write_all(&body).await
+    // One write per frame: a separate 4-byte length write would wait for the peer's delayed
+    // ACK under Nagle's algorithm (~40 ms per answer).
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).await
 }
 
-async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std::io::Result<T> {
+pub(super) async fn read_frame<T: for<'de> Deserialize<'de>>(
+    stream: &mut TcpStream,
+) -> std::io::Result<T> {
     let len = stream.read_u32().await? as usize;
     if len > RPC_FRAME_BYTES_MAX {
         return Err(std::io::Error::other(format!(
@@ -70,10 +86,11 @@ async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std
     serde_json::from_slice(&body).map_err(std::io::Error::other)
 }
 
-/// Answer Raft RPCs arriving on `listener` with the local `raft` (runs until aborted; aborting
-/// it closes every connection it accepted too, so peers reconnect to whatever listens next,
-/// such as the same voter restarted).
-pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
+/// Answer Raft RPCs arriving on `listener` with the local `raft`, and forwarded controller
+/// events with the handler in `forward` (runs until aborted; aborting it closes every
+/// connection it accepted too, so peers reconnect to whatever listens next, such as the same
+/// voter restarted).
+pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>, forward: ForwardSlot) {
     let slots = Arc::new(Semaphore::new(QUORUM_CONNECTIONS_MAX));
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -91,7 +108,11 @@ pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
                 continue;
             }
         };
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, %peer, "quorum connection: TCP_NODELAY");
+        }
         let raft = raft.clone();
+        let forward = forward.clone();
         connections.spawn(async move {
             let _permit = permit;
             while let Ok(request) = read_frame::<Request>(&mut stream).await {
@@ -99,6 +120,7 @@ pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
                     Request::Append(r) => Response::Append(raft.append_entries(r).await),
                     Request::Vote(r) => Response::Vote(raft.vote(r).await),
                     Request::Snapshot(r) => Response::Snapshot(raft.install_snapshot(r).await),
+                    Request::Forward(event) => Response::Forward(forward.answer(event).await),
                 };
                 if let Err(error) = write_frame(&mut stream, &response).await {
                     tracing::debug!(%error, %peer, "quorum connection closed");

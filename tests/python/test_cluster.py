@@ -1,0 +1,202 @@
+"""Three real brokers in one cluster (`--controller-quorum-voters`, combined mode), through
+confluent-kafka: the cluster forms, RF=3 topics are placed across the brokers and seen the same
+on each, metadata propagation is measured, produce (acks=1) and consume go to each partition's
+leader, and kill -9 of the active controller elects another one (measured) while topics stay
+creatable and the killed broker rejoins.
+
+Replication of records between brokers is not wired yet: a partition's records live on its
+leader only, so these tests do not claim more.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness import free_port
+
+WAIT_S = 60
+
+
+@pytest.fixture(autouse=True)
+def fresh_admins():
+    yield
+    _admins.clear()
+
+
+def start_cluster(broker_factory):
+    brokers = [broker_factory(start=False) for _ in range(3)]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(3))
+    for i, b in enumerate(brokers):
+        b.extra_args += [
+            "--node-id", str(i + 1),
+            "--controller-quorum-voters", voters,
+            "--broker-session-timeout-ms", "3000",
+            "--broker-heartbeat-interval-ms", "500",
+            "--offsets-topic-partitions", "3",
+        ]
+        b.env["RUST_LOG"] = "info,openraft=error"
+    # The voters need each other to elect a controller: start them together.
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda b: b.start(timeout_s=WAIT_S), brokers))
+    return brokers
+
+
+_admins: dict[str, AdminClient] = {}
+
+
+def admin(b) -> AdminClient:
+    """One client per broker address, kept alive while its futures run."""
+    if b.bootstrap not in _admins:
+        _admins[b.bootstrap] = AdminClient({"bootstrap.servers": b.bootstrap})
+    return _admins[b.bootstrap]
+
+
+def wait_for(what, f, timeout_s=WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = f()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def cluster_view(b):
+    md = admin(b).list_topics(timeout=10)
+    return sorted(md.brokers), md.controller_id, md.cluster_id
+
+
+def placement(b, topic):
+    """{partition: (leader, replicas, isr)} once every partition has a leader, else None."""
+    md = admin(b).list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        return None
+    out = {p: (m.leader, list(m.replicas), list(m.isrs)) for p, m in t.partitions.items()}
+    return out if all(v[0] >= 0 for v in out.values()) else None
+
+
+def create(b, topic, partitions, rf):
+    client = admin(b)
+    fs = client.create_topics([NewTopic(topic, partitions, rf)], operation_timeout=15)
+    for f in fs.values():
+        f.result(20)
+
+
+def test_three_brokers_place_rf3_topics_across_them_and_serve_each_partitions_leader(broker_factory):
+    brokers = start_cluster(broker_factory)
+    views = wait_for(
+        "the cluster to form",
+        lambda: (lambda v: v if all(x[0] == [1, 2, 3] and x[1] == v[0][1] and x[1] > 0 for x in v) else None)(
+            [cluster_view(b) for b in brokers]
+        ),
+    )
+    assert len({v[2] for v in views}) == 1, f"one cluster id: {views}"
+
+    create(brokers[0], "cluster-rf3", 3, 3)
+    seen = [wait_for("the topic on each broker", lambda b=b: placement(b, "cluster-rf3")) for b in brokers]
+    assert seen[0] == seen[1] == seen[2], seen
+    assert sorted(v[0] for v in seen[0].values()) == [1, 2, 3], seen[0]
+    assert all(sorted(v[1]) == [1, 2, 3] and sorted(v[2]) == [1, 2, 3] for v in seen[0].values())
+
+    with pytest.raises(Exception) as too_many:
+        create(brokers[1], "cluster-rf4", 1, 4)
+    assert "INVALID_REPLICATION_FACTOR" in str(too_many.value)
+
+    # A topic config altered through one broker is what every broker describes.
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "cluster-rf3", incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin(brokers[2]).incremental_alter_configs([resource]).values():
+        f.result(20)
+    for b in brokers:
+        def described(b=b):
+            r = ConfigResource(ConfigResource.Type.TOPIC, "cluster-rf3")
+            entries = list(admin(b).describe_configs([r]).values())[0].result(20)
+            return entries["retention.ms"].value == "3600000"
+        wait_for("the config on every broker", described)
+
+    # Propagation: create on one broker, until every broker answers Metadata with leaders.
+    took = []
+    for n in range(20):
+        topic = f"cluster-propagate-{n}"
+        started = time.monotonic()
+        create(brokers[n % 3], topic, 1, 3)
+        for b in brokers:
+            wait_for("propagation", lambda b=b: placement(b, topic))
+        took.append(time.monotonic() - started)
+    took.sort()
+    p50 = statistics.median(took)
+    p99 = took[min(len(took) - 1, round(0.99 * (len(took) - 1)))]
+    print(f"metadata propagation over {len(took)} topics: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
+    # Measured 7 ms / 8 ms (debug, shared machine); a round trip waiting on a timer (a delayed
+    # ACK once made p50 90 ms) fails the first bound.
+    assert p50 < 0.05 and p99 < 0.5, took
+
+    # acks=1 produce to each partition (the client sends each to its leader), consume back.
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
+    sent = {p: [f"p{p}-{i}".encode() for i in range(10)] for p in range(3)}
+    for p, values in sent.items():
+        for v in values:
+            producer.produce("cluster-rf3", value=v, partition=p)
+    assert producer.flush(20) == 0
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "cluster-reader",
+        "enable.auto.commit": False,
+    })
+    consumer.assign([TopicPartition("cluster-rf3", p, 0) for p in range(3)])
+    got = {p: [] for p in range(3)}
+    deadline = time.monotonic() + WAIT_S
+    while sum(map(len, got.values())) < 30 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got[m.partition()].append(m.value())
+    consumer.close()
+    assert got == sent
+
+
+def test_killing_the_active_controller_elects_another_and_the_broker_rejoins(broker_factory):
+    brokers = start_cluster(broker_factory)
+    controller = wait_for(
+        "a controller",
+        lambda: (lambda v: v[1] if v[0] == [1, 2, 3] and v[1] > 0 else None)(cluster_view(brokers[0])),
+    )
+    create(brokers[0], "before-failover", 3, 3)
+    wait_for("the topic", lambda: placement(brokers[2], "before-failover"))
+
+    dead = brokers[controller - 1]
+    alive = [b for b in brokers if b is not dead]
+    killed_at = time.monotonic()
+    dead.kill()
+    new = wait_for("a new controller", lambda: (lambda c: c if c > 0 and c != controller else None)(
+        cluster_view(alive[0])[1]))
+    failover = time.monotonic() - killed_at
+    print(f"controller {controller} killed: controller {new} after {failover * 1000:.0f} ms")
+    assert failover < 15
+    for b in alive:
+        wait_for("the survivors to agree", lambda b=b: cluster_view(b)[1] == new)
+
+    # Once the dead broker is fenced, new topics are placed on the two live brokers.
+    wait_for("the dead broker fenced", lambda: cluster_view(alive[0])[0] == sorted(
+        int(b.extra_args[b.extra_args.index("--node-id") + 1]) for b in alive))
+    create(alive[1], "after-failover", 2, 2)
+    for b in alive:
+        assert wait_for("the new topic", lambda b=b: placement(b, "after-failover"))
+    moved = wait_for("leaders off the dead broker", lambda: (lambda p: p if p and all(
+        v[0] != controller for v in p.values()) else None)(placement(alive[0], "before-failover")))
+    assert all(controller not in v[2] for v in moved.values())
+
+    # Restart (its Raft log was in memory: it catches up from the new leader) and rejoin.
+    dead.start(timeout_s=WAIT_S)
+    for b in brokers:
+        wait_for("the broker back", lambda b=b: cluster_view(b)[0] == [1, 2, 3] and cluster_view(b)[1] == new)
+    assert wait_for("the topics on the rejoined broker", lambda: placement(dead, "after-failover")) == \
+        placement(alive[0], "after-failover")
