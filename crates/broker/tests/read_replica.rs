@@ -100,7 +100,9 @@ async fn fetch(
     t.partitions = vec![p];
     let mut request = FetchRequest::default();
     request.replica_id = BrokerId(-1);
-    request.max_wait_ms = 0;
+    // A long poll that the redirect must not wait out.
+    request.max_wait_ms = 10_000;
+    request.min_bytes = 1;
     request.max_bytes = 1 << 20;
     request.rack_id = StrBytes::from_string(rack.to_string());
     request.topics = vec![t];
@@ -184,8 +186,13 @@ async fn a_consumer_is_sent_to_the_replica_in_its_rack_which_serves_it_to_its_hi
     let image = a.state().replicas.image();
     assert_eq!(image.broker(2).unwrap().rack.as_deref(), Some("r2"));
 
-    // The leader sends a consumer in r2 to broker 2, with its offsets and no records.
+    // The leader sends a consumer in r2 to broker 2, with its offsets and no records, at once.
+    let t0 = Instant::now();
     let sent = fetch(&mut client_a, 12, "r2").await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "answered without the long poll"
+    );
     assert_eq!(sent.error_code, 0);
     assert_eq!(sent.preferred_read_replica.0, 2);
     assert_eq!(sent.high_watermark, hw);

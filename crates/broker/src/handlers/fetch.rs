@@ -56,7 +56,9 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             }
         }
         let read = read_all(&state, &plan).await;
-        let satisfied = read.bytes >= min_bytes || read.errors || max_wait_ms == 0;
+        // Kafka answers at once when a partition names a preferred read replica, too.
+        let satisfied =
+            read.bytes >= min_bytes || read.errors || read.redirected || max_wait_ms == 0;
         if satisfied || watchers.is_empty() || Instant::now() >= deadline || *shutdown.borrow() {
             return Ok(Some(respond(&state, &req, read, &plan, busy.total())));
         }
@@ -80,6 +82,8 @@ struct FetchPass {
     topics: Vec<FetchTopic>,
     bytes: usize,
     errors: bool,
+    /// A partition names another replica to read from (KIP-392).
+    redirected: bool,
 }
 
 /// One partition to read, as the request named it (the last entry if it named it twice).
@@ -188,6 +192,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
         topics: Vec::with_capacity(plan.topics.len()),
         bytes: 0,
         errors: false,
+        redirected: false,
     };
     for (ti, (name, partitions)) in plan.topics.iter().enumerate() {
         let mut topic = FetchTopic {
@@ -265,6 +270,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                     out.errors = true;
                 }
             }
+            out.redirected |= fp.preferred_read_replica.is_some();
             topic.partitions.push(fp);
         }
         out.topics.push(topic);
