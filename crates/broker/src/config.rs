@@ -56,6 +56,12 @@ pub struct BrokerConfig {
     pub replica_fetch_response_max_bytes: usize,
     /// `replica.lag.time.max.ms`: an ISR member that has not caught up for this long is dropped.
     pub replica_lag_time_max_ms: i64,
+    /// `broker.rack`: the rack this broker is in, registered with the controller and shown
+    /// by Metadata / DescribeCluster (`None` = unset).
+    pub broker_rack: Option<String>,
+    /// `replica.selector.class` (KIP-392): `RackAware` lets a leader send a consumer to an
+    /// in-sync replica in its `client.rack`; `Leader` (the default, as Kafka's none) never does.
+    pub replica_selector: crate::partition::replica_selector::ReplicaSelectorKind,
     /// `replica.high.watermark.checkpoint.interval.ms`: how often the housekeeping tick writes
     /// every partition's high watermark to `<data_dir>/replication-offset-checkpoint` (also
     /// written at clean shutdown; 0 = only then).
@@ -133,6 +139,8 @@ impl Default for BrokerConfig {
             replica_fetch_max_bytes: 1024 * 1024,
             replica_fetch_response_max_bytes: 10 * 1024 * 1024,
             replica_lag_time_max_ms: crate::partition::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            broker_rack: None,
+            replica_selector: Default::default(),
             replica_high_watermark_checkpoint_interval_ms:
                 crate::replica_manager::HW_CHECKPOINT_INTERVAL_MS_DEFAULT,
             max_partitions: None,

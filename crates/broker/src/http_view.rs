@@ -57,7 +57,7 @@ impl BrokerView {
             node_id: me,
             host: self.state.advertised_host.clone(),
             port: self.state.advertised_port as u16,
-            rack: None,
+            rack: self.state.config.broker_rack.clone(),
             fenced: image.broker(me).is_some_and(|b| b.fenced),
         }];
         for b in image.brokers().values().filter(|b| b.id != me) {

@@ -474,6 +474,7 @@ fn metadata_options(
                 port: e.port.clamp(0, i32::from(u16::MAX)) as u16,
             })
             .collect(),
+        rack: config.broker_rack.clone(),
         controller: ControllerConfig {
             broker_session_timeout_ms: config.broker_session_timeout_ms,
             default_num_partitions: config.num_partitions,

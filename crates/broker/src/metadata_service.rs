@@ -186,6 +186,7 @@ impl MetadataService {
     pub fn register(
         &self,
         endpoints: Vec<Endpoint>,
+        rack: Option<String>,
         now_ms: u64,
     ) -> Result<MetadataDelta, MetadataError> {
         let incarnation_id = self.image().broker(self.node_id).map_or_else(
@@ -196,7 +197,7 @@ impl MetadataService {
             broker_id: self.node_id,
             incarnation_id,
             endpoints,
-            rack: None,
+            rack,
         });
         let (reply, mut delta) = self.request_within(event, now_ms, REGISTRATION_WAIT_MS)?;
         let epoch = match reply {

@@ -98,6 +98,8 @@ pub struct MetadataOptions {
     pub node_id: i32,
     /// This broker's listeners, as other brokers and clients reach them.
     pub endpoints: Vec<Endpoint>,
+    /// `broker.rack`, registered with the controller.
+    pub rack: Option<String>,
     pub controller: ControllerConfig,
     pub heartbeat_interval_ms: u64,
     /// `Some`: a voter of this static quorum (`--controller-quorum-voters`).
@@ -109,6 +111,7 @@ impl Default for MetadataOptions {
         MetadataOptions {
             node_id: 1,
             endpoints: Vec::new(),
+            rack: None,
             controller: ControllerConfig::default(),
             heartbeat_interval_ms: 2_000,
             cluster: None,
@@ -258,7 +261,11 @@ impl ReplicaManager {
         let metadata = MetadataService::open(start, || {
             crate::metadata_import::legacy_records(data_dir, node_id)
         })?;
-        metadata.register(options.endpoints, clock.now_ms().max(0) as u64)?;
+        metadata.register(
+            options.endpoints,
+            options.rack,
+            clock.now_ms().max(0) as u64,
+        )?;
         let mut rm = ReplicaManager {
             data_dir: data_dir.to_path_buf(),
             log_defaults: RwLock::new(Arc::new(log_defaults)),

@@ -190,6 +190,14 @@ pub struct Args {
         env = "STREAMFORGE_REPLICA_HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS"
     )]
     pub replica_high_watermark_checkpoint_interval_ms: Option<u64>,
+    /// `broker.rack`: this broker's rack, registered with the controller and shown by
+    /// Metadata / DescribeCluster; consumers with the same `client.rack` may read from it.
+    #[arg(long, env = "STREAMFORGE_BROKER_RACK")]
+    pub broker_rack: Option<String>,
+    /// `replica.selector.class` (KIP-392): `rack-aware` sends a consumer to an in-sync replica
+    /// in its `client.rack`; `leader` serves every consumer from the leader [default: leader].
+    #[arg(long, env = "STREAMFORGE_REPLICA_SELECTOR")]
+    pub replica_selector: Option<String>,
     /// Most partitions the broker hosts [default: derived from the open-files limit].
     #[arg(long, env = "STREAMFORGE_MAX_PARTITIONS")]
     pub max_partitions: Option<usize>,
@@ -285,6 +293,8 @@ struct FileConfig {
     replica_fetch_max_bytes: Option<usize>,
     replica_fetch_response_max_bytes: Option<usize>,
     replica_high_watermark_checkpoint_interval_ms: Option<u64>,
+    broker_rack: Option<String>,
+    replica_selector: Option<String>,
     max_partitions: Option<usize>,
     http_listen: Option<String>,
     http_auth: Option<String>,
@@ -388,6 +398,13 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(replica_fetch_max_bytes);
     set!(replica_fetch_response_max_bytes);
     set!(replica_high_watermark_checkpoint_interval_ms);
+    c.broker_rack = args.broker_rack.or(file.broker_rack);
+    if let Some(v) = args.replica_selector.or(file.replica_selector) {
+        c.replica_selector = v
+            .parse()
+            .map_err(anyhow::Error::msg)
+            .context("--replica-selector")?;
+    }
     c.max_partitions = args
         .max_partitions
         .or(file.max_partitions)
@@ -686,6 +703,43 @@ mod tests {
         };
         let c = broker_config(flag).unwrap();
         assert_eq!(c.replica_high_watermark_checkpoint_interval_ms, 0);
+    }
+
+    #[test]
+    fn the_rack_and_replica_selector_come_from_flag_file_or_default() {
+        use streamforge_broker::partition::replica_selector::ReplicaSelectorKind;
+        let c = broker_config(Args::default()).unwrap();
+        assert_eq!(c.broker_rack, None);
+        assert_eq!(c.replica_selector, ReplicaSelectorKind::Leader);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sf.toml");
+        let class = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+        std::fs::write(
+            &path,
+            format!("broker.rack = \"eu-1a\"\nreplica.selector.class = \"{class}\"\n"),
+        )
+        .unwrap();
+        let file = Args {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let c = broker_config(file).unwrap();
+        assert_eq!(c.broker_rack.as_deref(), Some("eu-1a"));
+        assert_eq!(c.replica_selector, ReplicaSelectorKind::RackAware);
+        let flag = Args {
+            config: Some(path),
+            broker_rack: Some("eu-1b".into()),
+            replica_selector: Some("leader".into()),
+            ..Default::default()
+        };
+        let c = broker_config(flag).unwrap();
+        assert_eq!(c.broker_rack.as_deref(), Some("eu-1b"));
+        assert_eq!(c.replica_selector, ReplicaSelectorKind::Leader);
+        let bad = Args {
+            replica_selector: Some("closest".into()),
+            ..Default::default()
+        };
+        assert!(broker_config(bad).is_err());
     }
 
     #[test]

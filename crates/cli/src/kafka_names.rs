@@ -89,6 +89,8 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
         "replica.high.watermark.checkpoint.interval.ms",
         "replica_high_watermark_checkpoint_interval_ms",
     ),
+    ("broker.rack", "broker_rack"),
+    ("replica.selector.class", "replica_selector"),
 ];
 
 /// Our sections, kept as tables.

@@ -133,3 +133,45 @@ fn delete_records_follows_kafkas_rules() {
     assert_eq!(delete_records(&mut c, -1), (0, 10), "-1: up to the HW");
     assert_eq!(list_offset(&mut c, -2, -1).1, 10);
 }
+
+/// `(error_code, preferred_read_replica, record bytes)` of a consumer's Fetch v12 from 0.
+fn consumer_fetch(c: &mut Conn, current_leader_epoch: i32, rack: &str) -> (i16, i32, usize) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let mut p = FetchPartition::default();
+    p.partition_max_bytes = 1 << 20;
+    p.current_leader_epoch = current_leader_epoch;
+    let mut t = FetchTopic::default();
+    t.topic = name(TOPIC);
+    t.partitions = vec![p];
+    let mut req = FetchRequest::default();
+    req.replica_id = BrokerId(-1);
+    req.max_bytes = 1 << 20;
+    req.rack_id = StrBytes::from_string(rack.to_string());
+    req.topics = vec![t];
+    let r: FetchResponse = c.call(ApiKey::Fetch, 12, &req);
+    let p = &r.responses[0].partitions[0];
+    let bytes = p.records.as_ref().map_or(0, |r| r.len());
+    (p.error_code, p.preferred_read_replica.0, bytes)
+}
+
+#[test]
+fn fetch_checks_the_consumers_leader_epoch_and_shows_the_broker_rack() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--broker-rack", "r1", "--replica-selector", "rack-aware"];
+    let b = BrokerProc::start(&dir.path().join("d"), &flags);
+    let mut c = b.connect();
+    create_topic(&mut c);
+    produce(&mut c, 10);
+    let (code, preferred, bytes) = consumer_fetch(&mut c, 0, "r2");
+    assert_eq!(
+        (code, preferred),
+        (0, -1),
+        "a lone leader names no other replica"
+    );
+    assert!(bytes > 0);
+    assert_eq!(consumer_fetch(&mut c, -1, "").0, 0);
+    let unknown = ResponseError::UnknownLeaderEpoch.code();
+    assert_eq!(consumer_fetch(&mut c, 1, "r2"), (unknown, -1, 0));
+    let r: MetadataResponse = c.call(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert_eq!(r.brokers[0].rack.as_deref(), Some("r1"));
+}

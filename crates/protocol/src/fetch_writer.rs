@@ -33,6 +33,8 @@ pub struct FetchPartition {
     pub records: Vec<Bytes>,
     /// A follower's log diverges: `(epoch, end offset)` to truncate by (v12+ tagged field 0).
     pub diverging_epoch: Option<(i32, i64)>,
+    /// KIP-392 (v11+): the replica the consumer should fetch from instead (`None` = -1).
+    pub preferred_read_replica: Option<i32>,
 }
 
 /// One topic of a Fetch response.
@@ -98,7 +100,7 @@ pub fn write_fetch_response(
                 }
             }
             if version >= 11 {
-                w.cur.put_i32(-1); // preferred_read_replica
+                w.cur.put_i32(p.preferred_read_replica.unwrap_or(-1));
             }
             let records_bytes: usize = p.records.iter().map(Bytes::len).sum();
             if flexible {
@@ -259,6 +261,7 @@ mod tests {
                         }]),
                         records: vec![],
                         diverging_epoch: Some((3, 17)),
+                        preferred_read_replica: Some(2),
                     },
                 ],
             }],
@@ -303,6 +306,10 @@ mod tests {
                     t.partitions[0].diverging_epoch.epoch, -1,
                     "absent = default"
                 );
+            }
+            if version >= 11 {
+                assert_eq!(p1.preferred_read_replica.0, 2);
+                assert_eq!(t.partitions[0].preferred_read_replica.0, -1, "none = -1");
             }
         }
     }

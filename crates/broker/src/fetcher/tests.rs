@@ -209,3 +209,130 @@ fn a_response_cut_inside_a_batch_keeps_only_whole_batches() {
     assert_eq!(whole_batches(&two[..two.len() - 1]).len(), one.len());
     assert_eq!(whole_batches(&two[..5]).len(), 0);
 }
+
+/// KIP-392: a consumer's read (v11+ unless `any_replica` is false) at `offset`.
+async fn consumer_read(
+    p: &Partition,
+    offset: i64,
+    epoch: i32,
+    any_replica: bool,
+) -> Result<crate::partition::ReadResult, crate::partition::PartitionError> {
+    let params = crate::partition::FetchParams {
+        fetch_offset: offset,
+        max_bytes: MAX_BYTES,
+        min_one_message: true,
+        isolation: crate::partition::FetchIsolation::HighWatermark,
+        replica_id: -1,
+    };
+    let fetch = crate::partition::ConsumerFetch {
+        current_leader_epoch: epoch,
+        any_replica,
+    };
+    p.read_for_consumer(params, fetch).await
+}
+
+#[tokio::test]
+async fn a_follower_serves_consumers_up_to_its_high_watermark() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 1, &[1, 2], 1, sink().0);
+    follower.make_follower(1, 1).unwrap();
+    let end = produce(&leader, 10);
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 1).unwrap();
+    // The follower has the batch but not yet the leader's HW that commits it.
+    let read = consumer_read(&follower, 0, 1, true).await.unwrap();
+    assert_eq!(read.records.unwrap().bytes, 0);
+    assert_eq!(read.offsets.high_watermark, 0);
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 2).unwrap();
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 3).unwrap();
+    let read = consumer_read(&follower, 0, 1, true).await.unwrap();
+    assert!(read.records.unwrap().bytes > 0);
+    assert_eq!(read.offsets.high_watermark, end);
+    // Past its HW but within its log: nothing yet (the fetch waits); past its log end:
+    // OFFSET_OUT_OF_RANGE, after which the consumer goes back to the leader.
+    let pending = produce(&leader, 5);
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 4).unwrap();
+    let o = follower.offsets().unwrap();
+    assert_eq!((o.high_watermark, o.log_end_offset), (end, pending));
+    let read = consumer_read(&follower, end + 2, 1, true).await.unwrap();
+    assert_eq!(read.records.unwrap().bytes, 0);
+    let read = consumer_read(&follower, pending + 1, 1, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        read.records.unwrap_err().kafka_code(),
+        ResponseError::OffsetOutOfRange.code()
+    );
+}
+
+#[tokio::test]
+async fn a_follower_checks_the_consumers_leader_epoch_and_fetch_version() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 3, &[1, 2], 1, sink().0);
+    follower.make_follower(3, 1).unwrap();
+    let code = |r: Result<crate::partition::ReadResult, crate::partition::PartitionError>| {
+        r.map(|_| 0).unwrap_or_else(|e| e.kafka_code())
+    };
+    assert_eq!(code(consumer_read(&follower, 0, 3, true).await), 0);
+    assert_eq!(code(consumer_read(&follower, 0, -1, true).await), 0);
+    assert_eq!(
+        code(consumer_read(&follower, 0, 2, true).await),
+        ResponseError::FencedLeaderEpoch.code()
+    );
+    assert_eq!(
+        code(consumer_read(&follower, 0, 4, true).await),
+        ResponseError::UnknownLeaderEpoch.code()
+    );
+    // Fetch before v11 (no client metadata) reads from the leader only.
+    assert_eq!(
+        code(consumer_read(&follower, 0, 3, false).await),
+        ResponseError::NotLeaderOrFollower.code()
+    );
+    // The leader checks the epoch too; a stopped replica is gone, as a stopped leader is.
+    assert_eq!(
+        code(consumer_read(&leader, 0, 2, false).await),
+        ResponseError::FencedLeaderEpoch.code()
+    );
+    follower.stop(false).unwrap();
+    assert_eq!(
+        code(consumer_read(&follower, 0, -1, true).await),
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+}
+
+#[test]
+fn the_leader_offers_in_sync_followers_that_have_the_offset() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 1, &[1, 2], 1, sink().0);
+    follower.make_follower(1, 1).unwrap();
+    let end = produce(&leader, 10);
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 1).unwrap();
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 5).unwrap();
+    let (me, followers) = leader.read_replica_candidates(end, 105).unwrap();
+    assert_eq!((me.id, me.log_end_offset), (1, end));
+    assert_eq!(followers.len(), 1);
+    assert_eq!((followers[0].id, followers[0].log_end_offset), (2, end));
+    assert_eq!(followers[0].time_since_caught_up_ms, 100);
+    assert!(
+        leader
+            .read_replica_candidates(end + 1, 105)
+            .unwrap()
+            .1
+            .is_empty(),
+        "not past its log end"
+    );
+    assert!(follower.read_replica_candidates(0, 105).is_none());
+}
+
+#[test]
+fn a_follower_outside_the_isr_is_not_offered() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 1, &[1], 1, sink().0);
+    follower.make_follower(1, 1).unwrap();
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 1).unwrap();
+    let (_, followers) = leader.read_replica_candidates(0, 2).unwrap();
+    assert!(followers.is_empty());
+}

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::BrokerState;
+use crate::partition::replica_selector::ReplicaSelectorKind;
 use crate::partition::{FetchIsolation, FetchParams};
 use crate::quota::entity::QuotaKey;
 use crate::quota::{BusyTime, ClientIdentity};
@@ -33,7 +34,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     // Time spent working (not in the long poll): what request_percentage counts.
     let mut busy = BusyTime::start();
     let request: FetchRequest = req.decode()?;
-    let mut plan = FetchPlan::new(&state.config, &request);
+    let mut plan = FetchPlan::new(&state.config, &request, req.api_version);
     if plan.replica_id < 0
         && let Some(cap) = state.quotas.fetch_bytes_max(ClientIdentity::of(&req))
     {
@@ -55,7 +56,9 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             }
         }
         let read = read_all(&state, &plan).await;
-        let satisfied = read.bytes >= min_bytes || read.errors || max_wait_ms == 0;
+        // Kafka answers at once when a partition names a preferred read replica, too.
+        let satisfied =
+            read.bytes >= min_bytes || read.errors || read.redirected || max_wait_ms == 0;
         if satisfied || watchers.is_empty() || Instant::now() >= deadline || *shutdown.borrow() {
             return Ok(Some(respond(&state, &req, read, &plan, busy.total())));
         }
@@ -79,6 +82,8 @@ struct FetchPass {
     topics: Vec<FetchTopic>,
     bytes: usize,
     errors: bool,
+    /// A partition names another replica to read from (KIP-392).
+    redirected: bool,
 }
 
 /// One partition to read, as the request named it (the last entry if it named it twice).
@@ -102,6 +107,10 @@ struct FetchPlan {
     response_max_bytes: usize,
     isolation: FetchIsolation,
     replica_id: i32,
+    /// Fetch v11+ from a consumer: `client.rack` (KIP-392; empty = none) and leave to read
+    /// from a follower (Kafka's `clientMetadata`).
+    client_rack: String,
+    any_replica: bool,
     /// Per topic: answered TOPIC_AUTHORIZATION_FAILED (see `authorize`).
     denied: Vec<bool>,
 }
@@ -120,7 +129,7 @@ impl FetchPlan {
             .collect();
     }
 
-    fn new(config: &crate::BrokerConfig, request: &FetchRequest) -> FetchPlan {
+    fn new(config: &crate::BrokerConfig, request: &FetchRequest, version: i16) -> FetchPlan {
         // Kafka: a follower's fetch (replica id >= 0) is bounded by the replica settings, a
         // consumer's by fetch.max.bytes; the request's max_bytes can only lower them.
         let from_replica = request.replica_id.0 >= 0;
@@ -169,6 +178,8 @@ impl FetchPlan {
             response_max_bytes: requested.min(broker_max),
             isolation: FetchIsolation::for_fetch(request.replica_id.0, request.isolation_level),
             replica_id: request.replica_id.0,
+            client_rack: request.rack_id.to_string(),
+            any_replica: version >= 11 && request.replica_id.0 < 0,
             denied: Vec::new(),
         }
     }
@@ -181,6 +192,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
         topics: Vec::with_capacity(plan.topics.len()),
         bytes: 0,
         errors: false,
+        redirected: false,
     };
     for (ti, (name, partitions)) in plan.topics.iter().enumerate() {
         let mut topic = FetchTopic {
@@ -227,7 +239,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                     },
                 )
             } else {
-                partition.read(params).await
+                read_for_consumer(state, &partition, params, p, plan, &mut fp).await
             };
             match read {
                 Ok(read) => {
@@ -258,6 +270,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                     out.errors = true;
                 }
             }
+            out.redirected |= fp.preferred_read_replica.is_some();
             topic.partitions.push(fp);
         }
         out.topics.push(topic);
@@ -280,6 +293,57 @@ fn read_for_follower(
     };
     let read = partition.read_for_follower(params, fetch, state.clock.now_ms())?;
     Ok((read.read, read.diverging_epoch))
+}
+
+/// A consumer's fetch (KIP-392): a leader with a rack-aware selector may name a replica in
+/// the client's rack instead, answering with its offsets and no records, as Kafka does; a
+/// follower serves v11+ fetches up to its high watermark.
+async fn read_for_consumer(
+    state: &BrokerState,
+    partition: &crate::Partition,
+    mut params: FetchParams,
+    planned: &PlannedPartition,
+    plan: &FetchPlan,
+    fp: &mut FetchPartition,
+) -> Result<crate::partition::ReadResult, crate::partition::PartitionError> {
+    let fetch = crate::partition::ConsumerFetch {
+        current_leader_epoch: planned.current_leader_epoch,
+        any_replica: plan.any_replica,
+    };
+    if plan.any_replica
+        && let Some(id) = preferred_read_replica(state, partition, &plan.client_rack, params)
+    {
+        fp.preferred_read_replica = Some(id);
+        // Kafka's `fetchOffsetSnapshot`: the epoch checked, the leader's offsets, no records.
+        params.max_bytes = 0;
+        params.min_one_message = false;
+    }
+    partition.read_for_consumer(params, fetch).await
+}
+
+/// The replica the configured selector names for this consumer, if not the leader itself.
+fn preferred_read_replica(
+    state: &BrokerState,
+    partition: &crate::Partition,
+    client_rack: &str,
+    params: FetchParams,
+) -> Option<i32> {
+    let selector = state.config.replica_selector;
+    if selector == ReplicaSelectorKind::Leader || client_rack.is_empty() {
+        return None;
+    }
+    let (mut leader, mut followers) =
+        partition.read_replica_candidates(params.fetch_offset, state.clock.now_ms())?;
+    if followers.is_empty() {
+        return None;
+    }
+    leader.rack = state.config.broker_rack.clone();
+    // A broker's rack is what it registered with the controller.
+    let image = state.replicas.image();
+    for f in &mut followers {
+        f.rack = image.broker(f.id).and_then(|b| b.rack.clone());
+    }
+    selector.select(client_rack, &leader, &followers)
 }
 
 /// The response, with the consumer's quotas applied (never a follower's): its bytes against

@@ -225,7 +225,7 @@ pub(crate) fn broker_entry(state: &BrokerState, listener: usize) -> MetadataResp
     b.node_id = BrokerId(state.node_id());
     b.host = StrBytes::from_string(endpoint.host.clone());
     b.port = endpoint.port;
-    b.rack = None;
+    b.rack = state.config.broker_rack.clone().map(StrBytes::from_string);
     b
 }
 

@@ -16,6 +16,7 @@ mod offsets;
 pub mod purgatory;
 mod read;
 pub mod replica;
+pub mod replica_selector;
 mod replication;
 #[cfg(test)]
 mod tests;
@@ -34,7 +35,7 @@ use tokio::sync::watch;
 use crate::util::now_ms;
 
 pub use offsets::{DELETE_TO_HIGH_WATERMARK, FoundOffset, OffsetSpec};
-pub use read::{FetchIsolation, FetchParams, ReadResult};
+pub use read::{ConsumerFetch, FetchIsolation, FetchParams, ReadResult};
 pub use replication::{
     AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink, OpenHighWatermark,
 };

@@ -4,7 +4,10 @@
 use streamforge_log::ReadInfo;
 use streamforge_tiered::TieredError;
 
-use super::{Partition, PartitionError, PartitionOffsets, local_offsets};
+use super::{
+    Partition, PartitionError, PartitionOffsets, PartitionRole, State, check_leader_epoch,
+    local_offsets,
+};
 
 /// Up to which offset a reader may read (Kafka's `FetchIsolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +58,25 @@ pub struct FetchParams {
     pub replica_id: i32,
 }
 
+/// Where a consumer's Fetch may be served, and the leader epoch it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerFetch {
+    /// The client's `current_leader_epoch` (-1 = not checked): older is
+    /// FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, on a leader and a follower alike.
+    pub current_leader_epoch: i32,
+    /// Fetch v11+ (Kafka's `clientMetadata` is set): a follower may serve it. Older versions
+    /// read from the leader only (NOT_LEADER_OR_FOLLOWER elsewhere).
+    pub any_replica: bool,
+}
+
+impl ConsumerFetch {
+    /// The leader only, epoch not checked: internal readers (replays, the dashboard).
+    pub const LEADER_ONLY: ConsumerFetch = ConsumerFetch {
+        current_leader_epoch: -1,
+        any_replica: false,
+    };
+}
+
 /// A read: the partition's offsets (also sent with an error, so a consumer can reset) and
 /// the batches, or why there are none.
 #[derive(Debug)]
@@ -70,7 +92,21 @@ impl Partition {
     /// partition, from remote storage. `Err` when the partition is not served here (gone,
     /// offline, not the leader); a failed read itself is `ReadResult::records`.
     pub async fn read(&self, params: FetchParams) -> Result<ReadResult, PartitionError> {
-        let mut result = self.read_local(params)?;
+        self.read_for_consumer(params, ConsumerFetch::LEADER_ONLY)
+            .await
+    }
+
+    /// A consumer's read (KIP-392): `fetch` says which epoch it knows and whether a follower
+    /// may serve it. A follower serves up to its own high watermark, which it takes from the
+    /// leader's fetch responses; an offset between its high watermark and log end reads
+    /// nothing (the fetch waits), one past its log end is OFFSET_OUT_OF_RANGE, as in Kafka,
+    /// and the consumer then goes back to the leader.
+    pub async fn read_for_consumer(
+        &self,
+        params: FetchParams,
+        fetch: ConsumerFetch,
+    ) -> Result<ReadResult, PartitionError> {
+        let mut result = self.read_local_as(params, fetch)?;
         let below_local = params.fetch_offset < result.offsets.local_log_start_offset;
         if below_local
             && let Err(e) = &result.records
@@ -86,7 +122,15 @@ impl Partition {
 
     /// Read from the local log only (replay of an internal topic, the dashboard).
     pub fn read_local(&self, params: FetchParams) -> Result<ReadResult, PartitionError> {
-        let (offsets, records, aborted) = self.with_leader_log(-1, |log| {
+        self.read_local_as(params, ConsumerFetch::LEADER_ONLY)
+    }
+
+    fn read_local_as(
+        &self,
+        params: FetchParams,
+        fetch: ConsumerFetch,
+    ) -> Result<ReadResult, PartitionError> {
+        let (offsets, records, aborted) = self.with_readable_log(fetch, |log| {
             let offsets = local_offsets(log);
             let records = if params.max_bytes == 0 && !params.min_one_message {
                 // No budget left in the response: nothing to read.
@@ -120,6 +164,28 @@ impl Partition {
             records,
             aborted,
         })
+    }
+
+    /// Run `f` on the log if this broker may serve `fetch`: Kafka's `localLogWithEpochOrThrow`
+    /// (the epoch first, then the log, then the role: the leader, or a follower for v11+).
+    fn with_readable_log<R>(
+        &self,
+        fetch: ConsumerFetch,
+        f: impl FnOnce(&mut streamforge_log::Log) -> R,
+    ) -> Result<R, PartitionError> {
+        let mut guard = self.state.lock();
+        let State { log, serving } = &mut *guard;
+        check_leader_epoch(fetch.current_leader_epoch, serving.leader_epoch)?;
+        let Some(log) = log.as_mut() else {
+            return Err(self.missing());
+        };
+        match serving.role {
+            PartitionRole::Leader => Ok(f(log)),
+            PartitionRole::Follower if fetch.any_replica => Ok(f(log)),
+            PartitionRole::Follower | PartitionRole::None => {
+                Err(PartitionError::NotLeaderOrFollower)
+            }
+        }
     }
 
     /// A read below the local log start: from remote storage. `None` when the partition is

@@ -15,6 +15,7 @@ use streamforge_log::{Log, ReadInfo};
 use super::replica::{
     BrokerId, IsrChange, LeaderAndIsr, LeaderState, ReplicaConfig, Replication, truncation_offset,
 };
+use super::replica_selector::ReplicaCandidate;
 use super::{
     FetchParams, Partition, PartitionError, PartitionRole, ReadResult, check_leader_epoch,
     local_offsets,
@@ -196,6 +197,45 @@ impl Partition {
             leader.isr().to_vec(),
             leader.partition_epoch(),
         ))
+    }
+
+    /// KIP-392 on a leader with followers: itself and the in-sync followers whose log end
+    /// reaches `fetch_offset` (Kafka leaves out replicas without the offset and, since
+    /// KAFKA-14372, those outside the ISR), racks not filled in. `None` otherwise: a lone
+    /// leader or a non-leader names no preferred replica.
+    pub fn read_replica_candidates(
+        &self,
+        fetch_offset: i64,
+        now_ms: i64,
+    ) -> Option<(ReplicaCandidate, Vec<ReplicaCandidate>)> {
+        let guard = self.state.lock();
+        let log = guard.log.as_ref()?;
+        if guard.serving.role != PartitionRole::Leader {
+            return None;
+        }
+        let replica = guard.serving.replica.as_ref()?;
+        let leader = ReplicaCandidate {
+            id: replica.local_id,
+            rack: None,
+            log_end_offset: log.log_end_offset(),
+            time_since_caught_up_ms: 0,
+        };
+        let followers = replica
+            .leader
+            .isr()
+            .iter()
+            .filter(|id| **id != replica.local_id)
+            .filter_map(|id| {
+                let f = replica.leader.follower(*id)?;
+                (f.log_end_offset >= fetch_offset).then(|| ReplicaCandidate {
+                    id: *id,
+                    rack: None,
+                    log_end_offset: f.log_end_offset,
+                    time_since_caught_up_ms: now_ms.saturating_sub(f.last_caught_up_ms).max(0),
+                })
+            })
+            .collect();
+        Some((leader, followers))
     }
 
     /// acks=all: has every ISR member got everything below `required_offset`?
