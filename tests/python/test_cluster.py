@@ -2,7 +2,8 @@
 confluent-kafka: the cluster forms, RF=3 topics are placed across the brokers and seen the same
 on each, metadata propagation is measured, produce (acks=1) and consume go to each partition's
 leader, and kill -9 of the active controller elects another one (measured) while topics stay
-creatable and the killed broker rejoins.
+creatable and the killed broker rejoins; a whole cluster killed at once comes back with its
+metadata (the voters' Raft log is on disk).
 
 Replication of records between brokers is not wired yet: a partition's records live on its
 leader only, so these tests do not claim more.
@@ -194,9 +195,30 @@ def test_killing_the_active_controller_elects_another_and_the_broker_rejoins(bro
         v[0] != controller for v in p.values()) else None)(placement(alive[0], "before-failover")))
     assert all(controller not in v[2] for v in moved.values())
 
-    # Restart (its Raft log was in memory: it catches up from the new leader) and rejoin.
+    # Restart with its Raft log, vote and snapshot from its data dir, and rejoin.
     dead.start(timeout_s=WAIT_S)
     for b in brokers:
         wait_for("the broker back", lambda b=b: cluster_view(b)[0] == [1, 2, 3] and cluster_view(b)[1] == new)
     assert wait_for("the topics on the rejoined broker", lambda: placement(dead, "after-failover")) == \
         placement(alive[0], "after-failover")
+
+
+def test_a_whole_cluster_killed_at_once_comes_back_with_its_metadata(broker_factory):
+    """The voters keep their Raft log, vote and snapshot on disk: kill -9 all three, start them
+    again from the same data dirs, and every topic, its placement and config are still there."""
+    brokers = start_cluster(broker_factory)
+    wait_for("a controller", lambda: cluster_view(brokers[0])[1] > 0)
+    create(brokers[1], "survives", 3, 3)
+    before = wait_for("the topic", lambda: placement(brokers[0], "survives"))
+    cluster_id = cluster_view(brokers[0])[2]
+    for b in brokers:
+        b.kill()
+    _admins.clear()
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda b: b.start(timeout_s=WAIT_S), brokers))
+    for b in brokers:
+        wait_for("the cluster back", lambda b=b: (lambda v: v[0] == [1, 2, 3] and v[1] > 0)(cluster_view(b)))
+        assert cluster_view(b)[2] == cluster_id
+        after = wait_for("the topic after the restart", lambda b=b: placement(b, "survives"))
+        assert sorted(after) == sorted(before)
+        assert all(sorted(after[p][1]) == sorted(before[p][1]) for p in before), (before, after)
