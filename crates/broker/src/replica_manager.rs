@@ -219,6 +219,8 @@ pub struct ReplicaManager {
     tiering: Option<Arc<TieringManager>>,
     /// The `replication-offset-checkpoint` of the data directory.
     hw_checkpoint: hw_checkpoint::HwCheckpointer,
+    /// Bumped after every applied delta: the coordinators look at their partitions' roles.
+    roles: tokio::sync::watch::Sender<u64>,
 }
 
 impl ReplicaManager {
@@ -263,6 +265,7 @@ impl ReplicaManager {
             partitions_max: std::sync::atomic::AtomicUsize::new(usize::MAX),
             tiering,
             hw_checkpoint: hw_checkpoint::HwCheckpointer::open(data_dir),
+            roles: tokio::sync::watch::Sender::new(0),
         };
         let topics = rm.open_from_image(&rm.metadata.image());
         let partitions = topics.values().flat_map(|t| t.hosted());
@@ -280,6 +283,11 @@ impl ReplicaManager {
     /// The metadata node (image, controller, registration).
     pub fn metadata(&self) -> &Arc<MetadataService> {
         &self.metadata
+    }
+
+    /// Changes after every applied delta (roles may have moved).
+    pub fn watch_roles(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.roles.subscribe()
     }
 
     /// The committed metadata image.
