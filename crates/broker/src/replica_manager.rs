@@ -403,6 +403,15 @@ impl ReplicaManager {
         )
     }
 
+    /// Applies `delta` as if the controller had committed it: for tests that play the part
+    /// of a cluster whose other brokers do not run (moving a leadership here and away).
+    #[doc(hidden)]
+    pub fn apply_delta_for_tests(&self, delta: &streamforge_metadata::MetadataDelta) {
+        let _admin = self.admin.lock();
+        let failures = self.apply_delta(delta);
+        assert!(failures.is_empty(), "the delta created no log");
+    }
+
     /// Heartbeat and controller tick when due, applying what committed.
     pub fn metadata_tick(&self, now_ms: u64) {
         let _admin = self.admin.lock();
