@@ -42,7 +42,8 @@ impl TxnService {
     /// Replays one partition (blocking) and, if it is still led here under the same epoch,
     /// takes its transactional ids.
     pub(crate) fn load(&self, job: LoadJob) {
-        let Some(loaded) = self.replay_job(&job) else {
+        let empty = self.read(TxnCoordinator::empty_like);
+        let Some(loaded) = replay_job(empty, &job) else {
             return;
         };
         let mut inner = self.inner.lock();
@@ -51,20 +52,25 @@ impl TxnService {
 
     /// [`Self::load`] under the lock already held (a topic this broker just created).
     pub(crate) fn load_inner(&self, inner: &mut Inner, job: LoadJob) {
-        if let Some(loaded) = self.replay_job(&job) {
+        // Not through `self.read`: the lock is held here.
+        let empty = inner.coordinator.empty_like();
+        if let Some(loaded) = replay_job(empty, &job) {
             install(inner, job, loaded);
         }
     }
+}
 
-    fn replay_job(&self, job: &LoadJob) -> Option<(TxnCoordinator, PendingOffsets, usize)> {
-        let mut coordinator = self.read(TxnCoordinator::empty_like);
-        let mut pending = HashMap::new();
-        match replay_partition(&mut coordinator, &mut pending, &job.partition) {
-            Ok(records) => Some((coordinator, pending, records)),
-            Err(e) => {
-                tracing::error!(partition = job.index, error = %e, "loading {TRANSACTION_STATE_TOPIC} partition failed");
-                None
-            }
+/// Replays `job`'s partition into `coordinator` (empty).
+fn replay_job(
+    mut coordinator: TxnCoordinator,
+    job: &LoadJob,
+) -> Option<(TxnCoordinator, PendingOffsets, usize)> {
+    let mut pending = HashMap::new();
+    match replay_partition(&mut coordinator, &mut pending, &job.partition) {
+        Ok(records) => Some((coordinator, pending, records)),
+        Err(e) => {
+            tracing::error!(partition = job.index, error = %e, "loading {TRANSACTION_STATE_TOPIC} partition failed");
+            None
         }
     }
 }
