@@ -127,3 +127,32 @@ fn an_unloaded_partition_takes_its_transaction_timers_with_it() {
     assert_eq!(service.read(|c| c.next_deadline_ms()), None);
     rm.close_all();
 }
+
+#[test]
+fn the_first_use_creates_the_topic_and_serves_the_partitions_it_leads() {
+    let dir = tempfile::tempdir().unwrap();
+    let rm =
+        std::sync::Arc::new(ReplicaManager::open(dir.path(), Default::default(), None).unwrap());
+    let config = TxnConfig {
+        state_partitions: 3,
+        ..TxnConfig::default()
+    };
+    let service = std::sync::Arc::new(TxnService::open(&rm, config).unwrap());
+    assert!(rm.topic(TRANSACTION_STATE_TOPIC).is_none());
+    // Bounded: the creation loads under the coordinator's lock, it must not take it again.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let (rm, service) = (rm.clone(), service.clone());
+        move || tx.send(service.add_pending_offsets(&rm, "tid", "g", 1, offsets()))
+    });
+    let added = rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
+    assert_eq!(added, Ok(()));
+    assert_eq!(
+        rm.topic(TRANSACTION_STATE_TOPIC).unwrap().partition_count(),
+        3
+    );
+    for p in 0..3 {
+        assert_eq!(known(&service, &tid_on(p)), Ok(false), "{p} is served here");
+    }
+    rm.close_all();
+}
