@@ -1,7 +1,9 @@
 //! Wiring of the sans-io group coordinator into the broker: one coordinator behind a mutex,
 //! parked JoinGroup/SyncGroup requests as oneshot waiters, a timer task that feeds the clock,
 //! and the `__consumer_offsets` topic as its durable state (appends, start-up replay and
-//! snapshot-and-truncate to keep it bounded; see docs/GROUPS.md).
+//! snapshot-and-truncate to keep it bounded; see docs/GROUPS.md). Only the partitions this
+//! broker leads are loaded (`group_load.rs` follows leadership); a group of another
+//! partition answers NOT_COORDINATOR.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -9,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use streamforge_coordinator::records::{decode_batches_with_offsets, encode_batch};
+use streamforge_coordinator::records::encode_batch;
 use streamforge_coordinator::{
     CoordinatorConfig, Effects, GroupCoordinator, JoinGroupRequest, JoinGroupResponse,
     OFFSETS_TOPIC, OffsetsRecord, Reply, RequestToken, SyncGroupRequest, SyncGroupResponse,
@@ -19,17 +21,14 @@ const COORDINATOR_NOT_AVAILABLE: i16 =
     kafka_protocol::ResponseError::CoordinatorNotAvailable.code();
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::partition::{
-    Acks, AppendParams, FetchIsolation, FetchParams, Partition, PartitionError,
-};
+use crate::coordinator_load::{Load, append_error, led_partitions};
+use crate::partition::{Acks, AppendParams, Partition};
 use crate::replica_manager::{ReplicaManager, TopicError};
 use crate::util::now_ms;
 
 /// Records per batch written to `__consumer_offsets` (keeps batches far below
 /// `max.message.bytes` for snapshots of big groups).
 const OFFSETS_BATCH_RECORDS_MAX: usize = 500;
-/// Bytes read per step while replaying a partition at start-up.
-const REPLAY_READ_BYTES: usize = 1 << 20;
 /// Kafka's coordinator writes its records with acks=all: a commit is acknowledged once every
 /// in-sync replica has it.
 const APPEND_PARAMS: AppendParams = AppendParams { acks: Acks::All };
@@ -62,18 +61,36 @@ impl Default for GroupsConfig {
     }
 }
 
-struct Inner {
-    coordinator: GroupCoordinator,
-    waiters: HashMap<RequestToken, oneshot::Sender<Reply>>,
+/// A parked JoinGroup/SyncGroup: the offsets partition of its group, and where its answer
+/// goes (an error code when the partition is unloaded first).
+pub(crate) struct Waiter {
+    pub partition: i32,
+    pub tx: oneshot::Sender<Result<Reply, i16>>,
+}
+
+pub(crate) struct Inner {
+    pub coordinator: GroupCoordinator,
+    pub waiters: HashMap<RequestToken, Waiter>,
     /// Bytes appended per offsets partition since its last snapshot.
-    appended_since_snapshot_bytes: Vec<u64>,
+    pub appended_since_snapshot_bytes: Vec<u64>,
+    /// What is loaded of each `__consumer_offsets` partition.
+    pub loads: Vec<Load>,
+}
+
+impl Inner {
+    /// Whether `group_id`'s partition is served here, else the error code to answer.
+    fn serving(&self, group_id: &str) -> Result<(), i16> {
+        let index = self.coordinator.partition_for(group_id) as usize;
+        let load = self.loads.get(index).unwrap_or(&Load::NotLed);
+        load.serving().map_err(|e| e.code())
+    }
 }
 
 /// The broker's group coordinator service.
 pub struct GroupService {
-    inner: Mutex<Inner>,
-    /// One slot per `__consumer_offsets` partition; `None` where another broker hosts it.
-    partitions: Vec<Option<Arc<Partition>>>,
+    pub(crate) inner: Mutex<Inner>,
+    /// Partitions of `__consumer_offsets` (fixed: group placement depends on it).
+    partition_count: i32,
     next_token: AtomicU64,
     /// Woken when an event may have moved the next deadline earlier.
     timer_wakeup: Notify,
@@ -87,6 +104,10 @@ pub enum GroupServiceError {
     #[error("replaying {OFFSETS_TOPIC}-{partition}: {message}")]
     Replay { partition: i32, message: String },
 }
+
+/// A group request's outcome when its group is served here; the error code otherwise
+/// (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS).
+pub type Routed<R> = Result<R, i16>;
 
 impl GroupService {
     /// Creates `__consumer_offsets` if needed and rebuilds the groups by replaying it.
@@ -132,9 +153,20 @@ impl GroupService {
                     error = why,
                     "{OFFSETS_TOPIC} partition offline: its groups are not loaded"
                 );
-                continue;
             }
-            replayed_records += replay_partition(&mut coordinator, partition, now)?;
+        }
+        // The partitions led here load now, before the listener opens; the others (and
+        // the ones that become led here later) follow leadership (`group_load.rs`).
+        let led = led_partitions(replicas, OFFSETS_TOPIC).unwrap_or_default();
+        let mut loads = vec![Load::NotLed; topic.partition_count().max(0) as usize];
+        for (index, (partition, epoch)) in led
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| Some((i, l.clone()?)))
+        {
+            replayed_records +=
+                crate::group_load::replay_partition(&mut coordinator, &partition, now)?;
+            loads[index] = Load::Loaded { partition, epoch };
         }
         coordinator.finish_replay(now_ms());
         tracing::info!(
@@ -155,8 +187,9 @@ impl GroupService {
                 coordinator,
                 waiters: HashMap::new(),
                 appended_since_snapshot_bytes,
+                loads,
             }),
-            partitions: topic.slots().to_vec(),
+            partition_count: topic.partition_count(),
             next_token: AtomicU64::new(1),
             timer_wakeup: Notify::new(),
             config,
@@ -164,7 +197,40 @@ impl GroupService {
     }
 
     pub fn offsets_partitions(&self) -> i32 {
-        self.partitions.len() as i32
+        self.partition_count
+    }
+
+    /// Runs one event for `group_id` if its partition is served here (checked under the
+    /// same lock, so no unload comes between); the second result is the append's outcome.
+    pub fn with_group<R>(
+        &self,
+        group_id: &str,
+        f: impl FnOnce(&mut GroupCoordinator, i64, &mut Effects) -> R,
+    ) -> Routed<(R, Result<(), i16>)> {
+        let mut inner = self.inner.lock();
+        inner.serving(group_id)?;
+        let mut out = Effects::default();
+        let result = f(&mut inner.coordinator, now_ms(), &mut out);
+        let stored = self.apply(&mut inner, out);
+        drop(inner);
+        self.timer_wakeup.notify_one();
+        Ok((result, stored))
+    }
+
+    /// Read-only access to a group served here.
+    pub fn read_group<R>(
+        &self,
+        group_id: &str,
+        f: impl FnOnce(&GroupCoordinator) -> R,
+    ) -> Routed<R> {
+        let inner = self.inner.lock();
+        inner.serving(group_id)?;
+        Ok(f(&inner.coordinator))
+    }
+
+    /// True while some partition led here is still being loaded.
+    pub fn loading(&self) -> bool {
+        crate::coordinator_load::any_loading(&self.inner.lock().loads)
     }
 
     /// Runs one event against the coordinator and applies its effects.
@@ -184,7 +250,7 @@ impl GroupService {
         let mut inner = self.inner.lock();
         let mut out = Effects::default();
         let result = f(&mut inner.coordinator, now_ms(), &mut out);
-        let durable = self.apply(&mut inner, out);
+        let durable = self.apply(&mut inner, out).is_ok();
         drop(inner);
         self.timer_wakeup.notify_one();
         (result, durable)
@@ -208,14 +274,16 @@ impl GroupService {
                 .group_initial_rebalance_delay_ms
                 .max(0) as u64
             + PARKED_GRACE_MS;
+        let group_id = request.group_id.clone();
         let reply = self
-            .park(wait_ms, |c, now, token, out| {
+            .park(&group_id, wait_ms, |c, now, token, out| {
                 c.join_group(now, token, request, out)
             })
             .await;
         match reply {
-            Some(Reply::Join(r)) => r,
-            _ => JoinGroupResponse::error(&member_id, COORDINATOR_NOT_AVAILABLE),
+            Ok(Reply::Join(r)) => r,
+            Ok(_) => JoinGroupResponse::error(&member_id, COORDINATOR_NOT_AVAILABLE),
+            Err(code) => JoinGroupResponse::error(&member_id, code),
         }
     }
 
@@ -228,79 +296,93 @@ impl GroupService {
 
     /// SyncGroup: waits until the leader's assignment arrives (or the rebalance fails).
     pub async fn sync(&self, request: SyncGroupRequest, wait_ms: u64) -> SyncGroupResponse {
+        let group_id = request.group_id.clone();
         let reply = self
-            .park(wait_ms + PARKED_GRACE_MS, |c, now, token, out| {
-                c.sync_group(now, token, request, out)
-            })
+            .park(
+                &group_id,
+                wait_ms + PARKED_GRACE_MS,
+                |c, now, token, out| c.sync_group(now, token, request, out),
+            )
             .await;
         match reply {
-            Some(Reply::Sync(r)) => r,
-            _ => SyncGroupResponse::error(COORDINATOR_NOT_AVAILABLE),
+            Ok(Reply::Sync(r)) => r,
+            Ok(_) => SyncGroupResponse::error(COORDINATOR_NOT_AVAILABLE),
+            Err(code) => SyncGroupResponse::error(code),
         }
     }
 
+    /// Parks a request of `group_id` until the coordinator answers it; `Err` is the code to
+    /// answer instead (not served here, unloaded meanwhile, or never answered).
     async fn park(
         &self,
+        group_id: &str,
         wait_ms: u64,
         f: impl FnOnce(&mut GroupCoordinator, i64, RequestToken, &mut Effects),
-    ) -> Option<Reply> {
+    ) -> Result<Reply, i16> {
         let token = RequestToken(self.next_token.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         {
             let mut inner = self.inner.lock();
+            inner.serving(group_id)?;
             if inner.waiters.len() >= PARKED_REQUESTS_MAX {
                 tracing::warn!(
                     limit = PARKED_REQUESTS_MAX,
                     "too many parked group requests"
                 );
-                return None;
+                return Err(COORDINATOR_NOT_AVAILABLE);
             }
-            inner.waiters.insert(token, tx);
+            let partition = inner.coordinator.partition_for(group_id);
+            inner.waiters.insert(token, Waiter { partition, tx });
             let mut out = Effects::default();
             f(&mut inner.coordinator, now_ms(), token, &mut out);
-            self.apply(&mut inner, out);
+            // A failed append shows in the reply the coordinator gives (or in its absence).
+            let _ = self.apply(&mut inner, out);
         }
         self.timer_wakeup.notify_one();
         match tokio::time::timeout(Duration::from_millis(wait_ms), rx).await {
-            Ok(Ok(reply)) => Some(reply),
+            Ok(Ok(reply)) => reply,
             _ => {
                 tracing::error!(token = token.0, "parked group request was never answered");
                 self.inner.lock().waiters.remove(&token);
-                None
+                Err(COORDINATOR_NOT_AVAILABLE)
             }
         }
     }
 
     /// Appends records first (nothing is acknowledged before it is in the log), then answers
-    /// parked requests.
-    /// Returns false if any append failed.
-    fn apply(&self, inner: &mut Inner, out: Effects) -> bool {
-        let mut durable = true;
+    /// parked requests. `Err` is the first failed append's code (NOT_COORDINATOR when the
+    /// partition is not led here under the epoch it was loaded with).
+    fn apply(&self, inner: &mut Inner, out: Effects) -> Result<(), i16> {
+        let mut stored = Ok(());
         for append in out.appends {
             let index = append.partition as usize;
-            let Some(partition) = self.partitions.get(index).and_then(Option::as_ref) else {
-                tracing::error!(
-                    partition = append.partition,
-                    "offsets partition not hosted here"
-                );
-                durable = false;
-                continue;
+            let partition = match inner.loads.get(index).map(Load::appendable) {
+                Some(Ok(p)) => p.clone(),
+                Some(Err(e)) => {
+                    tracing::warn!(partition = append.partition, error = %e, "{OFFSETS_TOPIC} partition not led here: records not written");
+                    stored = stored.and(Err(e.code()));
+                    continue;
+                }
+                None => {
+                    stored = stored.and(Err(COORDINATOR_NOT_AVAILABLE));
+                    continue;
+                }
             };
-            match append_records(partition, &append.records) {
+            match append_records(&partition, &append.records) {
                 Ok(bytes) => inner.appended_since_snapshot_bytes[index] += bytes,
                 Err(e) => {
-                    durable = false;
-                    tracing::error!(partition = append.partition, error = %e, "appending to {OFFSETS_TOPIC} failed")
+                    tracing::error!(partition = append.partition, error = %e, "appending to {OFFSETS_TOPIC} failed");
+                    stored = stored.and(Err(e.code()));
                 }
             }
         }
         for (token, reply) in out.replies {
-            if let Some(tx) = inner.waiters.remove(&token) {
+            if let Some(waiter) = inner.waiters.remove(&token) {
                 // The requester may have gone away; nothing to do then.
-                let _ = tx.send(reply);
+                let _ = waiter.tx.send(Ok(reply));
             }
         }
-        durable
+        stored
     }
 
     /// Fires due timers, then snapshots partitions that grew past the trigger.
@@ -309,9 +391,10 @@ impl GroupService {
         let now = now_ms();
         let mut out = Effects::default();
         inner.coordinator.tick(now, &mut out);
-        self.apply(&mut inner, out);
+        // Failures are logged; the timers fire again.
+        let _ = self.apply(&mut inner, out);
         let trigger = self.config.offsets_snapshot_trigger_bytes;
-        for index in 0..self.partitions.len() {
+        for index in 0..inner.loads.len() {
             if inner.appended_since_snapshot_bytes[index] >= trigger {
                 self.snapshot_and_truncate(&mut inner, index, now);
             }
@@ -322,9 +405,12 @@ impl GroupService {
     /// Writes the live state of one partition and moves its log start past everything
     /// older, so whole superseded segments are deleted.
     fn snapshot_and_truncate(&self, inner: &mut Inner, index: usize, now: i64) {
-        let Some(partition) = &self.partitions[index] else {
+        // Only a loaded partition: a snapshot of one still loading would hold none of its
+        // groups and drop every record they have.
+        let Some(Ok(partition)) = inner.loads.get(index).map(Load::appendable) else {
             return;
         };
+        let partition = partition.clone();
         let records = inner.coordinator.snapshot_records(index as i32, now);
         let start = match partition.offsets() {
             Ok(offsets) => offsets.log_end_offset,
@@ -333,7 +419,7 @@ impl GroupService {
                 return;
             }
         };
-        if let Err(e) = append_records(partition, &records) {
+        if let Err(e) = append_records(&partition, &records) {
             tracing::error!(partition = index, error = %e, "snapshot append failed");
             return;
         }
@@ -355,7 +441,7 @@ impl GroupService {
     pub fn snapshot_all(&self) {
         let mut inner = self.inner.lock();
         let now = now_ms();
-        for index in 0..self.partitions.len() {
+        for index in 0..inner.loads.len() {
             self.snapshot_and_truncate(&mut inner, index, now);
         }
     }
@@ -379,77 +465,31 @@ pub async fn run_timer(service: Arc<GroupService>, mut shutdown: watch::Receiver
     }
 }
 
-fn append_records(partition: &Partition, records: &[OffsetsRecord]) -> Result<u64, String> {
-    let mut bytes = 0u64;
-    for chunk in records.chunks(OFFSETS_BATCH_RECORDS_MAX) {
-        let mut batch = encode_batch(chunk, now_ms()).map_err(|e| e.to_string())?;
-        bytes += batch.len() as u64;
-        partition
-            .append(&mut batch, APPEND_PARAMS)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(bytes)
+/// Why records did not reach `__consumer_offsets`.
+#[derive(Debug, thiserror::Error)]
+enum AppendError {
+    #[error("encoding: {0}")]
+    Encode(String),
+    #[error(transparent)]
+    Partition(#[from] crate::partition::PartitionError),
 }
 
-fn replay_partition(
-    coordinator: &mut GroupCoordinator,
-    partition: &Partition,
-    now: i64,
-) -> Result<usize, GroupServiceError> {
-    let error = |message: String| GroupServiceError::Replay {
-        partition: partition.index,
-        message,
-    };
-    let offsets = partition.offsets().map_err(|e| error(e.to_string()))?;
-    let (start, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
-    let mut offset = start;
-    let mut count = 0usize;
-    // Each step advances by at least one batch, so the loop is bounded by the record count.
-    while offset < end {
-        let params = FetchParams {
-            fetch_offset: offset,
-            max_bytes: REPLAY_READ_BYTES,
-            min_one_message: true,
-            isolation: FetchIsolation::LogEnd,
-            replica_id: -1,
-        };
-        let read = partition
-            .read_local(params)
-            .map_err(|e| error(e.to_string()))?
-            .records;
-        let read = match read {
-            Ok(read) => read,
-            Err(e @ PartitionError::Log(streamforge_log::LogError::DamagedBatch { .. })) => {
-                // Damaged data on disk: keep what was replayed, serve the other partitions.
-                tracing::error!(partition = partition.index, error = %e, "{OFFSETS_TOPIC} replay stops at damaged data");
-                break;
-            }
-            Err(e) => return Err(error(e.to_string())),
-        };
-        if read.bytes == 0 {
-            break;
+impl AppendError {
+    fn code(&self) -> i16 {
+        match self {
+            AppendError::Encode(_) => kafka_protocol::ResponseError::UnknownServerError.code(),
+            AppendError::Partition(e) => append_error(e).code(),
         }
-        let mut next = offset;
-        for slice in read.slices {
-            let records = decode_batches_with_offsets(slice).map_err(|e| error(e.to_string()))?;
-            for (record_offset, record) in records {
-                next = next.max(record_offset + 1);
-                if record_offset < offset {
-                    continue; // before the log start, inside the first batch
-                }
-                match coordinator.replay(&record, now) {
-                    Ok(()) => count += 1,
-                    // A record we cannot read is skipped loudly rather than blocking start-up.
-                    Err(e) => {
-                        tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {OFFSETS_TOPIC} record")
-                    }
-                }
-            }
-        }
-        if next <= offset {
-            break;
-        }
-        offset = next;
     }
-    Ok(count)
+}
+
+fn append_records(partition: &Partition, records: &[OffsetsRecord]) -> Result<u64, AppendError> {
+    let mut bytes = 0u64;
+    for chunk in records.chunks(OFFSETS_BATCH_RECORDS_MAX) {
+        let mut batch =
+            encode_batch(chunk, now_ms()).map_err(|e| AppendError::Encode(e.to_string()))?;
+        bytes += batch.len() as u64;
+        partition.append(&mut batch, APPEND_PARAMS)?;
+    }
+    Ok(bytes)
 }

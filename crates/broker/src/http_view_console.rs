@@ -295,9 +295,17 @@ pub fn reset_offsets(
             partitions,
         }],
     };
-    let (results, durable) = state
+    let group_id = request.group_id.clone();
+    let (results, stored) = state
         .groups
-        .with_coordinator_durable(|c, now, out| c.commit_offsets(now, request, out));
+        .with_group(&group_id, |c, now, out| c.commit_offsets(now, request, out))
+        .map_err(|code| {
+            kafka(
+                code,
+                "This broker does not coordinate the group.".to_string(),
+            )
+        })?;
+    let durable = stored.is_ok();
     if let Some((p, code)) = results
         .iter()
         .flat_map(|(_, ps)| ps.iter())

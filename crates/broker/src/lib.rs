@@ -5,10 +5,12 @@
 mod cleaner;
 pub mod config;
 mod connection;
+mod coordinator_load;
 pub mod data_dir_lock;
 pub mod dynamic_config;
 pub mod fetcher;
 pub mod frame_pool;
+mod group_load;
 pub mod group_service;
 pub mod handlers;
 pub mod http_auth;
@@ -33,6 +35,7 @@ mod storage_errors;
 pub mod tiered;
 pub mod topic_config;
 pub mod topic_store;
+mod txn_load;
 mod txn_pending;
 pub mod txn_service;
 pub mod util;
@@ -251,6 +254,7 @@ impl Broker {
             shutdown_rx.clone(),
         ));
         state.spawn(txn_service::run_timer(state.clone(), shutdown_rx.clone()));
+        state.spawn(coordinator_load::run(state.clone(), shutdown_rx.clone()));
         let housekeeping = state.spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
         state.spawn(tiered::run(state.clone(), shutdown_rx.clone()));
         state.spawn(scrubber::run(state.clone(), shutdown_rx.clone()));

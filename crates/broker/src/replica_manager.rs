@@ -225,6 +225,8 @@ pub struct ReplicaManager {
     tiering: Option<Arc<TieringManager>>,
     /// The `replication-offset-checkpoint` of the data directory.
     hw_checkpoint: hw_checkpoint::HwCheckpointer,
+    /// Bumped after every applied delta: the coordinators look at their partitions' roles.
+    roles: tokio::sync::watch::Sender<u64>,
 }
 
 impl ReplicaManager {
@@ -277,6 +279,7 @@ impl ReplicaManager {
             partitions_max: std::sync::atomic::AtomicUsize::new(usize::MAX),
             tiering,
             hw_checkpoint: hw_checkpoint::HwCheckpointer::open(data_dir),
+            roles: tokio::sync::watch::Sender::new(0),
         };
         let topics = rm.open_from_image(&rm.metadata.image_for_open());
         let partitions = topics.values().flat_map(|t| t.hosted());
@@ -294,6 +297,11 @@ impl ReplicaManager {
     /// The metadata node (image, controller, registration).
     pub fn metadata(&self) -> &Arc<MetadataService> {
         &self.metadata
+    }
+
+    /// Changes after every applied delta (roles may have moved).
+    pub fn watch_roles(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.roles.subscribe()
     }
 
     /// The committed metadata image.
@@ -407,6 +415,15 @@ impl ReplicaManager {
             self.lookup_partition(topic, index),
             Err(LookupError::Unknown)
         )
+    }
+
+    /// Applies `delta` as if the controller had committed it: for tests that play the part
+    /// of a cluster whose other brokers do not run (moving a leadership here and away).
+    #[doc(hidden)]
+    pub fn apply_delta_for_tests(&self, delta: &streamforge_metadata::MetadataDelta) {
+        let _admin = self.admin.lock();
+        let failures = self.apply_delta(delta);
+        assert!(failures.is_empty(), "the delta created no log");
     }
 
     /// Heartbeat and controller tick when due, applying what committed.

@@ -13,7 +13,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use crate::BrokerState;
 use crate::handlers::{
     acls, admin, api_versions, client_quotas, cluster, configs, fetch, group_protocol, groups,
-    log_dirs, metadata, offsets, produce, producer, scram_users, txn, txn_admin,
+    groups_admin, log_dirs, metadata, offsets, produce, producer, scram_users, txn, txn_admin,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -105,9 +105,9 @@ pub static ROUTES: &[Route] = &[
     route!(Heartbeat, 0, 4, groups::handle_heartbeat),
     route!(LeaveGroup, 0, 5, groups::handle_leave_group),
     route!(SyncGroup, 0, 5, groups::handle_sync_group),
-    route!(DescribeGroups, 0, 6, groups::handle_describe_groups),
-    route!(ListGroups, 0, 5, groups::handle_list_groups),
-    route!(DeleteGroups, 0, 2, groups::handle_delete_groups),
+    route!(DescribeGroups, 0, 6, groups_admin::handle_describe_groups),
+    route!(ListGroups, 0, 5, groups_admin::handle_list_groups),
+    route!(DeleteGroups, 0, 2, groups_admin::handle_delete_groups),
     route!(OffsetDelete, 0, 0, groups::handle_offset_delete),
     // KIP-848 consumer groups: answered, always with UNSUPPORTED_VERSION (see the handler).
     route!(

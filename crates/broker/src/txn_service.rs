@@ -2,15 +2,17 @@
 //! mutex, `__transaction_state` as its durable state (appends before replies, start-up
 //! replay), markers written to each partition of a transaction (`Partition::write_txn_marker`;
 //! a `__consumer_offsets` partition makes the transaction's pending offsets visible instead),
-//! a timer task for `transaction.timeout.ms`, and the pending TxnOffsetCommit offsets.
+//! a timer task for `transaction.timeout.ms`, and the pending TxnOffsetCommit offsets. Only
+//! the partitions this broker leads are loaded (`txn_load.rs` follows leadership); a
+//! transactional id of another partition answers NOT_COORDINATOR.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use parking_lot::Mutex;
-use streamforge_coordinator::records::{decode_batches_with_offsets, encode_batch};
+use streamforge_coordinator::records::encode_batch;
 use streamforge_coordinator::txn::{
     MarkerRequest, TRANSACTION_STATE_TOPIC, TxnConfig, TxnCoordinator, TxnEffects,
 };
@@ -20,12 +22,10 @@ use streamforge_protocol::control::ControlType;
 use tokio::sync::watch;
 
 use crate::BrokerState;
-use crate::partition::{Acks, AppendParams, FetchIsolation, FetchParams, Partition};
+use crate::coordinator_load::{Load, append_error, led_partitions};
+use crate::partition::{Acks, AppendParams};
 use crate::replica_manager::{ReplicaManager, TopicError};
 use crate::util::now_ms;
-
-/// Bytes read per step while replaying a partition at start-up.
-const REPLAY_READ_BYTES: usize = 1 << 20;
 /// Longest the timer sleeps when no transaction is due (also the retry period of markers
 /// that could not be written).
 const TIMER_IDLE_MS: i64 = 1_000;
@@ -34,17 +34,29 @@ const PENDING_OFFSET_SETS_MAX: usize = 100_000;
 /// `__transaction_state` segment size (Kafka: `transaction.state.log.segment.bytes`, 100 MiB).
 const STATE_SEGMENT_BYTES: u64 = 16 << 20;
 
-struct Inner {
-    coordinator: TxnCoordinator,
+pub(crate) struct Inner {
+    pub coordinator: TxnCoordinator,
     /// TxnOffsetCommit offsets by (group, producer id), visible on the COMMIT marker.
-    pending_offsets: PendingOffsets,
+    pub pending_offsets: PendingOffsets,
+    /// What is loaded of each `__transaction_state` partition (empty until the topic exists:
+    /// this broker creates it on first use, so every id is served here until then).
+    pub loads: Vec<Load>,
+}
+
+impl Inner {
+    /// Whether `tid`'s partition is served here, else Kafka's error.
+    fn serving(&self, tid: &str) -> Result<(), ResponseError> {
+        if self.loads.is_empty() {
+            return Ok(());
+        }
+        let index = self.coordinator.partition_for(tid) as usize;
+        self.loads.get(index).unwrap_or(&Load::NotLed).serving()
+    }
 }
 
 /// The broker's transaction coordinator service.
 pub struct TxnService {
-    inner: Mutex<Inner>,
-    /// `__transaction_state`'s partitions once the topic exists.
-    partitions: OnceLock<Vec<Option<Arc<Partition>>>>,
+    pub(crate) inner: Mutex<Inner>,
     /// Its partition count when this broker creates it.
     wanted_partitions: i32,
 }
@@ -69,8 +81,8 @@ impl TxnService {
                 inner: Mutex::new(Inner {
                     coordinator: TxnCoordinator::new(config.clone()),
                     pending_offsets: HashMap::new(),
+                    loads: Vec::new(),
                 }),
-                partitions: OnceLock::new(),
                 wanted_partitions: config.state_partitions.max(1),
             });
         };
@@ -86,9 +98,21 @@ impl TxnService {
                     error = why,
                     "{TRANSACTION_STATE_TOPIC} partition offline: its transactions are not loaded"
                 );
-                continue;
             }
-            records += replay_partition(&mut coordinator, &mut pending_offsets, partition)?;
+        }
+        // The partitions led here load now; the others follow leadership (`txn_load.rs`).
+        let led = led_partitions(replicas, TRANSACTION_STATE_TOPIC).unwrap_or_default();
+        let mut loads = vec![Load::NotLed; topic.partition_count().max(0) as usize];
+        for (index, led) in led.into_iter().enumerate() {
+            let Some((partition, epoch)) = led else {
+                continue;
+            };
+            records += crate::txn_load::replay_partition(
+                &mut coordinator,
+                &mut pending_offsets,
+                &partition,
+            )?;
+            loads[index] = Load::Loaded { partition, epoch };
         }
         tracing::info!(
             records,
@@ -99,21 +123,29 @@ impl TxnService {
             inner: Mutex::new(Inner {
                 coordinator,
                 pending_offsets,
+                loads,
             }),
-            partitions: OnceLock::from(topic.slots().to_vec()),
             wanted_partitions: topic.partition_count(),
         })
     }
 
-    /// The partitions of `__transaction_state`, creating the topic (compacted,
-    /// `transaction.state.log.num.partitions` partitions) on first use.
-    fn state_partitions(
-        &self,
-        replicas: &ReplicaManager,
-    ) -> Result<&[Option<Arc<Partition>>], String> {
-        if let Some(p) = self.partitions.get() {
-            return Ok(p);
+    /// Creates `__transaction_state` (compacted, `transaction.state.log.num.partitions`
+    /// partitions) on first use, and loads the partitions led here at once (they are new).
+    fn ensure_topic(&self, replicas: &ReplicaManager, inner: &mut Inner) -> Result<(), String> {
+        if !inner.loads.is_empty() {
+            return Ok(());
         }
+        if replicas.topic(TRANSACTION_STATE_TOPIC).is_none() {
+            self.create_topic(replicas)?;
+        }
+        let led = led_partitions(replicas, TRANSACTION_STATE_TOPIC).unwrap_or_default();
+        for job in self.follow_inner(inner, &led) {
+            self.load_inner(inner, job);
+        }
+        Ok(())
+    }
+
+    fn create_topic(&self, replicas: &ReplicaManager) -> Result<(), String> {
         let mut configs = BTreeMap::new();
         configs.insert("cleanup.policy".to_string(), "compact".to_string());
         configs.insert("segment.bytes".to_string(), STATE_SEGMENT_BYTES.to_string());
@@ -131,28 +163,30 @@ impl TxnService {
             partitions = topic.partition_count(),
             "created {TRANSACTION_STATE_TOPIC}"
         );
-        Ok(self.partitions.get_or_init(|| topic.slots().to_vec()))
+        Ok(())
     }
 
     /// Runs one event and applies its effects (appends, then markers, then completions).
-    /// `Err(COORDINATOR_NOT_AVAILABLE)` replaces the result when a state record could not be
-    /// appended: nothing is acknowledged that is not in the log.
+    /// The event is for transactional id `tid`: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
+    /// when its partition is not served here. `Err(COORDINATOR_NOT_AVAILABLE)` (or
+    /// NOT_COORDINATOR when the partition is led here no more) replaces the result when a
+    /// state record could not be appended: nothing is acknowledged that is not in the log.
     pub fn run<R>(
         &self,
         state: &BrokerState,
+        tid: &str,
         f: impl FnOnce(&mut TxnCoordinator, i64, &mut TxnEffects) -> Result<R, ResponseError>,
     ) -> Result<R, ResponseError> {
         let mut inner = self.inner.lock();
+        inner.serving(tid)?;
         let mut out = TxnEffects::default();
         let result = f(&mut inner.coordinator, now_ms(), &mut out);
-        let durable = self.apply(state, &mut inner, out);
+        let stored = self.apply(state, &mut inner, out);
         drop(inner);
         // The timer is not woken per request: it looks again within TIMER_IDLE_MS, so a
         // timeout fires at most that late (Kafka checks every 10 s), and the hot path of a
         // transaction (AddPartitionsToTxn, EndTxn) saves a thread hop and a lock round.
-        if !durable {
-            return Err(ResponseError::CoordinatorNotAvailable);
-        }
+        stored?;
         result
     }
 
@@ -172,7 +206,9 @@ impl TxnService {
     ) -> Result<T, ResponseError> {
         let (tid, pid, epoch) = producer;
         let mut inner = self.inner.lock();
-        let checked = if add {
+        let checked = if let Err(e) = inner.serving(tid) {
+            Err(e)
+        } else if add {
             let mut out = TxnEffects::default();
             let added = inner.coordinator.add_partitions(
                 now_ms(),
@@ -182,12 +218,8 @@ impl TxnService {
                 std::slice::from_ref(&partition),
                 &mut out,
             );
-            let durable = self.apply(state, &mut inner, out);
-            added.and_then(|()| {
-                durable
-                    .then_some(())
-                    .ok_or(ResponseError::CoordinatorNotAvailable)
-            })
+            let stored = self.apply(state, &mut inner, out);
+            added.and(stored)
         } else {
             let code = inner.coordinator.verify_partitions(
                 tid,
@@ -216,9 +248,20 @@ impl TxnService {
         }
     }
 
-    /// Read-only access (describe, list, TxnOffsetCommit checks).
+    /// Read-only access (describe, list).
     pub fn read<R>(&self, f: impl FnOnce(&TxnCoordinator) -> R) -> R {
         f(&self.inner.lock().coordinator)
+    }
+
+    /// Read-only access for transactional id `tid` served here (verification checks).
+    pub fn read_for<R>(
+        &self,
+        tid: &str,
+        f: impl FnOnce(&TxnCoordinator) -> R,
+    ) -> Result<R, ResponseError> {
+        let inner = self.inner.lock();
+        inner.serving(tid)?;
+        Ok(f(&inner.coordinator))
     }
 
     /// TxnOffsetCommit: hold `offsets` until the transaction ends.
@@ -231,6 +274,7 @@ impl TxnService {
         offsets: Vec<TxnOffset>,
     ) -> Result<(), ResponseError> {
         let mut inner = self.inner.lock();
+        inner.serving(transactional_id)?;
         let partition = inner.coordinator.partition_for(transactional_id);
         let key = (group.to_string(), producer_id);
         if !inner.pending_offsets.contains_key(&key)
@@ -244,32 +288,35 @@ impl TxnService {
         }
         // Durable before the answer: the record holds every pending offset of the group.
         let record = crate::txn_pending::record(transactional_id, group, producer_id, set.values());
-        self.append_record(replicas, partition, &record).map_err(|e| {
-            tracing::error!(error = %e, "appending pending offsets to {TRANSACTION_STATE_TOPIC} failed");
-            ResponseError::CoordinatorNotAvailable
-        })
+        self.append_record(replicas, &mut inner, partition, &record)
+            .inspect_err(|e| {
+                tracing::error!(error = %e, "appending pending offsets to {TRANSACTION_STATE_TOPIC} failed");
+            })
     }
 
     /// Appends first; each marker request's completion may append again (a bounded loop: a
     /// completion asks for no markers).
-    fn apply(&self, state: &BrokerState, inner: &mut Inner, mut out: TxnEffects) -> bool {
-        let mut durable = true;
+    fn apply(
+        &self,
+        state: &BrokerState,
+        inner: &mut Inner,
+        mut out: TxnEffects,
+    ) -> Result<(), ResponseError> {
         loop {
+            let mut stored = Ok(());
             for append in std::mem::take(&mut out.appends) {
-                if let Err(e) =
-                    self.append_record(&state.replicas, append.partition, &append.record)
-                {
-                    durable = false;
+                let appended =
+                    self.append_record(&state.replicas, inner, append.partition, &append.record);
+                if let Err(e) = appended {
                     tracing::error!(partition = append.partition, error = %e, "appending to {TRANSACTION_STATE_TOPIC} failed");
+                    stored = stored.and(Err(e));
                 }
             }
-            if !durable {
-                // A transition not in the log: its markers must not be written.
-                return false;
-            }
+            // A transition not in the log: its markers must not be written.
+            stored?;
             let markers = std::mem::take(&mut out.markers);
             if markers.is_empty() {
-                return true;
+                return Ok(());
             }
             for m in markers {
                 if self.write_markers(state, inner, &m) {
@@ -281,22 +328,28 @@ impl TxnService {
         }
     }
 
+    /// Appends to the partition as loaded (led here under the epoch of its load), else
+    /// NOT_COORDINATOR; other failures are COORDINATOR_NOT_AVAILABLE.
     fn append_record(
         &self,
         replicas: &ReplicaManager,
+        inner: &mut Inner,
         partition: i32,
         record: &streamforge_coordinator::OffsetsRecord,
-    ) -> Result<(), String> {
-        let p = self
-            .state_partitions(replicas)?
+    ) -> Result<(), ResponseError> {
+        self.ensure_topic(replicas, inner).map_err(|e| {
+            tracing::error!(error = %e, "{TRANSACTION_STATE_TOPIC} is not available");
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        let p = inner
+            .loads
             .get(partition as usize)
-            .ok_or_else(|| format!("no partition {partition}"))?
-            .as_ref()
-            .ok_or_else(|| format!("partition {partition} is not hosted here"))?;
-        let mut batch =
-            encode_batch(std::slice::from_ref(record), now_ms()).map_err(|e| e.to_string())?;
+            .ok_or(ResponseError::CoordinatorNotAvailable)?
+            .appendable()?;
+        let mut batch = encode_batch(std::slice::from_ref(record), now_ms())
+            .map_err(|_| ResponseError::UnknownServerError)?;
         p.append(&mut batch, AppendParams { acks: Acks::All })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| append_error(&e))?;
         Ok(())
     }
 
@@ -307,7 +360,8 @@ impl TxnService {
         let mut out = TxnEffects::default();
         inner.coordinator.tick(now, &mut out);
         inner.coordinator.finish_replay(now, &mut out);
-        self.apply(state, &mut inner, out);
+        // Failures are logged; the transactions stay pending and are retried next tick.
+        let _ = self.apply(state, &mut inner, out);
         inner
             .coordinator
             .next_deadline_ms()
@@ -376,17 +430,18 @@ impl TxnService {
             if m.commit {
                 let offsets: Vec<TxnOffset> =
                     inner.pending_offsets[&key].values().cloned().collect();
-                let ((), durable) = state.groups.with_coordinator_durable(|c, now, out| {
+                let committed = state.groups.with_group(&key.0, |c, now, out| {
                     c.commit_txn_offsets(now, &key.0, &offsets, out)
                 });
-                if !durable {
+                if !matches!(committed, Ok(((), Ok(())))) {
                     // Kept pending: the marker is retried on the next tick.
                     return false;
                 }
             }
             // Once the offsets are committed (or dropped), the pending record goes.
             let tombstone = crate::txn_pending::tombstone(&m.transactional_id, &key.0);
-            if let Err(e) = self.append_record(&state.replicas, state_partition, &tombstone) {
+            if let Err(e) = self.append_record(&state.replicas, inner, state_partition, &tombstone)
+            {
                 tracing::warn!(error = %e, "removing pending offsets failed; retrying later");
                 return false;
             }
@@ -412,74 +467,4 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
     }
 }
 
-type PendingOffsets = HashMap<(String, i64), BTreeMap<(String, i32), TxnOffset>>;
-
-fn replay_partition(
-    coordinator: &mut TxnCoordinator,
-    pending: &mut PendingOffsets,
-    partition: &Partition,
-) -> Result<usize, TxnServiceError> {
-    let error = |message: String| TxnServiceError::Replay {
-        partition: partition.index,
-        message,
-    };
-    let offsets = partition.offsets().map_err(|e| error(e.to_string()))?;
-    let (mut offset, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
-    let mut count = 0usize;
-    // Which producer's offsets a (transactional id, group) record holds.
-    let mut owners: HashMap<(String, String), i64> = HashMap::new();
-    // Each step advances by at least one batch, so the loop is bounded by the record count.
-    while offset < end {
-        let params = FetchParams {
-            fetch_offset: offset,
-            max_bytes: REPLAY_READ_BYTES,
-            min_one_message: true,
-            isolation: FetchIsolation::LogEnd,
-            replica_id: -1,
-        };
-        let read = partition
-            .read_local(params)
-            .map_err(|e| error(e.to_string()))?
-            .records
-            .map_err(|e| error(e.to_string()))?;
-        if read.bytes == 0 {
-            break;
-        }
-        let mut next = offset;
-        for slice in read.slices {
-            let records = decode_batches_with_offsets(slice).map_err(|e| error(e.to_string()))?;
-            for (record_offset, record) in records {
-                next = next.max(record_offset + 1);
-                if record_offset < offset {
-                    continue;
-                }
-                if let Some(((tid, group), offsets)) = crate::txn_pending::decode(&record) {
-                    // Later records win: a tombstone removes (tid, group)'s pending offsets.
-                    if let Some(pid) = owners.remove(&(tid.clone(), group.clone())) {
-                        pending.remove(&(group.clone(), pid));
-                    }
-                    if let Some((pid, offsets)) = offsets {
-                        owners.insert((tid, group.clone()), pid);
-                        let set = pending.entry((group, pid)).or_default();
-                        for o in offsets {
-                            set.insert((o.topic.clone(), o.partition), o);
-                        }
-                    }
-                    count += 1;
-                    continue;
-                }
-                match coordinator.replay(&record) {
-                    Ok(()) => count += 1,
-                    Err(e) => {
-                        tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {TRANSACTION_STATE_TOPIC} record")
-                    }
-                }
-            }
-        }
-        if next <= offset {
-            break;
-        }
-        offset = next;
-    }
-    Ok(count)
-}
+pub(crate) type PendingOffsets = HashMap<(String, i64), BTreeMap<(String, i32), TxnOffset>>;

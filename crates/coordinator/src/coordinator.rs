@@ -139,6 +139,39 @@ impl GroupCoordinator {
         self.earliest_deadline_ms.min(self.next_retention_check_ms)
     }
 
+    /// An empty coordinator with this one's settings, to replay one partition into off the
+    /// request path before [`absorb`](Self::absorb) takes its groups.
+    pub fn empty_like(&self, now_ms: i64) -> GroupCoordinator {
+        GroupCoordinator::new(self.config.clone(), now_ms)
+    }
+
+    /// Takes every group of `loaded` (one partition replayed by itself: Kafka's
+    /// `onElection`). None of them is here: a partition's groups are loaded once per
+    /// leadership, and requests for them are refused until then.
+    pub fn absorb(&mut self, loaded: GroupCoordinator) {
+        for (id, group) in loaded.groups {
+            let replaced = self.groups.insert(id, group);
+            debug_assert!(replaced.is_none(), "a group was loaded twice");
+        }
+        self.reschedule_all();
+    }
+
+    /// Drops every group stored in `partition` (Kafka's `onResignation`) and returns their
+    /// ids; their timers go with them.
+    pub fn unload_partition(&mut self, partition: i32) -> Vec<String> {
+        let ids: Vec<String> = self
+            .groups
+            .keys()
+            .filter(|id| self.partition_for(id) == partition)
+            .cloned()
+            .collect();
+        for id in &ids {
+            self.groups.remove(id);
+        }
+        self.reschedule_all();
+        ids
+    }
+
     /// A Kafka-like member id: `<client id>-<uuid>`.
     pub(crate) fn new_member_id(&mut self, client_id: &str) -> String {
         let high = splitmix64(&mut self.member_id_state);

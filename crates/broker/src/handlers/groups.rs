@@ -1,17 +1,15 @@
 //! Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-//! OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
+//! OffsetCommit, OffsetFetch, OffsetDelete (ListGroups, DescribeGroups, DeleteGroups are in
+//! `groups_admin.rs`).
 //! Each handler maps the wire version onto the coordinator's domain types and back; parked
 //! requests (JoinGroup, SyncGroup) are async waits on the group service.
 
 use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
-use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
-use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -23,12 +21,10 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
-    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use streamforge_coordinator as coord;
@@ -47,7 +43,7 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 /// Keys answered per batched FindCoordinator (a named bound on work per request).
 const FIND_COORDINATOR_KEYS_MAX: usize = 10_000;
 
-fn s(value: &str) -> StrBytes {
+pub(crate) fn s(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_string())
 }
 
@@ -253,9 +249,11 @@ pub async fn handle_heartbeat(state: Arc<BrokerState>, req: RequestFrame) -> Han
         member_id: request.member_id.to_string(),
         group_instance_id: opt(&request.group_instance_id),
     };
+    let group_id = domain.group_id.clone();
     let error_code = state
         .groups
-        .with_coordinator(|c, now, out| c.heartbeat(now, domain, out));
+        .with_group(&group_id, |c, now, out| c.heartbeat(now, domain, out))
+        .map_or_else(|code| code, |(code, _)| code);
     let mut resp = HeartbeatResponse::default();
     resp.error_code = error_code;
     Ok(Some(req.respond(&resp)?))
@@ -285,9 +283,17 @@ pub async fn handle_leave_group(state: Arc<BrokerState>, req: RequestFrame) -> H
         group_id: request.group_id.to_string(),
         members,
     };
-    let result = state
+    let group_id = domain.group_id.clone();
+    let result = match state
         .groups
-        .with_coordinator(|c, now, out| c.leave_group(now, domain, out));
+        .with_group(&group_id, |c, now, out| c.leave_group(now, domain, out))
+    {
+        Ok((result, _)) => result,
+        Err(error_code) => coord::LeaveGroupResponse {
+            error_code,
+            members: Vec::new(),
+        },
+    };
     let mut resp = LeaveGroupResponse::default();
     if req.api_version >= 3 {
         resp.error_code = result.error_code;
@@ -369,11 +375,16 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
         api_version: req.api_version,
         topics,
     };
-    let (results, durable) = state
-        .groups
-        .with_coordinator_durable(|c, now, out| c.commit_offsets(now, domain, out));
-    if !durable {
-        tracing::warn!(group = %request.group_id.0, "offset commit not stored; answering COORDINATOR_NOT_AVAILABLE so the client retries");
+    // Not coordinated here: every partition the client may commit gets the group's error.
+    let (results, stored, routing) =
+        match state.groups.with_group(&request.group_id, |c, now, out| {
+            c.commit_offsets(now, domain, out)
+        }) {
+            Ok((results, stored)) => (results, stored, None),
+            Err(code) => (Vec::new(), Ok(()), Some(code)),
+        };
+    if let Err(code) = stored {
+        tracing::warn!(group = %request.group_id.0, code, "offset commit not stored; answering a retriable error");
     }
     // Answer in request order.
     let mut resp = OffsetCommitResponse::default();
@@ -388,16 +399,18 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
                 .find(|(n, i, _)| *n == name && *i == p.partition_index);
             let code = if let Some((_, _, code)) = refused {
                 *code
+            } else if let Some(code) = routing {
+                code
             } else {
                 committed
                     .and_then(|(_, ps)| ps.iter().find(|(i, _)| *i == p.partition_index))
                     .map_or(ResponseError::UnknownTopicOrPartition.code(), |(_, c)| *c)
             };
-            // Nothing is acknowledged that did not reach the log: a retriable error instead.
-            let code = if code == 0 && !durable {
-                ResponseError::CoordinatorNotAvailable.code()
-            } else {
-                code
+            // Nothing is acknowledged that did not reach the log: a retriable error instead
+            // (NOT_COORDINATOR when the partition is led here no more).
+            let code = match stored {
+                Err(e) if code == 0 => e,
+                _ => code,
             };
             let mut partition = OffsetCommitResponsePartition::default();
             partition.partition_index = p.partition_index;
@@ -461,12 +474,21 @@ pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> 
             let topics = requested_offsets(g.topics.as_ref(), |t| {
                 (t.name.to_string(), t.partition_indexes.clone())
             });
-            let mut result = state
-                .groups
-                .read(|c| c.fetch_offsets(&g.group_id, topics.as_deref()));
-            acl::filter_offsets(&access, &g.group_id, topics.is_none(), &mut result);
             let mut group = OffsetFetchResponseGroup::default();
             group.group_id = g.group_id.clone();
+            // v8+: a group not coordinated here has its own error, the others are answered.
+            let fetched = state.groups.read_group(&g.group_id, |c| {
+                c.fetch_offsets(&g.group_id, topics.as_deref())
+            });
+            let mut result = match fetched {
+                Ok(result) => result,
+                Err(code) => {
+                    group.error_code = code;
+                    resp.groups.push(group);
+                    continue;
+                }
+            };
+            acl::filter_offsets(&access, &g.group_id, topics.is_none(), &mut result);
             group.error_code = result.error_code;
             group.topics = offset_fetch_topics!(
                 result.topics,
@@ -479,9 +501,17 @@ pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> 
         let topics = requested_offsets(request.topics.as_ref(), |t| {
             (t.name.to_string(), t.partition_indexes.clone())
         });
-        let mut result = state
-            .groups
-            .read(|c| c.fetch_offsets(&request.group_id, topics.as_deref()));
+        let fetched = state.groups.read_group(&request.group_id, |c| {
+            c.fetch_offsets(&request.group_id, topics.as_deref())
+        });
+        let mut result = match fetched {
+            Ok(result) => result,
+            Err(code) => {
+                // v2-7 carry it at the top; v0-1 clients see no offsets.
+                resp.error_code = code;
+                return Ok(Some(req.respond(&resp)?));
+            }
+        };
         acl::filter_offsets(&access, &request.group_id, topics.is_none(), &mut result);
         resp.error_code = result.error_code;
         resp.topics = offset_fetch_topics!(
@@ -512,9 +542,16 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
         known.push((name, partitions));
     }
     let group_id = request.group_id.to_string();
-    let result = state
-        .groups
-        .with_coordinator(|c, now, out| c.delete_offsets(now, &group_id, &known, out));
+    let result = match state.groups.with_group(&group_id, |c, now, out| {
+        c.delete_offsets(now, &group_id, &known, out)
+    }) {
+        Ok((result, _)) => result,
+        Err(code) => {
+            let mut resp = OffsetDeleteResponse::default();
+            resp.error_code = code;
+            return Ok(Some(req.respond(&resp)?));
+        }
+    };
     let mut resp = OffsetDeleteResponse::default();
     resp.error_code = result.error_code;
     if result.error_code == 0 {
@@ -536,97 +573,6 @@ pub async fn handle_offset_delete(state: Arc<BrokerState>, req: RequestFrame) ->
             }
             resp.topics.push(topic);
         }
-    }
-    Ok(Some(req.respond(&resp)?))
-}
-
-pub async fn handle_list_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
-    let request: ListGroupsRequest = req.decode()?;
-    let states: Vec<String> = request
-        .states_filter
-        .iter()
-        .map(|v| v.to_string())
-        .collect();
-    let types: Vec<String> = request.types_filter.iter().map(|v| v.to_string()).collect();
-    let mut groups = state.groups.read(|c| c.list_groups(&states, &types));
-    let access = Access::of(&state, &req);
-    let quiet = access.quiet();
-    if !quiet.cluster(Operation::Describe) {
-        groups.retain(|g| quiet.group(Operation::Describe, &g.group_id));
-    }
-    let mut resp = ListGroupsResponse::default();
-    resp.groups = groups
-        .into_iter()
-        .map(|g| {
-            let mut listed = ListedGroup::default();
-            listed.group_id = GroupId(s(&g.group_id));
-            listed.protocol_type = s(&g.protocol_type);
-            listed.group_state = s(&g.state);
-            listed.group_type = s(&g.group_type);
-            listed
-        })
-        .collect();
-    Ok(Some(req.respond(&resp)?))
-}
-
-pub async fn handle_describe_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
-    let request: DescribeGroupsRequest = req.decode()?;
-    let access = Access::of(&state, &req);
-    let mut resp = DescribeGroupsResponse::default();
-    for group_id in &request.groups {
-        if !access.group(Operation::Describe, group_id) {
-            resp.groups.push(acl::described_denied(group_id));
-            continue;
-        }
-        let d = state
-            .groups
-            .read(|c| c.describe_group(group_id, req.api_version));
-        let mut group = DescribedGroup::default();
-        group.error_code = d.error_code;
-        if d.error_code == ResponseError::GroupIdNotFound.code() {
-            group.error_message = Some(s(&format!("Group {} not found.", d.group_id)));
-        }
-        group.group_id = group_id.clone();
-        group.group_state = s(&d.state);
-        group.protocol_type = s(&d.protocol_type);
-        group.protocol_data = s(&d.protocol_data);
-        group.authorized_operations =
-            acl::group_operations(&access, request.include_authorized_operations, group_id);
-        group.members = d
-            .members
-            .into_iter()
-            .map(|m| {
-                let mut member = DescribedGroupMember::default();
-                member.member_id = s(&m.member_id);
-                member.group_instance_id = m.group_instance_id.as_deref().map(s);
-                member.client_id = s(&m.client_id);
-                member.client_host = s(&m.client_host);
-                member.member_metadata = m.metadata;
-                member.member_assignment = m.assignment;
-                member
-            })
-            .collect();
-        resp.groups.push(group);
-    }
-    Ok(Some(req.respond(&resp)?))
-}
-
-pub async fn handle_delete_groups(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
-    let request: DeleteGroupsRequest = req.decode()?;
-    let mut resp = DeleteGroupsResponse::default();
-    let access = Access::of(&state, &req);
-    for group_id in &request.groups_names {
-        let error_code = if access.group(Operation::Delete, group_id) {
-            state
-                .groups
-                .with_coordinator(|c, now, out| c.delete_group(now, group_id, out))
-        } else {
-            ResponseError::GroupAuthorizationFailed.code()
-        };
-        let mut result = DeletableGroupResult::default();
-        result.group_id = group_id.clone();
-        result.error_code = error_code;
-        resp.results.push(result);
     }
     Ok(Some(req.respond(&resp)?))
 }

@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod group_protocol;
 pub mod groups;
 mod groups_acl;
+pub mod groups_admin;
 pub mod log_dirs;
 pub mod metadata;
 pub mod offsets;

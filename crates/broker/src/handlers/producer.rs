@@ -49,7 +49,7 @@ pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame)
         let st = state.clone();
         let tid = tid.to_string();
         let result = tokio::task::spawn_blocking(move || {
-            st.txns.run(&st, |c, now, out| {
+            st.txns.run(&st, &tid, |c, now, out| {
                 let mut new_id = || st.producer_ids.init_idempotent().ok().map(|(p, _)| p);
                 c.init_producer_id(now, &tid, timeout_ms, expected, &mut new_id, out)
             })

@@ -78,11 +78,15 @@ fn add_one(
             .map(|r| r.unwrap_or(ResponseError::OperationNotAttempted.code()))
             .collect()
     } else if verify_only {
-        state
+        match state
             .txns
-            .read(|c| c.verify_partitions(tid, pid, epoch, &wanted))
+            .read_for(tid, |c| c.verify_partitions(tid, pid, epoch, &wanted))
+        {
+            Ok(codes) => codes,
+            Err(e) => vec![e.code(); wanted.len()],
+        }
     } else {
-        let r = state.txns.run(state, |c, now, out| {
+        let r = state.txns.run(state, tid, |c, now, out| {
             c.add_partitions(now, tid, pid, epoch, &wanted, out)
         });
         vec![code(r); wanted.len()]
@@ -156,16 +160,20 @@ pub async fn handle_add_offsets(state: Arc<BrokerState>, req: RequestFrame) -> H
         return Ok(Some(req.respond(&resp)?));
     }
     let partition = offsets_partition(&state, &request.group_id.0);
-    resp.error_code = code(state.txns.run(&state, |c, now, out| {
-        c.add_partitions(
-            now,
-            &request.transactional_id.0,
-            request.producer_id.0,
-            request.producer_epoch,
-            std::slice::from_ref(&partition),
-            out,
-        )
-    }));
+    resp.error_code = code(
+        state
+            .txns
+            .run(&state, &request.transactional_id.0, |c, now, out| {
+                c.add_partitions(
+                    now,
+                    &request.transactional_id.0,
+                    request.producer_id.0,
+                    request.producer_epoch,
+                    std::slice::from_ref(&partition),
+                    out,
+                )
+            }),
+    );
     Ok(Some(req.respond(&resp)?))
 }
 
@@ -184,7 +192,7 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
     let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
     let st = state.clone();
     let mut new_id = || st.producer_ids.init_idempotent().ok().map(|(p, _)| p);
-    let result = state.txns.run(&state, |c, now, out| {
+    let result = state.txns.run(&state, tid, |c, now, out| {
         if epoch_bump {
             c.end_txn_v2(now, tid, pid, epoch, request.committed, &mut new_id, out)
         } else {
@@ -229,7 +237,7 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     let check = if req.api_version >= 5 {
         // Transaction version 2 sends no AddOffsetsToTxn: the group's offsets partition joins
         // the transaction here (Kafka's group coordinator adds it through AddPartitionsToTxn).
-        code(state.txns.run(&state, |c, now, out| {
+        code(state.txns.run(&state, tid, |c, now, out| {
             c.add_partitions(now, tid, pid, epoch, std::slice::from_ref(&partition), out)
         }))
     } else {
@@ -237,7 +245,10 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
         // (AddOffsetsToTxn first): otherwise the producer's error (fenced, unknown, not open).
         state
             .txns
-            .read(|c| c.verify_partitions(tid, pid, epoch, std::slice::from_ref(&partition))[0])
+            .read_for(tid, |c| {
+                c.verify_partitions(tid, pid, epoch, std::slice::from_ref(&partition))[0]
+            })
+            .unwrap_or_else(|e| e.code())
     };
     let mut offsets = Vec::new();
     for t in request

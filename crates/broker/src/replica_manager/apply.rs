@@ -116,6 +116,7 @@ impl ReplicaManager {
             }
         }
         *self.topics.write() = next;
+        self.roles.send_modify(|version| *version += 1);
         failures
     }
 

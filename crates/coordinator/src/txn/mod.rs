@@ -216,6 +216,31 @@ impl TxnCoordinator {
         self.txns.get(transactional_id)
     }
 
+    /// An empty coordinator with this one's settings, to replay one partition into.
+    pub fn empty_like(&self) -> TxnCoordinator {
+        TxnCoordinator::new(self.config.clone())
+    }
+
+    /// Takes every transactional id of `loaded` (one partition replayed by itself).
+    pub fn absorb(&mut self, loaded: TxnCoordinator) {
+        self.txns.extend(loaded.txns);
+    }
+
+    /// Drops every transactional id stored in `partition` (leadership moved away) and
+    /// returns them with their producer ids; their timeouts go with them.
+    pub fn unload_partition(&mut self, partition: i32) -> Vec<(String, i64)> {
+        let gone: Vec<(String, i64)> = self
+            .txns
+            .iter()
+            .filter(|(tid, _)| self.partition_for(tid) == partition)
+            .map(|(tid, m)| (tid.clone(), m.producer_id))
+            .collect();
+        for (tid, _) in &gone {
+            self.txns.remove(tid);
+        }
+        gone
+    }
+
     /// Every transactional id with its state, in id order.
     pub fn all(&self) -> impl Iterator<Item = (&String, &TxnMetadata)> {
         self.txns.iter()

@@ -1,0 +1,170 @@
+//! The group coordinator follows the leadership of `__consumer_offsets` partitions (Kafka's
+//! `GroupCoordinator.onElection` / `onResignation`): a partition newly led here is replayed
+//! into an empty coordinator off the request path and its groups are then taken in one step;
+//! a partition led here no more drops its groups, and its parked JoinGroup/SyncGroup
+//! requests end with NOT_COORDINATOR. See `coordinator_load.rs` for the shared rules.
+
+use kafka_protocol::ResponseError;
+use streamforge_coordinator::records::decode_batches_with_offsets;
+use streamforge_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+
+use crate::coordinator_load::{Led, Load, LoadJob, follow, still_loading};
+use crate::group_service::{GroupService, GroupServiceError, Inner};
+use crate::partition::{FetchIsolation, FetchParams, Partition, PartitionError};
+use crate::util::now_ms;
+
+/// Bytes read per step while replaying a partition.
+const REPLAY_READ_BYTES: usize = 1 << 20;
+
+impl GroupService {
+    /// Brings the loaded partitions in line with `led` (one slot per partition, `Some` where
+    /// this broker leads it): unloads at once, returns the partitions to load (already
+    /// answering COORDINATOR_LOAD_IN_PROGRESS).
+    pub(crate) fn follow_leadership(&self, led: &[Led]) -> Vec<LoadJob> {
+        let mut inner = self.inner.lock();
+        let (unload, jobs) = follow(&mut inner.loads, led);
+        for index in unload {
+            unload_partition(&mut inner, index);
+        }
+        for job in &jobs {
+            tracing::info!(
+                partition = job.index,
+                leader_epoch = job.epoch,
+                "loading {OFFSETS_TOPIC} partition"
+            );
+        }
+        jobs
+    }
+
+    /// Replays one partition (blocking: call it off the async workers) and, if it is still
+    /// led here under the same epoch, takes its groups.
+    pub(crate) fn load(&self, job: crate::coordinator_load::LoadJob) {
+        let now = now_ms();
+        let mut loaded = self.read(|c| c.empty_like(now));
+        let replayed = replay_partition(&mut loaded, &job.partition, now);
+        let records = match replayed {
+            Ok(records) => records,
+            Err(e) => {
+                // Its groups keep answering COORDINATOR_LOAD_IN_PROGRESS; the next
+                // leadership change tries again.
+                tracing::error!(partition = job.index, error = %e, "loading {OFFSETS_TOPIC} partition failed");
+                return;
+            }
+        };
+        loaded.finish_replay(now_ms());
+        let mut inner = self.inner.lock();
+        if !still_loading(&inner.loads, &job) {
+            tracing::info!(
+                partition = job.index,
+                "{OFFSETS_TOPIC} partition moved while loading: discarded"
+            );
+            return;
+        }
+        let groups = loaded.group_count();
+        inner.coordinator.absorb(loaded);
+        let index = job.index as usize;
+        inner.appended_since_snapshot_bytes[index] = job.partition.size_bytes().unwrap_or(0);
+        inner.loads[index] = Load::Loaded {
+            partition: job.partition,
+            epoch: job.epoch,
+        };
+        tracing::info!(
+            partition = job.index,
+            records,
+            groups,
+            "loaded {OFFSETS_TOPIC} partition"
+        );
+    }
+}
+
+/// Drops partition `index`'s groups; their parked requests end with NOT_COORDINATOR.
+fn unload_partition(inner: &mut Inner, index: i32) {
+    let groups = inner.coordinator.unload_partition(index);
+    let parked: Vec<_> = inner
+        .waiters
+        .iter()
+        .filter(|(_, w)| w.partition == index)
+        .map(|(token, _)| *token)
+        .collect();
+    for token in &parked {
+        if let Some(waiter) = inner.waiters.remove(token) {
+            let _ = waiter.tx.send(Err(ResponseError::NotCoordinator.code()));
+        }
+    }
+    if let Some(bytes) = inner.appended_since_snapshot_bytes.get_mut(index as usize) {
+        *bytes = 0;
+    }
+    tracing::info!(
+        partition = index,
+        groups = groups.len(),
+        parked = parked.len(),
+        "unloaded {OFFSETS_TOPIC} partition"
+    );
+}
+
+pub(crate) fn replay_partition(
+    coordinator: &mut GroupCoordinator,
+    partition: &Partition,
+    now: i64,
+) -> Result<usize, GroupServiceError> {
+    let error = |message: String| GroupServiceError::Replay {
+        partition: partition.index,
+        message,
+    };
+    let offsets = partition.offsets().map_err(|e| error(e.to_string()))?;
+    let (start, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
+    let mut offset = start;
+    let mut count = 0usize;
+    // Each step advances by at least one batch, so the loop is bounded by the record count.
+    while offset < end {
+        let params = FetchParams {
+            fetch_offset: offset,
+            max_bytes: REPLAY_READ_BYTES,
+            min_one_message: true,
+            isolation: FetchIsolation::LogEnd,
+            replica_id: -1,
+        };
+        let read = partition
+            .read_local(params)
+            .map_err(|e| error(e.to_string()))?
+            .records;
+        let read = match read {
+            Ok(read) => read,
+            Err(e @ PartitionError::Log(streamforge_log::LogError::DamagedBatch { .. })) => {
+                // Damaged data on disk: keep what was replayed, serve the other partitions.
+                tracing::error!(partition = partition.index, error = %e, "{OFFSETS_TOPIC} replay stops at damaged data");
+                break;
+            }
+            Err(e) => return Err(error(e.to_string())),
+        };
+        if read.bytes == 0 {
+            break;
+        }
+        let mut next = offset;
+        for slice in read.slices {
+            let records = decode_batches_with_offsets(slice).map_err(|e| error(e.to_string()))?;
+            for (record_offset, record) in records {
+                next = next.max(record_offset + 1);
+                if record_offset < offset {
+                    continue; // before the log start, inside the first batch
+                }
+                match coordinator.replay(&record, now) {
+                    Ok(()) => count += 1,
+                    // A record we cannot read is skipped loudly rather than blocking start-up.
+                    Err(e) => {
+                        tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {OFFSETS_TOPIC} record")
+                    }
+                }
+            }
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+#[path = "group_load_tests.rs"]
+mod tests;

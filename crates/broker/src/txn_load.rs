@@ -1,0 +1,188 @@
+//! The transaction coordinator follows the leadership of `__transaction_state` partitions
+//! (Kafka's `TransactionCoordinator.onElection` / `onResignation`): a partition newly led
+//! here is replayed into an empty coordinator off the request path and its transactional ids
+//! (with their pending TxnOffsetCommit offsets) are then taken in one step; a partition led
+//! here no more drops them, and with them their transaction timers.
+
+use std::collections::{BTreeSet, HashMap};
+
+use streamforge_coordinator::records::decode_batches_with_offsets;
+use streamforge_coordinator::txn::{TRANSACTION_STATE_TOPIC, TxnCoordinator};
+
+use crate::coordinator_load::{Led, Load, LoadJob, follow, still_loading};
+use crate::partition::{FetchIsolation, FetchParams, Partition};
+use crate::txn_service::{Inner, PendingOffsets, TxnService, TxnServiceError};
+
+/// Bytes read per step while replaying a partition.
+const REPLAY_READ_BYTES: usize = 1 << 20;
+
+impl TxnService {
+    /// Brings the loaded partitions in line with `led`: unloads at once, returns the
+    /// partitions to load (already answering COORDINATOR_LOAD_IN_PROGRESS).
+    pub(crate) fn follow_leadership(&self, led: &[Led]) -> Vec<LoadJob> {
+        let mut inner = self.inner.lock();
+        self.follow_inner(&mut inner, led)
+    }
+
+    pub(crate) fn follow_inner(&self, inner: &mut Inner, led: &[Led]) -> Vec<LoadJob> {
+        let (unload, jobs) = follow(&mut inner.loads, led);
+        for index in unload {
+            unload_partition(inner, index);
+        }
+        for job in &jobs {
+            tracing::info!(
+                partition = job.index,
+                leader_epoch = job.epoch,
+                "loading {TRANSACTION_STATE_TOPIC} partition"
+            );
+        }
+        jobs
+    }
+
+    /// Replays one partition (blocking) and, if it is still led here under the same epoch,
+    /// takes its transactional ids.
+    pub(crate) fn load(&self, job: LoadJob) {
+        let empty = self.read(TxnCoordinator::empty_like);
+        let Some(loaded) = replay_job(empty, &job) else {
+            return;
+        };
+        let mut inner = self.inner.lock();
+        install(&mut inner, job, loaded);
+    }
+
+    /// [`Self::load`] under the lock already held (a topic this broker just created).
+    pub(crate) fn load_inner(&self, inner: &mut Inner, job: LoadJob) {
+        // Not through `self.read`: the lock is held here.
+        let empty = inner.coordinator.empty_like();
+        if let Some(loaded) = replay_job(empty, &job) {
+            install(inner, job, loaded);
+        }
+    }
+}
+
+/// Replays `job`'s partition into `coordinator` (empty).
+fn replay_job(
+    mut coordinator: TxnCoordinator,
+    job: &LoadJob,
+) -> Option<(TxnCoordinator, PendingOffsets, usize)> {
+    let mut pending = HashMap::new();
+    match replay_partition(&mut coordinator, &mut pending, &job.partition) {
+        Ok(records) => Some((coordinator, pending, records)),
+        Err(e) => {
+            tracing::error!(partition = job.index, error = %e, "loading {TRANSACTION_STATE_TOPIC} partition failed");
+            None
+        }
+    }
+}
+
+fn install(inner: &mut Inner, job: LoadJob, loaded: (TxnCoordinator, PendingOffsets, usize)) {
+    if !still_loading(&inner.loads, &job) {
+        tracing::info!(
+            partition = job.index,
+            "{TRANSACTION_STATE_TOPIC} partition moved while loading: discarded"
+        );
+        return;
+    }
+    let (coordinator, pending, records) = loaded;
+    let ids = coordinator.all().count();
+    inner.coordinator.absorb(coordinator);
+    inner.pending_offsets.extend(pending);
+    inner.loads[job.index as usize] = Load::Loaded {
+        partition: job.partition,
+        epoch: job.epoch,
+    };
+    tracing::info!(
+        partition = job.index,
+        records,
+        transactional_ids = ids,
+        "loaded {TRANSACTION_STATE_TOPIC} partition"
+    );
+}
+
+/// Drops partition `index`'s transactional ids and their pending offsets.
+fn unload_partition(inner: &mut Inner, index: i32) {
+    let gone = inner.coordinator.unload_partition(index);
+    let producers: BTreeSet<i64> = gone.iter().map(|(_, pid)| *pid).collect();
+    inner
+        .pending_offsets
+        .retain(|(_, pid), _| !producers.contains(pid));
+    tracing::info!(
+        partition = index,
+        transactional_ids = gone.len(),
+        "unloaded {TRANSACTION_STATE_TOPIC} partition"
+    );
+}
+
+pub(crate) fn replay_partition(
+    coordinator: &mut TxnCoordinator,
+    pending: &mut PendingOffsets,
+    partition: &Partition,
+) -> Result<usize, TxnServiceError> {
+    let error = |message: String| TxnServiceError::Replay {
+        partition: partition.index,
+        message,
+    };
+    let offsets = partition.offsets().map_err(|e| error(e.to_string()))?;
+    let (mut offset, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
+    let mut count = 0usize;
+    // Which producer's offsets a (transactional id, group) record holds.
+    let mut owners: HashMap<(String, String), i64> = HashMap::new();
+    // Each step advances by at least one batch, so the loop is bounded by the record count.
+    while offset < end {
+        let params = FetchParams {
+            fetch_offset: offset,
+            max_bytes: REPLAY_READ_BYTES,
+            min_one_message: true,
+            isolation: FetchIsolation::LogEnd,
+            replica_id: -1,
+        };
+        let read = partition
+            .read_local(params)
+            .map_err(|e| error(e.to_string()))?
+            .records
+            .map_err(|e| error(e.to_string()))?;
+        if read.bytes == 0 {
+            break;
+        }
+        let mut next = offset;
+        for slice in read.slices {
+            let records = decode_batches_with_offsets(slice).map_err(|e| error(e.to_string()))?;
+            for (record_offset, record) in records {
+                next = next.max(record_offset + 1);
+                if record_offset < offset {
+                    continue;
+                }
+                if let Some(((tid, group), offsets)) = crate::txn_pending::decode(&record) {
+                    // Later records win: a tombstone removes (tid, group)'s pending offsets.
+                    if let Some(pid) = owners.remove(&(tid.clone(), group.clone())) {
+                        pending.remove(&(group.clone(), pid));
+                    }
+                    if let Some((pid, offsets)) = offsets {
+                        owners.insert((tid, group.clone()), pid);
+                        let set = pending.entry((group, pid)).or_default();
+                        for o in offsets {
+                            set.insert((o.topic.clone(), o.partition), o);
+                        }
+                    }
+                    count += 1;
+                    continue;
+                }
+                match coordinator.replay(&record) {
+                    Ok(()) => count += 1,
+                    Err(e) => {
+                        tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {TRANSACTION_STATE_TOPIC} record")
+                    }
+                }
+            }
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+#[path = "txn_load_tests.rs"]
+mod tests;

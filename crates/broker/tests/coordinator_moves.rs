@@ -1,0 +1,171 @@
+//! The group coordinator follows `__consumer_offsets` leadership through the real Kafka
+//! listener: node 2 (brokers 1 and 3 registered, not running) leads the offsets partition,
+//! a group commits, leadership moves to broker 1 (this broker keeps its log as a follower) and
+//! group requests answer NOT_COORDINATOR; it moves back and the committed offsets are
+//! replayed from the log and served again.
+
+mod support {
+    #![allow(dead_code)]
+    pub mod group_client;
+}
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use streamforge_broker::{Broker, BrokerConfig, BrokerState};
+use streamforge_coordinator::OFFSETS_TOPIC;
+use streamforge_metadata::controller::{BrokerHeartbeat, BrokerRegistration, Event, Reply};
+use streamforge_metadata::{MetadataDelta, PartitionDelta};
+use support::group_client::RawClient;
+
+const NODE: i32 = 2;
+const TOPIC: &str = "orders";
+const GROUP: &str = "moving-group";
+/// How long a leadership change may take to reach the coordinator (it follows at once).
+const FOLLOW_WAIT: Duration = Duration::from_secs(15);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn register_peer(state: &BrokerState, id: i32) {
+    let metadata = state.replicas.metadata();
+    let registration = BrokerRegistration {
+        broker_id: id,
+        incarnation_id: uuid::Uuid::from_u128(id as u128 + 1),
+        endpoints: Vec::new(),
+        rack: None,
+    };
+    let event = Event::BrokerRegistration(registration);
+    let Reply::BrokerRegistration(Ok(broker_epoch)) = metadata.request(event, now_ms()).unwrap().0
+    else {
+        panic!("registration of broker {id} refused");
+    };
+    let heartbeat = BrokerHeartbeat {
+        broker_id: id,
+        broker_epoch,
+        metadata_offset: i64::MAX,
+        wants_fence: false,
+        wants_shutdown: false,
+    };
+    metadata
+        .request(Event::BrokerHeartbeat(heartbeat), now_ms())
+        .unwrap();
+}
+
+async fn create_topic(client: &mut RawClient) {
+    let mut t = CreatableTopic::default();
+    t.name = TopicName(StrBytes::from_static_str(TOPIC));
+    t.num_partitions = -1;
+    t.replication_factor = -1;
+    let mut a = CreatableReplicaAssignment::default();
+    a.partition_index = 0;
+    a.broker_ids = vec![BrokerId(NODE)];
+    t.assignments = vec![a];
+    let mut request = CreateTopicsRequest::default();
+    request.topics = vec![t];
+    request.timeout_ms = 10_000;
+    let response: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 5, &request).await;
+    assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+}
+
+/// Moves the leadership of `__consumer_offsets-0` to `leader` under the next epoch, as the
+/// controller would (replicas 2 and 1: this broker keeps the log).
+fn move_offsets_leader(state: &BrokerState, leader: i32) {
+    let image = state.replicas.image();
+    let t = image.topic_by_name(OFFSETS_TOPIC).unwrap();
+    let local = state.replicas.partition(OFFSETS_TOPIC, 0).unwrap();
+    let mut before = t.partitions[&0].clone();
+    before.leader = local.leader_id().unwrap_or(NODE);
+    before.leader_epoch = local.leader_epoch();
+    let mut after = before.clone();
+    after.replicas = vec![NODE, 1];
+    after.isr = vec![NODE, 1];
+    after.leader = leader;
+    after.leader_epoch += 1;
+    let mut delta = MetadataDelta::default();
+    let moved = PartitionDelta {
+        topic: OFFSETS_TOPIC.into(),
+        before: Some(before),
+        after: Some(after),
+    };
+    delta.partitions.insert((t.id, 0), moved);
+    state.replicas.apply_delta_for_tests(&delta);
+}
+
+/// OffsetFetch v8 of the group: (the group's error, the offset of partition 0 or -1).
+async fn fetch_v8(client: &mut RawClient) -> (i16, i64) {
+    let mut g = OffsetFetchRequestGroup::default();
+    g.group_id = GroupId(StrBytes::from_static_str(GROUP));
+    g.topics = None;
+    let mut request = OffsetFetchRequest::default();
+    request.groups = vec![g];
+    let response: OffsetFetchResponse = client.call(ApiKey::OffsetFetch, 8, &request).await;
+    let group = &response.groups[0];
+    let offset = group
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map_or(-1, |p| p.committed_offset);
+    (group.error_code, offset)
+}
+
+/// Polls `fetch_v8` until it answers `want` (bounded by [`FOLLOW_WAIT`]).
+async fn wait_for(client: &mut RawClient, want: (i16, i64)) {
+    let started = Instant::now();
+    loop {
+        let got = fetch_v8(client).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < FOLLOW_WAIT,
+            "still {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_offsets_survive_the_offsets_partition_moving_away_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = BrokerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.path().to_path_buf(),
+        node_id: NODE,
+        http_listen: None,
+        broker_session_timeout_ms: 600_000,
+        ..BrokerConfig::default()
+    };
+    config.groups.coordinator.offsets_topic_partitions = 1;
+    let broker = Broker::start(config).await.unwrap();
+    register_peer(&broker.state(), 1);
+    register_peer(&broker.state(), 3);
+    let mut client = RawClient::connect(broker.kafka_addr()).await;
+    create_topic(&mut client).await;
+    assert_eq!(client.commit(GROUP, TOPIC, 0, 42).await, 0);
+    assert_eq!(fetch_v8(&mut client).await, (0, 42));
+
+    let not_coordinator = ResponseError::NotCoordinator.code();
+    move_offsets_leader(&broker.state(), 1);
+    wait_for(&mut client, (not_coordinator, -1)).await;
+    assert_eq!(client.commit(GROUP, TOPIC, 0, 43).await, not_coordinator);
+    assert_eq!(client.heartbeat(GROUP, "m", 1).await, not_coordinator);
+    let mut list = ListGroupsRequest::default();
+    list.states_filter = Vec::new();
+    let listed: ListGroupsResponse = client.call(ApiKey::ListGroups, 4, &list).await;
+    assert!(listed.groups.is_empty(), "{listed:?}");
+
+    move_offsets_leader(&broker.state(), NODE);
+    wait_for(&mut client, (0, 42)).await;
+    assert_eq!(client.commit(GROUP, TOPIC, 0, 44).await, 0);
+    assert_eq!(fetch_v8(&mut client).await, (0, 44));
+    broker.shutdown().await;
+}
