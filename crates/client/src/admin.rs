@@ -142,7 +142,7 @@ impl Admin {
     }
 
     /// The controller if known (admin writes go there), else any broker.
-    async fn controller(&self) -> Result<Arc<Connection>> {
+    pub(crate) async fn controller(&self) -> Result<Arc<Connection>> {
         let m = self.cluster.refresh_metadata(&[]).await?;
         if m.controller_id >= 0 && m.brokers.contains_key(&m.controller_id) {
             return self.cluster.broker(m.controller_id).await;

@@ -66,9 +66,10 @@ impl Admin {
         Ok(brokers)
     }
 
-    /// The metadata quorum (`__cluster_metadata-0`), as `kafka-metadata-quorum describe` shows it.
+    /// The metadata quorum (`__cluster_metadata-0`), as `kafka-metadata-quorum describe` shows it,
+    /// asked of the active controller (the quorum leader knows every voter's lag).
     pub async fn describe_quorum(&self) -> Result<QuorumInfo> {
-        let conn = self.cluster().any_broker().await?;
+        let conn = self.controller().await?;
         let version = conn.version_for::<DescribeQuorumRequest>(DESCRIBE_QUORUM_MAX_VERSION)?;
         let req = DescribeQuorumRequest::default().with_topics(vec![
             TopicData::default()
