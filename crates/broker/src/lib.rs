@@ -26,6 +26,7 @@ pub mod partition_limit;
 pub mod producer_ids;
 pub mod quota;
 pub mod replica_manager;
+pub mod replication_wiring;
 pub mod request_metrics;
 pub mod router;
 mod scrubber;
@@ -255,6 +256,7 @@ impl Broker {
         ));
         state.spawn(txn_service::run_timer(state.clone(), shutdown_rx.clone()));
         state.spawn(coordinator_load::run(state.clone(), shutdown_rx.clone()));
+        state.spawn(replication_wiring::run(state.clone(), shutdown_rx.clone()));
         let housekeeping = state.spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));
         state.spawn(tiered::run(state.clone(), shutdown_rx.clone()));
         state.spawn(scrubber::run(state.clone(), shutdown_rx.clone()));
@@ -487,6 +489,7 @@ fn metadata_options(
         },
         heartbeat_interval_ms: config.broker_heartbeat_interval_ms,
         cluster: config.cluster.clone(),
+        replica_lag_time_max_ms: config.replica_lag_time_max_ms,
     }
 }
 

@@ -253,32 +253,37 @@ impl MetadataService {
         let id: RequestId = self.next_request.fetch_add(1, Ordering::Relaxed);
         let mut changes = raft.changes();
         let now_ms = self.now_ms();
-        let decided_at = {
+        let (decided_at, epoch) = {
             let mut node = self.node.lock();
             // Catch up and follow leadership first: an inactive controller answers nothing.
             let replies = self.poll_locked(&mut node, now_ms)?;
             self.keep_released(replies);
-            if !node.is_active() {
+            let Some(epoch) = node.active_epoch() else {
                 return Ok(Reply::NotController);
-            }
+            };
             let now = node.handle(id, event, now_ms);
             self.keep_released(now);
             // The controller decided on its image with records not yet committed (another
             // request's): the reply waits until those have committed too.
-            node.controller().image().position().offset
+            (node.controller().image().position().offset, epoch)
         };
         loop {
             changes.borrow_and_update();
-            {
+            let active = {
                 let mut node = self.node.lock();
                 let replies = self.poll_locked(&mut node, self.now_ms())?;
                 self.keep_released(replies);
-            }
+                node.active_epoch() == Some(epoch)
+            };
             let applied = self.image.read().position().offset >= decided_at;
             if applied && let Some(reply) = self.released.lock().remove(&id) {
                 return Ok(reply);
             }
-            if Instant::now() >= deadline {
+            // Leadership moved on (a restarted voter briefly resumes its old term as leader
+            // until it hears the newer one): what it proposed in that term may never commit,
+            // so the caller asks the current controller now rather than at its deadline.
+            if !active || Instant::now() >= deadline {
+                self.released.lock().remove(&id);
                 return Ok(Reply::NotController);
             }
             wait_change(&mut changes, remaining(deadline));

@@ -8,10 +8,12 @@ mod apply;
 mod hosted;
 pub(crate) mod hw_checkpoint;
 mod lifecycle;
+mod roles;
 mod topics;
 pub use hosted::{LookupError, Topic};
 pub use hw_checkpoint::HW_CHECKPOINT_INTERVAL_MS_DEFAULT;
 pub use lifecycle::CLOSE_THREADS_MAX;
+pub use roles::{IsrIntents, ROLE_THREADS_MAX};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -104,6 +106,9 @@ pub struct MetadataOptions {
     pub heartbeat_interval_ms: u64,
     /// `Some`: a voter of this static quorum (`--controller-quorum-voters`).
     pub cluster: Option<crate::metadata_cluster::ClusterOptions>,
+    /// `replica.lag.time.max.ms`: how long a leader keeps a follower that does not catch up
+    /// in the ISR.
+    pub replica_lag_time_max_ms: i64,
 }
 
 impl Default for MetadataOptions {
@@ -115,6 +120,7 @@ impl Default for MetadataOptions {
             controller: ControllerConfig::default(),
             heartbeat_interval_ms: 2_000,
             cluster: None,
+            replica_lag_time_max_ms: crate::partition::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
         }
     }
 }
@@ -227,6 +233,12 @@ pub struct ReplicaManager {
     hw_checkpoint: hw_checkpoint::HwCheckpointer,
     /// Bumped after every applied delta: the coordinators look at their partitions' roles.
     roles: tokio::sync::watch::Sender<u64>,
+    /// ISR changes this broker's leaders propose, for the replication wiring to send.
+    isr_intents: Arc<IsrIntents>,
+    /// Leaders with followers send their ISR changes here (into `isr_intents`).
+    isr_sink: crate::partition::IsrChangeSink,
+    /// `replica.lag.time.max.ms`.
+    replica_lag_time_max_ms: i64,
 }
 
 impl ReplicaManager {
@@ -252,6 +264,7 @@ impl ReplicaManager {
         let started = std::time::Instant::now();
         let clock = log_defaults.runtime.clock().clone();
         let node_id = options.node_id;
+        let replica_lag_time_max_ms = options.replica_lag_time_max_ms;
         let start = crate::metadata_service::MetadataStart {
             data_dir,
             node_id,
@@ -268,6 +281,7 @@ impl ReplicaManager {
             options.rack,
             clock.now_ms().max(0) as u64,
         )?;
+        let isr_intents = Arc::new(IsrIntents::default());
         let mut rm = ReplicaManager {
             data_dir: data_dir.to_path_buf(),
             log_defaults: RwLock::new(Arc::new(log_defaults)),
@@ -280,6 +294,9 @@ impl ReplicaManager {
             tiering,
             hw_checkpoint: hw_checkpoint::HwCheckpointer::open(data_dir),
             roles: tokio::sync::watch::Sender::new(0),
+            isr_sink: isr_intents.sink(),
+            isr_intents,
+            replica_lag_time_max_ms,
         };
         let topics = rm.open_from_image(&rm.metadata.image_for_open());
         let partitions = topics.values().flat_map(|t| t.hosted());
@@ -297,6 +314,21 @@ impl ReplicaManager {
     /// The metadata node (image, controller, registration).
     pub fn metadata(&self) -> &Arc<MetadataService> {
         &self.metadata
+    }
+
+    /// The ISR changes this broker's leaders want sent to the controller.
+    pub fn isr_intents(&self) -> &Arc<IsrIntents> {
+        &self.isr_intents
+    }
+
+    /// Send an ISR change to the controller (AlterPartition) and apply what committed; the
+    /// controller's answer. Blocking (waits for the controller, bounded).
+    pub fn alter_partition(
+        &self,
+        change: streamforge_metadata::controller::AlterPartition,
+    ) -> Result<Reply, TopicError> {
+        let _admin = self.admin.lock();
+        Ok(self.request(Event::AlterPartition(change))?.0)
     }
 
     /// Changes after every applied delta (roles may have moved).

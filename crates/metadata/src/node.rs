@@ -86,6 +86,11 @@ impl<Q: MetadataQuorum> MetadataNode<Q> {
         self.active_epoch.is_some()
     }
 
+    /// The quorum epoch this node is the active controller in (`None` when it is not).
+    pub fn active_epoch(&self) -> Option<i32> {
+        self.active_epoch
+    }
+
     /// Replay what committed, release replies, follow leadership.
     pub fn poll(&mut self, now_ms: u64) -> Result<Polled, NodeError> {
         let mut polled = Polled::default();

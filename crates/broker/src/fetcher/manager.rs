@@ -122,6 +122,32 @@ impl FetcherManager {
         }
     }
 
+    /// Follow exactly `wanted` (each partition from its leader): add what is missing, move
+    /// what changed leader, drop the rest. The replication wiring calls it after every
+    /// metadata change; a partition already followed from the right leader is left alone.
+    pub fn sync(&self, wanted: Vec<(Arc<Partition>, i32)>) {
+        let keys: HashMap<Key, i32> = wanted
+            .iter()
+            .map(|(p, leader)| ((p.topic.clone(), p.index), *leader))
+            .collect();
+        let mut present: HashMap<Key, i32> = HashMap::new();
+        for (&leader_id, fetcher) in self.fetchers.lock().iter() {
+            fetcher.partitions.lock().retain(|key, _| {
+                let keep = keys.get(key) == Some(&leader_id);
+                if keep {
+                    present.insert(key.clone(), leader_id);
+                }
+                keep
+            });
+        }
+        for (partition, leader_id) in wanted {
+            let key = (partition.topic.clone(), partition.index);
+            if present.get(&key) != Some(&leader_id) {
+                self.add(partition, leader_id);
+            }
+        }
+    }
+
     /// Partitions followed from `leader_id`.
     pub fn followed(&self, leader_id: i32) -> usize {
         self.fetchers

@@ -381,6 +381,18 @@ impl LeaderState {
         self.partition_epoch = partition_epoch;
         self.advance_high_watermark()
     }
+
+    /// The metadata committed a newer partition epoch for this leadership (an accepted
+    /// AlterPartition, or the controller taking a fenced broker out of the ISR): take its ISR.
+    /// A proposal still in flight named the older epoch, so the controller refuses it; it is
+    /// dropped here and the rules propose again from the new ISR. An older or equal epoch
+    /// changes nothing. Returns a high watermark that moved.
+    pub fn on_metadata_isr(&mut self, isr: Vec<BrokerId>, partition_epoch: i32) -> Option<i64> {
+        if partition_epoch <= self.partition_epoch {
+            return None;
+        }
+        self.on_isr_change_result(Some((isr, partition_epoch)))
+    }
 }
 
 /// Where a follower truncates to when the leader says its log diverges: Kafka's

@@ -153,6 +153,38 @@ impl Partition {
         Ok(())
     }
 
+    /// Lead as the metadata says, with followers: the same leadership (epoch) already led
+    /// with followers takes the committed ISR in place, keeping what it knows of its
+    /// followers; any other becomes a new leadership ([`Self::make_leader_replicated`]).
+    pub fn lead_replicated(
+        &self,
+        local_id: BrokerId,
+        state: LeaderAndIsr,
+        config: ReplicaConfig,
+        sink: IsrChangeSink,
+        now_ms: i64,
+    ) -> Result<(), PartitionError> {
+        let updated = self.with_state(|serving, log| {
+            let same =
+                serving.role == PartitionRole::Leader && serving.leader_epoch == state.leader_epoch;
+            let replica = serving.replica.as_mut().filter(|_| same)?;
+            if let Some(hw) = replica
+                .leader
+                .on_metadata_isr(state.isr.clone(), state.partition_epoch)
+            {
+                log.set_high_watermark(hw);
+            }
+            Some(log.high_watermark())
+        })?;
+        match updated {
+            Some(hw) => {
+                self.hw_tx.send_replace(hw);
+                Ok(())
+            }
+            None => self.make_leader_replicated(local_id, state, config, sink, now_ms),
+        }
+    }
+
     /// The controller answered this leader's ISR change.
     pub fn complete_isr_change(&self, accepted: Option<(Vec<BrokerId>, i32)>) {
         let hw = self.with_state(|serving, log| {

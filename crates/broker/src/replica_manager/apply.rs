@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use streamforge_metadata::records::ConfigResource;
-use streamforge_metadata::{
-    LocalPartition, MetadataDelta, MetadataImage, PartitionState, TopicImage,
-};
+use streamforge_metadata::{LocalPartition, MetadataDelta, MetadataImage, TopicImage};
 use uuid::Uuid;
 
-use super::{Partition, ReplicaManager, Topic, TopicError, open_partitions};
+use super::roles::{RoleContext, take_role, take_roles};
+use super::{ReplicaManager, Topic, TopicError, open_partitions};
+use crate::partition::replica::ReplicaConfig;
 use crate::partition::{OpenHighWatermark, RemoteTier};
 use crate::partition_create::create_all;
 use crate::topic_config;
@@ -58,11 +58,12 @@ impl ReplicaManager {
                 None => OpenHighWatermark::LogEnd,
             };
             let partitions = open_partitions(&name, &hosted, &self.data_dir, &config, &remote, &hw);
+            let replica_config = self.replica_config(&configs);
             roles.extend(
                 partitions
                     .iter()
                     .zip(&hosted)
-                    .map(|(p, i)| (p.clone(), t.partitions[i].clone())),
+                    .map(|(p, i)| (p.clone(), t.partitions[i].clone(), replica_config)),
             );
             let checked: u64 = partitions.iter().map(|p| p.recovery_checked_bytes()).sum();
             let count = partition_count(t);
@@ -70,7 +71,7 @@ impl ReplicaManager {
             let topic = Topic::new(&t.name, t.id, configs, count, partitions);
             topics.insert(t.name.clone(), Arc::new(topic));
         }
-        take_roles(&roles, node);
+        take_roles(&roles, node, &self.isr_sink, self.now_ms() as i64);
         topics
     }
 
@@ -96,8 +97,9 @@ impl ReplicaManager {
         follow_partition_counts(&mut next, &image, delta);
         let mut new: BTreeMap<String, Vec<&LocalPartition>> = BTreeMap::new();
         for lp in changes.leaders.iter().chain(&changes.followers) {
-            match next.get(&lp.topic).and_then(|t| t.partition(lp.partition)) {
-                Some(p) => take_role(p, &lp.state, node),
+            let topic = next.get(&lp.topic);
+            match topic.and_then(|t| t.partition(lp.partition).map(|p| (t, p))) {
+                Some((t, p)) => take_role(p, &lp.state, &self.role_context(&t.configs)),
                 None => new.entry(lp.topic.clone()).or_default().push(lp),
             }
         }
@@ -137,7 +139,6 @@ impl ReplicaManager {
                 first.topic, first.topic_id
             )));
         };
-        let node = self.metadata.node_id();
         let indexes: Vec<i32> = added.iter().map(|lp| lp.partition).collect();
         let config = topic_config::log_config(&self.log_defaults(), &topic.configs);
         let name: Arc<str> = topic
@@ -146,8 +147,9 @@ impl ReplicaManager {
             .map_or_else(|| Arc::from(first.topic.as_str()), |p| p.topic.clone());
         let remote = self.remote_tier(&topic.configs);
         let created = create_all(&name, &indexes, &self.data_dir, &config, &remote)?;
+        let cx = self.role_context(&topic.configs);
         for (p, lp) in created.iter().zip(added) {
-            take_role(p, &lp.state, node);
+            take_role(p, &lp.state, &cx);
         }
         let grown = topic
             .resized(topic.partition_count(), topic.configs.clone())
@@ -166,6 +168,25 @@ impl ReplicaManager {
         }
         tracing::info!(topic = %t.name, "applied topic configs");
         t.resized(t.partition_count(), configs)
+    }
+
+    /// The replica rules of a topic with `configs` (`min.insync.replicas`), with this broker's
+    /// `replica.lag.time.max.ms`.
+    pub(crate) fn replica_config(&self, configs: &BTreeMap<String, String>) -> ReplicaConfig {
+        ReplicaConfig {
+            replica_lag_time_max_ms: self.replica_lag_time_max_ms,
+            ..ReplicaConfig::default()
+        }
+        .with_topic_configs(configs)
+    }
+
+    fn role_context(&self, configs: &BTreeMap<String, String>) -> RoleContext<'_> {
+        RoleContext {
+            node: self.metadata.node_id(),
+            sink: &self.isr_sink,
+            config: self.replica_config(configs),
+            now_ms: self.now_ms() as i64,
+        }
     }
 
     /// How new partitions of a topic with `configs` reach remote storage.
@@ -223,41 +244,6 @@ fn follow_partition_counts(
             _ => Topic::new(&t.name, t.id, topic_configs(image, &t.name), count, []),
         };
         topics.insert(t.name.clone(), Arc::new(next));
-    }
-}
-
-/// Roles taken at once at start-up: a new leader epoch writes (and fsyncs) the partition's
-/// leader-epoch checkpoint, an I/O wait, so one after another they made a restart with 450
-/// partitions take 3.5 s instead of 0.2 s.
-pub const ROLE_THREADS_MAX: usize = 16;
-
-/// Every partition takes its role, on up to [`ROLE_THREADS_MAX`] threads.
-fn take_roles(roles: &[(Arc<Partition>, PartitionState)], node: i32) {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..roles.len().min(ROLE_THREADS_MAX) {
-            scope.spawn(|| {
-                while let Some((p, state)) =
-                    roles.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                {
-                    take_role(p, state, node);
-                }
-            });
-        }
-    });
-}
-
-/// Lead or follow as `state` says (an offline partition stays offline).
-fn take_role(p: &Partition, state: &PartitionState, node: i32) {
-    let result = if state.leader == node {
-        p.make_leader(state.leader_epoch)
-    } else {
-        p.make_follower(state.leader_epoch, state.leader)
-    };
-    if let Err(e) = result
-        && p.offline_reason().is_none()
-    {
-        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "role change refused");
     }
 }
 
