@@ -265,3 +265,56 @@ def test_a_rolling_restart_under_load_loses_nothing(broker_factory):
         checker.finish()
     check_acknowledged(checker, read_all(bootstrap))
     check_replicas_identical(brokers)
+
+
+def consume_some(client: str, bootstrap: str, group: str, want: int) -> list[int]:
+    """Consume up to `want` values in `group` from its committed offsets, commit them
+    synchronously, and leave the group."""
+    got: list[int] = []
+    deadline = time.monotonic() + WAIT_S
+    if client == "confluent":
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest"})
+        c.subscribe([TOPIC])
+        while len(got) < want and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(int(m.value()))
+        c.commit(asynchronous=False)
+        c.close()
+    else:
+        from kafka import KafkaConsumer
+        c = KafkaConsumer(TOPIC, bootstrap_servers=bootstrap.split(","), group_id=group,
+                          enable_auto_commit=False, auto_offset_reset="earliest")
+        while len(got) < want and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=500, max_records=want - len(got)).values():
+                got.extend(int(r.value) for r in records)
+        c.commit()
+        c.close()
+    return got
+
+
+def test_committed_offsets_survive_group_coordinator_failovers(broker_factory):
+    """confluent-kafka and kafka-python commit, the coordinator is killed -9, and the group
+    resumes at its committed offsets on the new coordinator: every message once."""
+    brokers, bootstrap = setup(broker_factory)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    total = 300
+    for i in range(total):
+        producer.produce(TOPIC, value=str(i).encode(), partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    for client in ("confluent", "kafka-python"):
+        group = f"failover-{client}"
+        first = consume_some(client, bootstrap, group, 100)
+        assert len(first) == 100, first
+        described = admin(brokers[0]).describe_consumer_groups([group])[group].result(20)
+        victim = brokers[described.coordinator.id - 1]
+        victim.kill()
+        alive = [b for b in brokers if b is not victim]
+        wait_for("leaders off the coordinator", lambda: (lambda p: p and all(
+            v[0] not in (-1, described.coordinator.id) for v in p.values()))(placement(alive[0], TOPIC)))
+        rest = consume_some(client, ",".join(b.bootstrap for b in alive), group, total - len(first))
+        seen = sorted(first + rest)
+        assert seen == list(range(total)), f"{client}: {len(first)} + {len(rest)}, duplicates or gaps"
+        victim.start(timeout_s=WAIT_S)
+        wait_for("the ISR full again", lambda: full_isr(alive[0]))

@@ -26,6 +26,9 @@ use crate::partition::{Acks, AppendParams, Partition};
 use crate::replica_manager::{ReplicaManager, TopicError};
 use crate::util::now_ms;
 
+/// Kafka's `offsets.commit.timeout.ms`: how long an offset commit waits for its ISR.
+pub const OFFSET_COMMIT_TIMEOUT_MS: u64 = 5_000;
+
 /// Records per batch written to `__consumer_offsets` (keeps batches far below
 /// `max.message.bytes` for snapshots of big groups).
 const OFFSETS_BATCH_RECORDS_MAX: usize = 500;
@@ -226,6 +229,40 @@ impl GroupService {
         let inner = self.inner.lock();
         inner.serving(group_id)?;
         Ok(f(&inner.coordinator))
+    }
+
+    /// Wait until what `group_id`'s coordinator appended so far is on every ISR member of its
+    /// `__consumer_offsets` partition (Kafka writes offset commits with acks=all), at most
+    /// `timeout`. A lone leader answers at once. Errors as Kafka's coordinator maps them:
+    /// REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE when the ISR is too small, NOT_COORDINATOR
+    /// when the leadership left.
+    pub async fn wait_replicated(
+        &self,
+        purgatory: &crate::partition::purgatory::ProducePurgatory,
+        group_id: &str,
+        timeout: Duration,
+    ) -> Result<(), i16> {
+        let partition = {
+            let inner = self.inner.lock();
+            let index = inner.coordinator.partition_for(group_id) as usize;
+            match inner.loads.get(index).map(Load::appendable) {
+                Some(Ok(p)) => p.clone(),
+                Some(Err(e)) => return Err(e.code()),
+                None => return Err(COORDINATOR_NOT_AVAILABLE),
+            }
+        };
+        let end = partition
+            .offsets()
+            .map_err(|e| append_error(&e).code())?
+            .log_end_offset;
+        let waited = purgatory.wait(&[(partition, end)], timeout).await;
+        match waited.into_iter().next() {
+            Some(Ok(())) | None => Ok(()),
+            Some(Err(crate::partition::PartitionError::RequestTimedOut)) => {
+                Err(kafka_protocol::ResponseError::RequestTimedOut.code())
+            }
+            Some(Err(e)) => Err(append_error(&e).code()),
+        }
     }
 
     /// True while some partition led here is still being loaded.

@@ -383,6 +383,19 @@ pub async fn handle_offset_commit(state: Arc<BrokerState>, req: RequestFrame) ->
             Ok((results, stored)) => (results, stored, None),
             Err(code) => (Vec::new(), Ok(()), Some(code)),
         };
+    // Acknowledged only once replicated to the ISR (Kafka's acks=all for offset commits), so
+    // a coordinator failover keeps every acknowledged commit.
+    let stored = match stored {
+        Ok(()) if routing.is_none() => {
+            let timeout =
+                std::time::Duration::from_millis(crate::group_service::OFFSET_COMMIT_TIMEOUT_MS);
+            let group = request.group_id.0.as_str();
+            (state.groups)
+                .wait_replicated(&state.produce_purgatory, group, timeout)
+                .await
+        }
+        other => other,
+    };
     if let Err(code) = stored {
         tracing::warn!(group = %request.group_id.0, code, "offset commit not stored; answering a retriable error");
     }
