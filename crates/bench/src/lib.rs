@@ -28,6 +28,9 @@ pub use latency::LatencySummary;
 pub struct BenchParams {
     pub messages: u64,
     pub partitions: i32,
+    /// Replication factor of the benchmark topic (-1: the broker's default).
+    #[serde(default = "default_replication_factor")]
+    pub replication_factor: i16,
     /// Messages per produce batch (sets the producer's batch size in bytes).
     pub batch_size: usize,
     /// Value size in bytes.
@@ -56,6 +59,7 @@ impl Default for BenchParams {
         Self {
             messages: 1_000_000,
             partitions: 10,
+            replication_factor: -1,
             batch_size: 2000,
             message_size: 100,
             acks: 1,
@@ -70,6 +74,10 @@ impl Default for BenchParams {
             linger_ms: 2,
         }
     }
+}
+
+fn default_replication_factor() -> i16 {
+    -1
 }
 
 impl BenchParams {

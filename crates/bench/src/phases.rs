@@ -49,7 +49,7 @@ pub async fn run(
             &[NewTopic {
                 name: topic.clone(),
                 partitions: params.partitions,
-                replication_factor: -1,
+                replication_factor: params.replication_factor,
                 configs: vec![],
             }],
             false,

@@ -28,6 +28,10 @@ pub struct Args {
     /// Partitions of the benchmark topic.
     #[arg(long, default_value_t = 10)]
     partitions: i32,
+    /// Replication factor of the benchmark topic (with --bootstrap to a cluster; -1 = the
+    /// broker's default).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    replication_factor: i16,
     /// Messages per produce batch.
     #[arg(long, default_value_t = 2000)]
     batch_size: usize,
@@ -115,6 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let params = BenchParams {
         messages: args.messages,
         partitions: args.partitions,
+        replication_factor: args.replication_factor,
         batch_size: args.batch_size,
         message_size: args.message_size,
         acks,
