@@ -8,6 +8,8 @@ mod apply;
 mod hosted;
 pub(crate) mod hw_checkpoint;
 mod lifecycle;
+#[cfg(test)]
+pub(crate) mod test_cluster;
 mod topics;
 pub use hosted::{LookupError, Topic};
 pub use hw_checkpoint::HW_CHECKPOINT_INTERVAL_MS_DEFAULT;
