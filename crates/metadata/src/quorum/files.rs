@@ -14,7 +14,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::records::{RECORD_BYTES_MAX, Reader, Record, RecordError};
+use crate::records::{Reader, Record, RecordError, decode_record_list, encode_record_list};
 
 /// Largest frame accepted on read (a batch of many topics' records).
 pub const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -170,32 +170,12 @@ pub(crate) fn encode_proposal(
 ) -> io::Result<()> {
     body.extend_from_slice(&proposer.to_be_bytes());
     body.extend_from_slice(&seq.to_be_bytes());
-    body.extend_from_slice(&(records.len() as u32).to_be_bytes());
-    for r in records {
-        let bytes = r.encode().map_err(invalid)?;
-        body.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-        body.extend_from_slice(&bytes);
-    }
-    Ok(())
+    encode_record_list(body, records).map_err(invalid)
 }
 
 /// Reads a proposal written by [`encode_proposal`]: `(proposer, seq, records)`.
 pub(crate) fn decode_proposal(r: &mut Reader) -> Result<(u64, u64, Vec<Record>), RecordError> {
     let proposer = r.i64()? as u64;
     let seq = r.i64()? as u64;
-    let count = r.u32()? as usize;
-    // Each record takes at least 6 bytes: a corrupt count cannot make a huge allocation.
-    let mut records = Vec::with_capacity(count.min(r.0.len() / 6));
-    for _ in 0..count {
-        let len = r.u32()? as usize;
-        if len > RECORD_BYTES_MAX {
-            return Err(RecordError::TooLong {
-                what: "record",
-                len,
-                max: RECORD_BYTES_MAX,
-            });
-        }
-        records.push(Record::decode(r.bytes(len)?)?);
-    }
-    Ok((proposer, seq, records))
+    Ok((proposer, seq, decode_record_list(r)?))
 }
