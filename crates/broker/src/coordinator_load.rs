@@ -12,16 +12,20 @@ use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use streamforge_coordinator::OFFSETS_TOPIC;
+use streamforge_coordinator::records::{OffsetsRecord, decode_batches_with_offsets};
 use streamforge_coordinator::txn::TRANSACTION_STATE_TOPIC;
 use tokio::sync::watch;
 
 use crate::BrokerState;
-use crate::partition::{Partition, PartitionError, PartitionRole};
+use crate::partition::{FetchIsolation, FetchParams, Partition, PartitionError, PartitionRole};
 use crate::replica_manager::ReplicaManager;
 
 /// Longest the follower task waits between two looks at the roles when no delta wakes it
 /// (a backstop: a partition that went offline changes its role without a delta).
 const FOLLOW_INTERVAL_MS: u64 = 1_000;
+
+/// Bytes read per step while replaying a partition.
+const REPLAY_READ_BYTES: usize = 1 << 20;
 
 /// What this broker's coordinator holds of one internal partition.
 #[derive(Clone, Default)]
@@ -101,9 +105,10 @@ pub(crate) struct LoadJob {
     pub epoch: i32,
 }
 
-/// Brings `loads` in line with `led`: returns the partitions to unload (led here no more,
-/// or led under a new epoch) and the jobs to load, and marks those `Loading`.
-pub(crate) fn follow(loads: &mut Vec<Load>, led: &[Led]) -> (Vec<i32>, Vec<LoadJob>) {
+/// Brings `loads` (of `topic`'s partitions) in line with `led`: returns the partitions to
+/// unload (led here no more, or led under a new epoch) and the jobs to load, and marks those
+/// `Loading`.
+pub(crate) fn follow(loads: &mut Vec<Load>, led: &[Led], topic: &str) -> (Vec<i32>, Vec<LoadJob>) {
     if loads.len() < led.len() {
         loads.resize(led.len(), Load::NotLed);
     }
@@ -128,6 +133,11 @@ pub(crate) fn follow(loads: &mut Vec<Load>, led: &[Led]) -> (Vec<i32>, Vec<LoadJ
         *load = match now {
             None => Load::NotLed,
             Some((partition, epoch)) => {
+                tracing::info!(
+                    partition = index,
+                    leader_epoch = epoch,
+                    "loading {topic} partition"
+                );
                 jobs.push(LoadJob {
                     index: index as i32,
                     partition,
@@ -156,6 +166,78 @@ pub(crate) fn append_error(e: &PartitionError) -> ResponseError {
         | PartitionError::FencedLeaderEpoch { .. } => ResponseError::NotCoordinator,
         _ => ResponseError::CoordinatorNotAvailable,
     }
+}
+
+/// What a replay does when the log holds a damaged batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnDamaged {
+    /// Keep what was replayed and stop there (the other partitions are served).
+    Stop,
+    /// Fail the replay.
+    Fail,
+}
+
+/// Replays `partition` of `topic` from its local log start to its log end: `apply` gets each
+/// record at or past the log start, in offset order. A record `apply` refuses is skipped
+/// loudly rather than blocking start-up. Returns how many records were applied, or why the
+/// log could not be read.
+pub(crate) fn replay_partition<E: std::fmt::Display>(
+    partition: &Partition,
+    topic: &str,
+    on_damaged: OnDamaged,
+    mut apply: impl FnMut(OffsetsRecord) -> Result<(), E>,
+) -> Result<usize, String> {
+    let offsets = partition.offsets().map_err(|e| e.to_string())?;
+    let (mut offset, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
+    let mut count = 0usize;
+    // Each step advances by at least one batch, so the loop is bounded by the record count.
+    while offset < end {
+        let params = FetchParams {
+            fetch_offset: offset,
+            max_bytes: REPLAY_READ_BYTES,
+            min_one_message: true,
+            isolation: FetchIsolation::LogEnd,
+            replica_id: -1,
+        };
+        let read = partition
+            .read_local(params)
+            .map_err(|e| e.to_string())?
+            .records;
+        let read = match read {
+            Ok(read) => read,
+            Err(e @ PartitionError::Log(streamforge_log::LogError::DamagedBatch { .. }))
+                if on_damaged == OnDamaged::Stop =>
+            {
+                tracing::error!(partition = partition.index, error = %e, "{topic} replay stops at damaged data");
+                break;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        if read.bytes == 0 {
+            break;
+        }
+        let mut next = offset;
+        for slice in read.slices {
+            let records = decode_batches_with_offsets(slice).map_err(|e| e.to_string())?;
+            for (record_offset, record) in records {
+                next = next.max(record_offset + 1);
+                if record_offset < offset {
+                    continue; // before the log start, inside the first batch
+                }
+                match apply(record) {
+                    Ok(()) => count += 1,
+                    Err(e) => {
+                        tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {topic} record")
+                    }
+                }
+            }
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok(count)
 }
 
 /// Follows the roles until shutdown: woken by every applied delta, and every

@@ -5,16 +5,12 @@
 //! requests end with NOT_COORDINATOR. See `coordinator_load.rs` for the shared rules.
 
 use kafka_protocol::ResponseError;
-use streamforge_coordinator::records::decode_batches_with_offsets;
 use streamforge_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 
-use crate::coordinator_load::{Led, Load, LoadJob, follow, still_loading};
+use crate::coordinator_load::{self, Led, Load, LoadJob, OnDamaged, follow, still_loading};
 use crate::group_service::{GroupService, GroupServiceError, Inner};
-use crate::partition::{FetchIsolation, FetchParams, Partition, PartitionError};
+use crate::partition::Partition;
 use crate::util::now_ms;
-
-/// Bytes read per step while replaying a partition.
-const REPLAY_READ_BYTES: usize = 1 << 20;
 
 impl GroupService {
     /// Brings the loaded partitions in line with `led` (one slot per partition, `Some` where
@@ -22,16 +18,9 @@ impl GroupService {
     /// answering COORDINATOR_LOAD_IN_PROGRESS).
     pub(crate) fn follow_leadership(&self, led: &[Led]) -> Vec<LoadJob> {
         let mut inner = self.inner.lock();
-        let (unload, jobs) = follow(&mut inner.loads, led);
+        let (unload, jobs) = follow(&mut inner.loads, led, OFFSETS_TOPIC);
         for index in unload {
             unload_partition(&mut inner, index);
-        }
-        for job in &jobs {
-            tracing::info!(
-                partition = job.index,
-                leader_epoch = job.epoch,
-                "loading {OFFSETS_TOPIC} partition"
-            );
         }
         jobs
     }
@@ -102,67 +91,20 @@ fn unload_partition(inner: &mut Inner, index: i32) {
     );
 }
 
+/// Replays `partition` of `__consumer_offsets` into `coordinator`; stops at damaged data,
+/// keeping what was replayed.
 pub(crate) fn replay_partition(
     coordinator: &mut GroupCoordinator,
     partition: &Partition,
     now: i64,
 ) -> Result<usize, GroupServiceError> {
-    let error = |message: String| GroupServiceError::Replay {
+    coordinator_load::replay_partition(partition, OFFSETS_TOPIC, OnDamaged::Stop, |record| {
+        coordinator.replay(&record, now)
+    })
+    .map_err(|message| GroupServiceError::Replay {
         partition: partition.index,
         message,
-    };
-    let offsets = partition.offsets().map_err(|e| error(e.to_string()))?;
-    let (start, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
-    let mut offset = start;
-    let mut count = 0usize;
-    // Each step advances by at least one batch, so the loop is bounded by the record count.
-    while offset < end {
-        let params = FetchParams {
-            fetch_offset: offset,
-            max_bytes: REPLAY_READ_BYTES,
-            min_one_message: true,
-            isolation: FetchIsolation::LogEnd,
-            replica_id: -1,
-        };
-        let read = partition
-            .read_local(params)
-            .map_err(|e| error(e.to_string()))?
-            .records;
-        let read = match read {
-            Ok(read) => read,
-            Err(e @ PartitionError::Log(streamforge_log::LogError::DamagedBatch { .. })) => {
-                // Damaged data on disk: keep what was replayed, serve the other partitions.
-                tracing::error!(partition = partition.index, error = %e, "{OFFSETS_TOPIC} replay stops at damaged data");
-                break;
-            }
-            Err(e) => return Err(error(e.to_string())),
-        };
-        if read.bytes == 0 {
-            break;
-        }
-        let mut next = offset;
-        for slice in read.slices {
-            let records = decode_batches_with_offsets(slice).map_err(|e| error(e.to_string()))?;
-            for (record_offset, record) in records {
-                next = next.max(record_offset + 1);
-                if record_offset < offset {
-                    continue; // before the log start, inside the first batch
-                }
-                match coordinator.replay(&record, now) {
-                    Ok(()) => count += 1,
-                    // A record we cannot read is skipped loudly rather than blocking start-up.
-                    Err(e) => {
-                        tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {OFFSETS_TOPIC} record")
-                    }
-                }
-            }
-        }
-        if next <= offset {
-            break;
-        }
-        offset = next;
-    }
-    Ok(count)
+    })
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use streamforge_coordinator as coord;
 use streamforge_coordinator::{CoordinatorConfig, OFFSETS_TOPIC};
 
 use crate::coordinator_load::led_partitions;
-use crate::coordinator_load::tests::{NODE, cluster, move_leader};
 use crate::group_service::{GroupService, GroupsConfig};
 use crate::replica_manager::ReplicaManager;
+use crate::replica_manager::test_cluster::{NODE, cluster, move_leader};
 
 const NOT_COORDINATOR: i16 = ResponseError::NotCoordinator.code();
 const LOADING: i16 = ResponseError::CoordinatorLoadInProgress.code();

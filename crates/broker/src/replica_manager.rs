@@ -9,6 +9,8 @@ mod hosted;
 pub(crate) mod hw_checkpoint;
 mod lifecycle;
 mod roles;
+#[cfg(test)]
+pub(crate) mod test_cluster;
 mod topics;
 pub use hosted::{LookupError, Topic};
 pub use hw_checkpoint::HW_CHECKPOINT_INTERVAL_MS_DEFAULT;

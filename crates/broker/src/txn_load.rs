@@ -6,15 +6,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use streamforge_coordinator::records::decode_batches_with_offsets;
+use streamforge_coordinator::records::OffsetsRecord;
 use streamforge_coordinator::txn::{TRANSACTION_STATE_TOPIC, TxnCoordinator};
 
-use crate::coordinator_load::{Led, Load, LoadJob, follow, still_loading};
-use crate::partition::{FetchIsolation, FetchParams, Partition};
+use crate::coordinator_load::{self, Led, Load, LoadJob, OnDamaged, follow, still_loading};
+use crate::partition::Partition;
 use crate::txn_service::{Inner, PendingOffsets, TxnService, TxnServiceError};
-
-/// Bytes read per step while replaying a partition.
-const REPLAY_READ_BYTES: usize = 1 << 20;
 
 impl TxnService {
     /// Brings the loaded partitions in line with `led`: unloads at once, returns the
@@ -25,16 +22,9 @@ impl TxnService {
     }
 
     pub(crate) fn follow_inner(&self, inner: &mut Inner, led: &[Led]) -> Vec<LoadJob> {
-        let (unload, jobs) = follow(&mut inner.loads, led);
+        let (unload, jobs) = follow(&mut inner.loads, led, TRANSACTION_STATE_TOPIC);
         for index in unload {
             unload_partition(inner, index);
-        }
-        for job in &jobs {
-            tracing::info!(
-                partition = job.index,
-                leader_epoch = job.epoch,
-                "loading {TRANSACTION_STATE_TOPIC} partition"
-            );
         }
         jobs
     }
@@ -113,74 +103,37 @@ fn unload_partition(inner: &mut Inner, index: i32) {
     );
 }
 
+/// Replays `partition` of `__transaction_state` into `coordinator`, and the pending
+/// TxnOffsetCommit offsets it holds into `pending`; damaged data fails the replay.
 pub(crate) fn replay_partition(
     coordinator: &mut TxnCoordinator,
     pending: &mut PendingOffsets,
     partition: &Partition,
 ) -> Result<usize, TxnServiceError> {
-    let error = |message: String| TxnServiceError::Replay {
-        partition: partition.index,
-        message,
-    };
-    let offsets = partition.offsets().map_err(|e| error(e.to_string()))?;
-    let (mut offset, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
-    let mut count = 0usize;
     // Which producer's offsets a (transactional id, group) record holds.
     let mut owners: HashMap<(String, String), i64> = HashMap::new();
-    // Each step advances by at least one batch, so the loop is bounded by the record count.
-    while offset < end {
-        let params = FetchParams {
-            fetch_offset: offset,
-            max_bytes: REPLAY_READ_BYTES,
-            min_one_message: true,
-            isolation: FetchIsolation::LogEnd,
-            replica_id: -1,
+    let apply = |record: OffsetsRecord| {
+        let Some(((tid, group), offsets)) = crate::txn_pending::decode(&record) else {
+            return coordinator.replay(&record);
         };
-        let read = partition
-            .read_local(params)
-            .map_err(|e| error(e.to_string()))?
-            .records
-            .map_err(|e| error(e.to_string()))?;
-        if read.bytes == 0 {
-            break;
+        // Later records win: a tombstone removes (tid, group)'s pending offsets.
+        if let Some(pid) = owners.remove(&(tid.clone(), group.clone())) {
+            pending.remove(&(group.clone(), pid));
         }
-        let mut next = offset;
-        for slice in read.slices {
-            let records = decode_batches_with_offsets(slice).map_err(|e| error(e.to_string()))?;
-            for (record_offset, record) in records {
-                next = next.max(record_offset + 1);
-                if record_offset < offset {
-                    continue;
-                }
-                if let Some(((tid, group), offsets)) = crate::txn_pending::decode(&record) {
-                    // Later records win: a tombstone removes (tid, group)'s pending offsets.
-                    if let Some(pid) = owners.remove(&(tid.clone(), group.clone())) {
-                        pending.remove(&(group.clone(), pid));
-                    }
-                    if let Some((pid, offsets)) = offsets {
-                        owners.insert((tid, group.clone()), pid);
-                        let set = pending.entry((group, pid)).or_default();
-                        for o in offsets {
-                            set.insert((o.topic.clone(), o.partition), o);
-                        }
-                    }
-                    count += 1;
-                    continue;
-                }
-                match coordinator.replay(&record) {
-                    Ok(()) => count += 1,
-                    Err(e) => {
-                        tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {TRANSACTION_STATE_TOPIC} record")
-                    }
-                }
+        if let Some((pid, offsets)) = offsets {
+            owners.insert((tid, group.clone()), pid);
+            let set = pending.entry((group, pid)).or_default();
+            for o in offsets {
+                set.insert((o.topic.clone(), o.partition), o);
             }
         }
-        if next <= offset {
-            break;
-        }
-        offset = next;
-    }
-    Ok(count)
+        Ok(())
+    };
+    coordinator_load::replay_partition(partition, TRANSACTION_STATE_TOPIC, OnDamaged::Fail, apply)
+        .map_err(|message| TxnServiceError::Replay {
+            partition: partition.index,
+            message,
+        })
 }
 
 #[cfg(test)]

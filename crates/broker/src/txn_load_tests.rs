@@ -9,9 +9,9 @@ use streamforge_coordinator::txn::{
 use streamforge_coordinator::{TxnOffset, partition_for_group};
 
 use crate::coordinator_load::led_partitions;
-use crate::coordinator_load::tests::{NODE, cluster, move_leader};
 use crate::partition::{Acks, AppendParams};
 use crate::replica_manager::ReplicaManager;
+use crate::replica_manager::test_cluster::{NODE, cluster, move_leader};
 use crate::txn_service::TxnService;
 
 fn open(dir: &std::path::Path) -> (ReplicaManager, TxnService) {

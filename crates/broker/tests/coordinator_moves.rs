@@ -4,10 +4,7 @@
 //! group requests answer NOT_COORDINATOR; it moves back and the committed offsets are
 //! replayed from the log and served again.
 
-mod support {
-    #![allow(dead_code)]
-    pub mod group_client;
-}
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -16,49 +13,17 @@ use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use streamforge_broker::{Broker, BrokerConfig, BrokerState};
+use streamforge_broker::BrokerState;
 use streamforge_coordinator::OFFSETS_TOPIC;
-use streamforge_metadata::controller::{BrokerHeartbeat, BrokerRegistration, Event, Reply};
 use streamforge_metadata::{MetadataDelta, PartitionDelta};
 use support::group_client::RawClient;
+use support::{peer_config, start_with_peers};
 
 const NODE: i32 = 2;
 const TOPIC: &str = "orders";
 const GROUP: &str = "moving-group";
 /// How long a leadership change may take to reach the coordinator (it follows at once).
 const FOLLOW_WAIT: Duration = Duration::from_secs(15);
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-fn register_peer(state: &BrokerState, id: i32) {
-    let metadata = state.replicas.metadata();
-    let registration = BrokerRegistration {
-        broker_id: id,
-        incarnation_id: uuid::Uuid::from_u128(id as u128 + 1),
-        endpoints: Vec::new(),
-        rack: None,
-    };
-    let event = Event::BrokerRegistration(registration);
-    let Reply::BrokerRegistration(Ok(broker_epoch)) = metadata.request(event, now_ms()).unwrap().0
-    else {
-        panic!("registration of broker {id} refused");
-    };
-    let heartbeat = BrokerHeartbeat {
-        broker_id: id,
-        broker_epoch,
-        metadata_offset: i64::MAX,
-        wants_fence: false,
-        wants_shutdown: false,
-    };
-    metadata
-        .request(Event::BrokerHeartbeat(heartbeat), now_ms())
-        .unwrap();
-}
 
 async fn create_topic(client: &mut RawClient) {
     let mut t = CreatableTopic::default();
@@ -136,18 +101,9 @@ async fn wait_for(client: &mut RawClient, want: (i16, i64)) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_offsets_survive_the_offsets_partition_moving_away_and_back() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = BrokerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().to_path_buf(),
-        node_id: NODE,
-        http_listen: None,
-        broker_session_timeout_ms: 600_000,
-        ..BrokerConfig::default()
-    };
+    let mut config = peer_config(dir.path(), NODE);
     config.groups.coordinator.offsets_topic_partitions = 1;
-    let broker = Broker::start(config).await.unwrap();
-    register_peer(&broker.state(), 1);
-    register_peer(&broker.state(), 3);
+    let broker = start_with_peers(config, &[1, 3]).await;
     let mut client = RawClient::connect(broker.kafka_addr()).await;
     create_topic(&mut client).await;
     assert_eq!(client.commit(GROUP, TOPIC, 0, 42).await, 0);

@@ -6,82 +6,39 @@
 //! `tests/replication.rs` does, and registers the follower (with its rack) in the leader's
 //! metadata as the cluster wiring will.
 
-mod support {
-    #![allow(dead_code)]
-    pub mod group_client;
-}
+mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse, FetchRequest, FetchResponse,
-    ProduceRequest, ProduceResponse, TopicName,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use streamforge_broker::partition::replica::LeaderAndIsr;
 use streamforge_broker::partition::replica_selector::ReplicaSelectorKind;
-use streamforge_broker::partition::{AlterPartitionIntent, IsrChangeSink};
-use streamforge_broker::{Broker, BrokerConfig, BrokerHandle, BrokerState};
+use streamforge_broker::{BrokerConfig, BrokerHandle};
 use streamforge_metadata::controller::{BrokerRegistration, Event};
-use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 use support::group_client::RawClient;
+use support::{lead_and_follow, replica_config, start_with_topic, wait_for};
 
 const TOPIC: &str = "racked";
-/// Bound on every wait for replication to reach a state.
-const WAIT_MAX: Duration = Duration::from_secs(30);
 const EPOCH: i32 = 1;
 
 async fn start(dir: &std::path::Path, node_id: i32, rack: &str) -> BrokerHandle {
     let config = BrokerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.to_path_buf(),
-        node_id,
-        http_listen: None,
-        log_tick_interval_ms: 100,
         broker_rack: Some(rack.to_string()),
         replica_selector: ReplicaSelectorKind::RackAware,
-        ..BrokerConfig::default()
+        ..replica_config(dir, node_id)
     };
-    let b = Broker::start(config).await.unwrap();
-    let _ = b
-        .state()
-        .replicas
-        .create_topic(TOPIC, 1, BTreeMap::new(), false);
-    b
-}
-
-/// The test's controller: accepts every ISR change of the current leadership.
-fn controller(leader: Arc<BrokerState>) -> IsrChangeSink {
-    let epoch = Arc::new(parking_lot::Mutex::new(0));
-    Arc::new(move |intent: AlterPartitionIntent| {
-        let mut e = epoch.lock();
-        if intent.change.partition_epoch == *e {
-            *e += 1;
-            let p = leader.replicas.partition(&intent.topic, 0).unwrap();
-            p.complete_isr_change(Some((intent.change.new_isr, *e)));
-        }
-    })
+    start_with_topic(config, TOPIC, BTreeMap::new()).await
 }
 
 async fn produce(client: &mut RawClient) -> i16 {
-    let mut p = PartitionProduceData::default();
-    p.index = 0;
-    p.records = Some(Bytes::from(build_simple(BatchSpec::default(), 5, 40)));
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_static_str(TOPIC));
-    t.partition_data = vec![p];
-    let mut request = ProduceRequest::default();
-    request.acks = -1;
-    request.timeout_ms = 10_000;
-    request.topic_data = vec![t];
-    let response: ProduceResponse = client.call(ApiKey::Produce, 9, &request).await;
-    response.responses[0].partition_responses[0].error_code
+    support::produce(client, TOPIC, -1, 10_000).await
 }
 
 /// A consumer's Fetch of partition 0 from offset 0, from a client in `rack`.
@@ -123,16 +80,7 @@ fn end_of(records: &Bytes) -> i64 {
 }
 
 fn high_watermark(b: &BrokerHandle) -> i64 {
-    let p = b.state().replicas.partition(TOPIC, 0).unwrap();
-    p.offsets().unwrap().high_watermark
-}
-
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !done() {
-        assert!(t0.elapsed() < WAIT_MAX, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::offsets(b, TOPIC).high_watermark
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,17 +101,7 @@ async fn a_consumer_is_sent_to_the_replica_in_its_rack_which_serves_it_to_its_hi
         .metadata()
         .request(Event::BrokerRegistration(registration), now_ms)
         .unwrap();
-    b.state().fetchers.set_peer(1, a.kafka_addr());
-    let state = LeaderAndIsr {
-        leader_epoch: EPOCH,
-        partition_epoch: 0,
-        replicas: vec![1, 2],
-        isr: vec![1, 2],
-    };
-    a.state()
-        .lead(TOPIC, 0, state, controller(a.state()))
-        .unwrap();
-    b.state().follow(TOPIC, 0, EPOCH, 1).unwrap();
+    lead_and_follow(&a, &b, TOPIC, EPOCH);
 
     let mut client_a = RawClient::connect(a.kafka_addr()).await;
     for _ in 0..10 {

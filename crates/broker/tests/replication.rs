@@ -5,101 +5,35 @@
 //! old leader's unreplicated tail is truncated. The test plays the controller: it drives the
 //! roles and accepts the leader's ISR changes.
 
-mod support {
-    #![allow(dead_code)]
-    pub mod group_client;
-}
+mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use streamforge_broker::partition::PartitionOffsets;
 use streamforge_broker::partition::replica::LeaderAndIsr;
-use streamforge_broker::partition::{AlterPartitionIntent, IsrChangeSink};
-use streamforge_broker::{Broker, BrokerConfig, BrokerHandle, BrokerState};
-use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
+use streamforge_broker::{BrokerConfig, BrokerHandle};
 use support::group_client::RawClient;
+use support::{controller, lead_and_follow, replica_config, start_with_topic, wait_for};
 
 const TOPIC: &str = "replicated";
 const LAG_MS: i64 = 1_000;
-/// Bound on every wait for replication to reach a state.
-const WAIT_MAX: Duration = Duration::from_secs(30);
-
-fn config(dir: &std::path::Path, node_id: i32) -> BrokerConfig {
-    BrokerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.to_path_buf(),
-        node_id,
-        http_listen: None,
-        log_tick_interval_ms: 100,
-        replica_lag_time_max_ms: LAG_MS,
-        ..BrokerConfig::default()
-    }
-}
 
 async fn start(dir: &std::path::Path, node_id: i32) -> BrokerHandle {
-    let b = Broker::start(config(dir, node_id)).await.unwrap();
+    let config = BrokerConfig {
+        replica_lag_time_max_ms: LAG_MS,
+        ..replica_config(dir, node_id)
+    };
     let configs = BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]);
-    // Created on each broker as today's single-broker create does (existing after a restart).
-    let _ = b.state().replicas.create_topic(TOPIC, 1, configs, false);
-    b
+    start_with_topic(config, TOPIC, configs).await
 }
 
-/// The test's controller: accepts every ISR change of the current leadership.
-fn controller(leader: Arc<BrokerState>, partition_epoch: i32) -> IsrChangeSink {
-    let epoch = Arc::new(parking_lot::Mutex::new(partition_epoch));
-    Arc::new(move |intent: AlterPartitionIntent| {
-        let leader = leader.clone();
-        let epoch = epoch.clone();
-        tokio::spawn(async move {
-            let mut e = epoch.lock();
-            if intent.change.partition_epoch == *e {
-                *e += 1;
-                let p = leader
-                    .replicas
-                    .partition(&intent.topic, intent.partition)
-                    .unwrap();
-                p.complete_isr_change(Some((intent.change.new_isr, *e)));
-            }
-        });
-    })
+fn offsets(b: &BrokerHandle) -> PartitionOffsets {
+    support::offsets(b, TOPIC)
 }
 
 async fn produce(client: &mut RawClient, acks: i16, timeout_ms: i32) -> i16 {
-    let mut p = PartitionProduceData::default();
-    p.index = 0;
-    p.records = Some(Bytes::from(build_simple(BatchSpec::default(), 5, 40)));
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_static_str(TOPIC));
-    t.partition_data = vec![p];
-    let mut request = ProduceRequest::default();
-    request.acks = acks;
-    request.timeout_ms = timeout_ms;
-    request.topic_data = vec![t];
-    let response: ProduceResponse = client.call(ApiKey::Produce, 9, &request).await;
-    response.responses[0].partition_responses[0].error_code
-}
-
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !done() {
-        assert!(t0.elapsed() < WAIT_MAX, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn offsets(b: &BrokerHandle) -> streamforge_broker::partition::PartitionOffsets {
-    b.state()
-        .replicas
-        .partition(TOPIC, 0)
-        .unwrap()
-        .offsets()
-        .unwrap()
+    support::produce(client, TOPIC, acks, timeout_ms).await
 }
 
 fn batch_ids(b: &BrokerHandle, up_to: i64) -> Vec<(i64, i64, i32, u32)> {
@@ -127,17 +61,7 @@ async fn a_follower_replicates_leaves_and_rejoins_the_isr_and_truncates_after_a_
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = start(dir_a.path(), 1).await;
     let mut b = start(dir_b.path(), 2).await;
-    b.state().fetchers.set_peer(1, a.kafka_addr());
-    let lead_1 = LeaderAndIsr {
-        leader_epoch: 1,
-        partition_epoch: 0,
-        replicas: vec![1, 2],
-        isr: vec![1, 2],
-    };
-    a.state()
-        .lead(TOPIC, 0, lead_1.clone(), controller(a.state(), 0))
-        .unwrap();
-    b.state().follow(TOPIC, 0, 1, 1).unwrap();
+    lead_and_follow(&a, &b, TOPIC, 1);
 
     // acks=all succeeds once the follower has the batch; logs agree up to the HW.
     let mut client = RawClient::connect(a.kafka_addr()).await;

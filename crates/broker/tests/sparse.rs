@@ -4,10 +4,7 @@
 //! UNKNOWN_TOPIC_OR_PARTITION past the last one; Metadata lists all four with their leaders.
 //! Brokers 1 and 3 are registered with the controller, their processes are not needed.
 
-mod support {
-    #![allow(dead_code)]
-    pub mod group_client;
-}
+mod support;
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -24,10 +21,9 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use streamforge_broker::{Broker, BrokerConfig, BrokerState};
-use streamforge_metadata::controller::{BrokerHeartbeat, BrokerRegistration, Event, Reply};
 use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 use support::group_client::RawClient;
+use support::{peer_config, start_with_peers};
 
 const TOPIC: &str = "sparse";
 const NODE: i32 = 2;
@@ -44,41 +40,6 @@ fn expected_codes() -> Vec<i16> {
 
 fn name() -> TopicName {
     TopicName(StrBytes::from_static_str(TOPIC))
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-/// Register `id` with this broker's controller and unfence it.
-fn register_peer(state: &BrokerState, id: i32) {
-    let metadata = state.replicas.metadata();
-    let registration = BrokerRegistration {
-        broker_id: id,
-        incarnation_id: uuid::Uuid::from_u128(id as u128 + 1),
-        endpoints: Vec::new(),
-        rack: None,
-    };
-    let event = Event::BrokerRegistration(registration);
-    let Reply::BrokerRegistration(Ok(broker_epoch)) = metadata.request(event, now_ms()).unwrap().0
-    else {
-        panic!("registration of broker {id} refused");
-    };
-    let heartbeat = BrokerHeartbeat {
-        broker_id: id,
-        broker_epoch,
-        metadata_offset: i64::MAX,
-        wants_fence: false,
-        wants_shutdown: false,
-    };
-    let reply = metadata
-        .request(Event::BrokerHeartbeat(heartbeat), now_ms())
-        .unwrap()
-        .0;
-    assert!(matches!(reply, Reply::BrokerHeartbeat(Ok(r)) if !r.is_fenced));
 }
 
 async fn create_topic(client: &mut RawClient) {
@@ -232,18 +193,7 @@ async fn metadata_placement(client: &mut RawClient) -> Vec<(i32, i32, Vec<i32>)>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_hosted_by_another_broker_answers_not_leader_or_follower() {
     let dir = tempfile::tempdir().unwrap();
-    let config = BrokerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().to_path_buf(),
-        node_id: NODE,
-        http_listen: None,
-        // Brokers 1 and 3 never heartbeat: keep them unfenced for the test's length.
-        broker_session_timeout_ms: 600_000,
-        ..BrokerConfig::default()
-    };
-    let broker = Broker::start(config).await.unwrap();
-    register_peer(&broker.state(), 1);
-    register_peer(&broker.state(), 3);
+    let broker = start_with_peers(peer_config(dir.path(), NODE), &[1, 3]).await;
     let mut client = RawClient::connect(broker.kafka_addr()).await;
     create_topic(&mut client).await;
 

@@ -404,6 +404,40 @@ fn put_opt<T: ?Sized>(
     }
 }
 
+/// The smallest encoding of one record (type + version), used to bound a list's `count`.
+const RECORD_BYTES_MIN: usize = 2;
+
+/// Appends `[count: u32]` then `count` × `[len: u32][record]`: a list of records as the
+/// snapshot and the quorum logs store it.
+pub(crate) fn encode_record_list(out: &mut Vec<u8>, records: &[Record]) -> Result<(), RecordError> {
+    out.extend_from_slice(&(records.len() as u32).to_be_bytes());
+    for record in records {
+        let bytes = record.encode()?;
+        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+        out.extend_from_slice(&bytes);
+    }
+    Ok(())
+}
+
+/// Reads a list written by [`encode_record_list`]: a record over [`RECORD_BYTES_MAX`] is an
+/// error, and a corrupt `count` allocates no more than the bytes left could hold.
+pub(crate) fn decode_record_list(r: &mut Reader) -> Result<Vec<Record>, RecordError> {
+    let count = r.u32()? as usize;
+    let mut records = Vec::with_capacity(count.min(r.0.len() / (4 + RECORD_BYTES_MIN)));
+    for _ in 0..count {
+        let len = r.u32()? as usize;
+        if len > RECORD_BYTES_MAX {
+            return Err(RecordError::TooLong {
+                what: "record",
+                len,
+                max: RECORD_BYTES_MAX,
+            });
+        }
+        records.push(Record::decode(r.bytes(len)?)?);
+    }
+    Ok(records)
+}
+
 /// A bounds-checked cursor: every read returns `Truncated` instead of panicking.
 pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 

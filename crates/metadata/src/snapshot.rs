@@ -5,12 +5,9 @@
 
 use crate::image::{ApplyError, LogPosition, MetadataImage};
 use crate::records::{
-    ConfigRecord, PartitionRecord, RECORD_BYTES_MAX, Reader, Record, RecordError, RegisterBroker,
-    TopicRecord,
+    ConfigRecord, PartitionRecord, Reader, Record, RecordError, RegisterBroker, TopicRecord,
+    decode_record_list, encode_record_list,
 };
-
-/// The smallest encoding of one record (type + version), used to bound `count`.
-const RECORD_BYTES_MIN: usize = 2;
 
 /// An image as records, with the log position it reflects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,12 +99,7 @@ impl Snapshot {
         let mut out = Vec::new();
         out.extend_from_slice(&self.position.offset.to_be_bytes());
         out.extend_from_slice(&self.position.epoch.to_be_bytes());
-        out.extend_from_slice(&(self.records.len() as u32).to_be_bytes());
-        for record in &self.records {
-            let bytes = record.encode()?;
-            out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-            out.extend_from_slice(&bytes);
-        }
+        encode_record_list(&mut out, &self.records)?;
         Ok(out)
     }
 
@@ -115,20 +107,7 @@ impl Snapshot {
         let mut r = Reader(bytes);
         let offset = r.i64()?;
         let epoch = r.u32()? as i32;
-        let count = r.u32()? as usize;
-        let mut records = Vec::with_capacity(count.min(r.0.len() / (4 + RECORD_BYTES_MIN)));
-        for _ in 0..count {
-            let len = r.u32()? as usize;
-            if len > RECORD_BYTES_MAX {
-                return Err(RecordError::TooLong {
-                    what: "record",
-                    len,
-                    max: RECORD_BYTES_MAX,
-                }
-                .into());
-            }
-            records.push(Record::decode(r.bytes(len)?)?);
-        }
+        let records = decode_record_list(&mut r)?;
         if !r.0.is_empty() {
             return Err(SnapshotError::Trailing(r.0.len()));
         }

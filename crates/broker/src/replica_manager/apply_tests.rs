@@ -88,71 +88,13 @@ fn a_replication_factor_above_the_live_brokers_is_refused_by_the_controller() {
 /// Node 2 of three: brokers 1 and 3 are registered and unfenced in its image (their
 /// processes are not needed; nothing here talks to them).
 mod sparse {
-    use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use streamforge_metadata::controller::{
-        BrokerHeartbeat, BrokerRegistration, CreateTopic, Event, Reply,
-    };
     use streamforge_metadata::{MetadataDelta, PartitionDelta};
 
     use crate::partition::PartitionRole;
-    use crate::replica_manager::{LookupError, MetadataOptions, ReplicaManager};
-
-    const NODE: i32 = 2;
-
-    fn open_node_2(dir: &std::path::Path) -> ReplicaManager {
-        let options = MetadataOptions {
-            node_id: NODE,
-            ..MetadataOptions::default()
-        };
-        ReplicaManager::open_with(dir, options, Default::default(), None).unwrap()
-    }
-
-    fn register_peer(rm: &ReplicaManager, id: i32) {
-        let registration = BrokerRegistration {
-            broker_id: id,
-            incarnation_id: uuid::Uuid::from_u128(id as u128 + 1),
-            endpoints: Vec::new(),
-            rack: None,
-        };
-        let (reply, _) = rm.request(Event::BrokerRegistration(registration)).unwrap();
-        let Reply::BrokerRegistration(Ok(broker_epoch)) = reply else {
-            panic!("registration of {id} refused: {reply:?}");
-        };
-        let heartbeat = BrokerHeartbeat {
-            broker_id: id,
-            broker_epoch,
-            metadata_offset: i64::MAX,
-            wants_fence: false,
-            wants_shutdown: false,
-        };
-        let (reply, _) = rm.request(Event::BrokerHeartbeat(heartbeat)).unwrap();
-        assert!(
-            matches!(reply, Reply::BrokerHeartbeat(Ok(r)) if !r.is_fenced),
-            "{reply:?}"
-        );
-    }
-
-    /// Node 2 with brokers 1 and 3, and topic `name` placed as `replicas` (by partition).
-    fn cluster_with(dir: &std::path::Path, name: &str, replicas: &[&[i32]]) -> ReplicaManager {
-        let rm = open_node_2(dir);
-        register_peer(&rm, 1);
-        register_peer(&rm, 3);
-        create(&rm, name, replicas);
-        rm
-    }
-
-    fn create(rm: &ReplicaManager, name: &str, replicas: &[&[i32]]) {
-        let spec = CreateTopic {
-            name: name.into(),
-            num_partitions: -1,
-            replication_factor: -1,
-            assignment: (0..).zip(replicas).map(|(p, r)| (p, r.to_vec())).collect(),
-            configs: BTreeMap::new(),
-        };
-        rm.create_topic_spec(spec, false).unwrap();
-    }
+    use crate::replica_manager::test_cluster::{NODE, cluster, create_placed, open_node};
+    use crate::replica_manager::{LookupError, ReplicaManager};
 
     fn hosted(rm: &ReplicaManager, name: &str) -> Vec<i32> {
         let t = rm.topic(name).unwrap();
@@ -165,8 +107,8 @@ mod sparse {
     #[test]
     fn a_broker_opens_exactly_the_partitions_placed_on_it_with_gaps() {
         let dir = tempfile::tempdir().unwrap();
-        let rm = cluster_with(dir.path(), "t", GAPS);
-        create(&rm, "elsewhere", &[&[1], &[3]]);
+        let rm = cluster(dir.path(), "t", GAPS);
+        create_placed(&rm, "elsewhere", &[&[1], &[3]]);
         let t = rm.topic("t").unwrap();
         assert_eq!((t.partition_count(), hosted(&rm, "t")), (4, vec![1, 3]));
         for (p, dir_exists) in [(0, false), (1, true), (2, false), (3, true)] {
@@ -188,7 +130,7 @@ mod sparse {
         rm.close_all();
         drop(rm);
 
-        let rm = open_node_2(dir.path());
+        let rm = open_node(dir.path());
         assert_eq!(rm.topic("t").unwrap().partition_count(), 4);
         assert_eq!(hosted(&rm, "t"), [1, 3], "after a restart");
         assert_eq!(rm.topic("elsewhere").unwrap().partition_count(), 2);
@@ -199,7 +141,7 @@ mod sparse {
     #[test]
     fn a_delta_that_adds_a_partition_here_opens_just_that_one() {
         let dir = tempfile::tempdir().unwrap();
-        let rm = cluster_with(dir.path(), "t", GAPS);
+        let rm = cluster(dir.path(), "t", GAPS);
         let before = rm.partition("t", 1).unwrap();
         let assignment = Some(vec![vec![1], vec![NODE]]);
         rm.create_partitions_assigned("t", 6, assignment, false)
@@ -221,7 +163,7 @@ mod sparse {
     #[test]
     fn a_delta_that_moves_a_partition_away_stops_and_deletes_that_log_only() {
         let dir = tempfile::tempdir().unwrap();
-        let rm = cluster_with(dir.path(), "t", GAPS);
+        let rm = cluster(dir.path(), "t", GAPS);
         let kept = rm.partition("t", 1).unwrap();
         let image = rm.image();
         let topic = image.topic_by_name("t").unwrap();

@@ -15,15 +15,18 @@
 //! emptying the log leaves batches the snapshot already holds, which are skipped by offset.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 
-use super::files::{frame, fsync_dir, invalid, read_checked, write_checked};
+use super::files::{
+    FrameLog, decode_proposal, encode_proposal, frame, invalid, open_frame_log, read_checked,
+    write_checked,
+};
 use super::{CommittedBatch, CommittedLog, LeaderAndEpoch, MetadataQuorum, NodeId, QuorumError};
 use super::{LOCAL_EPOCH, VoterStatus};
-use crate::records::{RECORD_BYTES_MAX, Reader, Record};
+use crate::records::{Reader, Record};
 use crate::snapshot::Snapshot;
 
 /// Batches in the log file before it is folded into a snapshot.
@@ -57,14 +60,7 @@ fn encode_batch(batch: &CommittedBatch) -> io::Result<Vec<u8>> {
     let mut body = Vec::new();
     body.extend_from_slice(&batch.base.offset.to_be_bytes());
     body.extend_from_slice(&batch.base.epoch.to_be_bytes());
-    body.extend_from_slice(&batch.proposer.to_be_bytes());
-    body.extend_from_slice(&batch.seq.to_be_bytes());
-    body.extend_from_slice(&(batch.records.len() as u32).to_be_bytes());
-    for r in &batch.records {
-        let bytes = r.encode().map_err(invalid)?;
-        body.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-        body.extend_from_slice(&bytes);
-    }
+    encode_proposal(&mut body, batch.proposer, batch.seq, &batch.records)?;
     Ok(body)
 }
 
@@ -72,33 +68,13 @@ fn decode_batch(body: &[u8]) -> Result<CommittedBatch, crate::records::RecordErr
     let mut r = Reader(body);
     let offset = r.i64()?;
     let epoch = r.u32()? as i32;
-    let proposer = r.i64()? as u64;
-    let seq = r.i64()? as u64;
-    let count = r.u32()? as usize;
-    let mut records = Vec::with_capacity(count.min(r.0.len() / 6));
-    for _ in 0..count {
-        let len = r.u32()? as usize;
-        if len > RECORD_BYTES_MAX {
-            return Err(crate::records::RecordError::TooLong {
-                what: "record",
-                len,
-                max: RECORD_BYTES_MAX,
-            });
-        }
-        records.push(Record::decode(r.bytes(len)?)?);
-    }
+    let (proposer, seq, records) = decode_proposal(&mut r)?;
     Ok(CommittedBatch {
         base: crate::image::LogPosition { offset, epoch },
         proposer,
         seq,
         records,
     })
-}
-
-/// The batches of `bytes` that are whole and pass their CRC, and where the good prefix ends.
-fn read_frames(bytes: &[u8]) -> (Vec<CommittedBatch>, usize) {
-    let (frames, good) = super::files::read_frames(bytes, decode_batch);
-    (frames.into_iter().map(|(_, batch)| batch).collect(), good)
 }
 
 impl DurableQuorum {
@@ -110,20 +86,21 @@ impl DurableQuorum {
         if let Some(snapshot) = read_snapshot(dir)? {
             log.restore(&snapshot).map_err(invalid)?;
         }
-        let path = dir.join(LOG_FILE);
-        let mut bytes = Vec::new();
-        match File::open(&path) {
-            Ok(mut f) => {
-                f.read_to_end(&mut bytes)?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        let (batches, good) = read_frames(&bytes);
+        let FrameLog {
+            frames: batches,
+            mut file,
+            end,
+        } = open_frame_log(
+            dir,
+            LOG_FILE,
+            "metadata log",
+            OpenOptions::new().create(true).truncate(false).write(true),
+            decode_batch,
+        )?;
         let mut next_seq = 0;
         let batches_in_file = batches.len();
-        let records_in_file = batches.iter().map(|b| b.records.len()).sum();
-        for batch in batches {
+        let records_in_file = batches.iter().map(|(_, b)| b.records.len()).sum();
+        for (_, batch) in batches {
             next_seq = next_seq.max(batch.seq + 1);
             if batch.last_offset() <= log.image().position().offset {
                 continue; // already in the snapshot
@@ -142,22 +119,7 @@ impl DurableQuorum {
                 )));
             }
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)?;
-        if good < bytes.len() {
-            tracing::warn!(
-                cut_bytes = bytes.len() - good,
-                "metadata log: cutting off a torn tail"
-            );
-            file.set_len(good as u64)?;
-            file.sync_all()?;
-        }
-        let mut file = file;
-        std::io::Seek::seek(&mut file, io::SeekFrom::Start(good as u64))?;
-        fsync_dir(dir)?;
+        std::io::Seek::seek(&mut file, io::SeekFrom::Start(end))?;
         tracing::info!(
             offset = log.image().position().offset,
             topics = log.image().topics().count(),

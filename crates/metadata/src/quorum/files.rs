@@ -7,10 +7,14 @@
 //! - A small file replaced as a whole (a snapshot, the vote) is `[crc32c(body): u32][body]`,
 //!   written to `<name>.tmp`, fsynced, renamed over `<name>`, and the directory fsynced. A bad CRC
 //!   there is corruption (the rename is atomic), reported as an error, never skipped.
+//! - A proposal (one voter's batch of records) is stored in both logs' frames as
+//!   `[proposer: u64][seq: u64][count: u32]` then `count` × `[len: u32][record]`.
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
+
+use crate::records::{Reader, Record, RecordError, decode_record_list, encode_record_list};
 
 /// Largest frame accepted on read (a batch of many topics' records).
 pub const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -69,6 +73,50 @@ pub(crate) fn read_frames<T, E>(
     (items, at)
 }
 
+/// An append-only frame log as found on open.
+pub(crate) struct FrameLog<T> {
+    /// The good frames (see [`read_frames`]), each with the file offset it starts at.
+    pub frames: Vec<(u64, T)>,
+    /// The file, opened with the caller's options, cut back to `end`.
+    pub file: File,
+    /// Where the good prefix ends: the file's length.
+    pub end: u64,
+}
+
+/// Open (or create) the frame log `dir/name` with `options`: read its good frames and cut off
+/// a torn tail after them (fsynced, as is the directory). `log_name` names the log in the
+/// warning about a cut.
+pub(crate) fn open_frame_log<T, E>(
+    dir: &Path,
+    name: &str,
+    log_name: &str,
+    options: &OpenOptions,
+    decode: impl FnMut(&[u8]) -> Result<T, E>,
+) -> io::Result<FrameLog<T>> {
+    let path = dir.join(name);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let (frames, good) = read_frames(&bytes, decode);
+    let file = options.open(&path)?;
+    if good < bytes.len() {
+        tracing::warn!(
+            cut_bytes = bytes.len() - good,
+            "{log_name}: cutting off a torn tail"
+        );
+        file.set_len(good as u64)?;
+        file.sync_all()?;
+    }
+    fsync_dir(dir)?;
+    Ok(FrameLog {
+        frames,
+        file,
+        end: good as u64,
+    })
+}
+
 /// Replace `dir/name` with `[crc32c(body)][body]`: temp file, fsync, rename, directory fsync.
 pub(crate) fn write_checked(dir: &Path, name: &str, body: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
@@ -111,4 +159,23 @@ pub(crate) fn read_checked(path: &Path) -> io::Result<Option<Vec<u8>>> {
     }
     bytes.drain(..4);
     Ok(Some(bytes))
+}
+
+/// Appends a proposal's encoding to `body`.
+pub(crate) fn encode_proposal(
+    body: &mut Vec<u8>,
+    proposer: u64,
+    seq: u64,
+    records: &[Record],
+) -> io::Result<()> {
+    body.extend_from_slice(&proposer.to_be_bytes());
+    body.extend_from_slice(&seq.to_be_bytes());
+    encode_record_list(body, records).map_err(invalid)
+}
+
+/// Reads a proposal written by [`encode_proposal`]: `(proposer, seq, records)`.
+pub(crate) fn decode_proposal(r: &mut Reader) -> Result<(u64, u64, Vec<Record>), RecordError> {
+    let proposer = r.i64()? as u64;
+    let seq = r.i64()? as u64;
+    Ok((proposer, seq, decode_record_list(r)?))
 }

@@ -33,10 +33,10 @@ use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
 use super::{Batch, TypeConfig};
 use crate::quorum::NodeId;
 use crate::quorum::files::{
-    FRAME_BYTES_MAX, frame, frame_at, fsync_dir, invalid, read_checked, read_frames, write_checked,
-    write_checked_unsynced,
+    FRAME_BYTES_MAX, FrameLog, decode_proposal, encode_proposal, frame, frame_at, fsync_dir,
+    invalid, open_frame_log, read_checked, write_checked, write_checked_unsynced,
 };
-use crate::records::{RECORD_BYTES_MAX, Reader, Record, RecordError};
+use crate::records::{Reader, RecordError};
 
 /// Entries kept decoded in memory (the newest); the rest are read from the file when asked.
 pub const LOG_CACHE_ENTRIES_MAX: usize = 1024;
@@ -81,14 +81,7 @@ pub(crate) fn encode_entry(entry: &Entry<TypeConfig>) -> io::Result<Vec<u8>> {
         EntryPayload::Blank => body.push(KIND_BLANK),
         EntryPayload::Normal(batch) => {
             body.push(KIND_NORMAL);
-            body.extend_from_slice(&batch.proposer.to_be_bytes());
-            body.extend_from_slice(&batch.seq.to_be_bytes());
-            body.extend_from_slice(&(batch.records.len() as u32).to_be_bytes());
-            for r in &batch.records {
-                let bytes = r.encode().map_err(invalid)?;
-                body.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-                body.extend_from_slice(&bytes);
-            }
+            encode_proposal(&mut body, batch.proposer, batch.seq, &batch.records)?;
         }
         EntryPayload::Membership(m) => {
             body.push(KIND_MEMBERSHIP);
@@ -110,21 +103,7 @@ pub(crate) fn decode_entry(body: &[u8]) -> Result<Entry<TypeConfig>, RecordError
     let payload = match r.u8()? {
         KIND_BLANK => EntryPayload::Blank,
         KIND_NORMAL => {
-            let proposer = r.i64()? as u64;
-            let seq = r.i64()? as u64;
-            let count = r.u32()? as usize;
-            let mut records = Vec::with_capacity(count.min(r.0.len() / 6));
-            for _ in 0..count {
-                let len = r.u32()? as usize;
-                if len > RECORD_BYTES_MAX {
-                    return Err(RecordError::TooLong {
-                        what: "record",
-                        len,
-                        max: RECORD_BYTES_MAX,
-                    });
-                }
-                records.push(Record::decode(r.bytes(len)?)?);
-            }
+            let (proposer, seq, records) = decode_proposal(&mut r)?;
             EntryPayload::Normal(Batch {
                 proposer,
                 seq,
@@ -182,38 +161,24 @@ impl RaftLogFile {
             None
         });
         let last_purged: Option<LogId<NodeId>> = read_json(dir, PURGED_FILE)?;
-        let path = dir.join(LOG_FILE);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        let (frames, good) = read_frames(&bytes, decode_entry);
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&path)?;
-        if good < bytes.len() {
-            tracing::warn!(
-                cut_bytes = bytes.len() - good,
-                "raft log: cutting off a torn tail"
-            );
-            file.set_len(good as u64)?;
-            file.sync_all()?;
-        }
-        fsync_dir(dir)?;
+        let FrameLog { frames, file, end } = open_frame_log(
+            dir,
+            LOG_FILE,
+            "raft log",
+            OpenOptions::new().create(true).append(true).read(true),
+            decode_entry,
+        )?;
         let mut log = RaftLogFile {
             dir: dir.to_path_buf(),
             file,
-            end: good as u64,
+            end,
             entries: BTreeMap::new(),
             cache: BTreeMap::new(),
             vote,
             committed,
             last_purged,
         };
-        log.index_frames(frames, good as u64)?;
+        log.index_frames(frames, end)?;
         tracing::info!(
             entries = log.entries.len(),
             last_purged = ?log.last_purged.map(|l| l.index),

@@ -4,7 +4,7 @@ use openraft::{Membership, Vote};
 use uuid::Uuid;
 
 use super::*;
-use crate::records::TopicRecord;
+use crate::records::{Record, TopicRecord};
 
 fn log_id(term: u64, index: u64) -> LogId<NodeId> {
     LogId::new(CommittedLeaderId::new(term, 1), index)
