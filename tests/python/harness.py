@@ -76,6 +76,7 @@ class BrokerProcess:
         self.log_path = self.work_dir / f"{name}.log"
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
+        self.host = "127.0.0.1"
         self.port = free_port()
         self.http_port: int | None = free_port() if http else None
         self.want_http = http
@@ -86,7 +87,7 @@ class BrokerProcess:
     # -- addresses -------------------------------------------------------------------------
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def http_url(self) -> str:
@@ -148,7 +149,7 @@ class BrokerProcess:
                     f"broker exited with {self.proc.returncode} during startup\n{self.log_tail()}"
                 )
             try:
-                with wire.connect(self.port, timeout_s=2.0) as sock:
+                with wire.connect(self.port, timeout_s=2.0, host=self.host) as sock:
                     resp = wire.api_versions(sock)
                     if resp.error_code == 0 and resp.api_keys:
                         return

@@ -5,8 +5,7 @@ leader, and kill -9 of the active controller elects another one (measured) while
 creatable and the killed broker rejoins; a whole cluster killed at once comes back with its
 metadata (the voters' Raft log is on disk).
 
-Replication of records between brokers is not wired yet: a partition's records live on its
-leader only, so these tests do not claim more.
+Replication of records between the brokers is tested in test_replication_cluster.py.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ class ConnectionClosed(WireError):
     pass
 
 
-def connect(port: int, timeout_s: float = 5.0) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+def connect(port: int, timeout_s: float = 5.0, host: str = "127.0.0.1") -> socket.socket:
+    sock = socket.create_connection((host, port), timeout=timeout_s)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
