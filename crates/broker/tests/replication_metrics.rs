@@ -2,11 +2,12 @@
 //! leader's real `/metrics` endpoint: once the follower caught up the leader shows ISR 2 and lag
 //! 0 (and the follower a fetcher lag of 0); when the follower stops, its lag grows, and the ISR
 //! shrink the controller accepts is counted, with the partition under-replicated. The test plays
-//! the controller, as `tests/replication.rs` does.
+//! the controller (`tests/support/pair.rs`).
 
 mod support {
     #![allow(dead_code)]
     pub mod group_client;
+    pub mod pair;
 }
 
 use std::sync::Arc;
@@ -16,11 +17,11 @@ use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use streamforge_broker::partition::replica::LeaderAndIsr;
-use streamforge_broker::partition::{AlterPartitionIntent, IsrChangeSink, Partition};
-use streamforge_broker::{Broker, BrokerConfig, BrokerHandle};
+use streamforge_broker::BrokerHandle;
+use streamforge_broker::partition::Partition;
 use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 use support::group_client::RawClient;
+use support::pair::{replicate, start_broker};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOPIC: &str = "replicated-metrics";
@@ -31,40 +32,8 @@ const WAIT_LIMIT: Duration = Duration::from_secs(30);
 /// Largest `/metrics` answer the test reads.
 const SCRAPE_BYTES_MAX: u64 = 8 << 20;
 
-async fn broker(dir: &std::path::Path, node_id: i32, dashboard: bool) -> BrokerHandle {
-    let config = BrokerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        http_listen: dashboard.then(|| "127.0.0.1:0".parse().unwrap()),
-        data_dir: dir.to_path_buf(),
-        node_id,
-        log_tick_interval_ms: 100,
-        replica_lag_time_max_ms: REPLICA_LAG_MS,
-        ..BrokerConfig::default()
-    };
-    let b = Broker::start(config).await.unwrap();
-    b.state()
-        .replicas
-        .create_topic(TOPIC, 1, Default::default(), false)
-        .unwrap();
-    b
-}
-
 fn hosted(b: &BrokerHandle) -> Arc<Partition> {
     b.state().replicas.partition(TOPIC, 0).unwrap()
-}
-
-/// Accepts each ISR change whose partition epoch is current, as a controller would.
-fn accept_isr_changes(leader: &BrokerHandle) -> IsrChangeSink {
-    let partition = hosted(leader);
-    let epoch = Arc::new(parking_lot::Mutex::new(0));
-    Arc::new(move |intent: AlterPartitionIntent| {
-        let mut current = epoch.lock();
-        if intent.change.partition_epoch == *current {
-            *current += 1;
-            let (p, isr, e) = (partition.clone(), intent.change.new_isr, *current);
-            tokio::spawn(async move { p.complete_isr_change(Some((isr, e))) });
-        }
-    })
 }
 
 async fn produce_one(client: &mut RawClient, acks: i16) {
@@ -118,18 +87,9 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_isr_lag_and_a_counted_shrink_when_the_follower_stops() {
     let (dir_1, dir_2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let leader = broker(dir_1.path(), 1, true).await;
-    let follower = broker(dir_2.path(), 2, false).await;
-    follower.state().fetchers.set_peer(1, leader.kafka_addr());
-    let assignment = LeaderAndIsr {
-        leader_epoch: 1,
-        partition_epoch: 0,
-        replicas: vec![1, 2],
-        isr: vec![1, 2],
-    };
-    let sink = accept_isr_changes(&leader);
-    leader.state().lead(TOPIC, 0, assignment, sink).unwrap();
-    follower.state().follow(TOPIC, 0, 1, 1).unwrap();
+    let leader = start_broker(dir_1.path(), 1, REPLICA_LAG_MS, true, TOPIC).await;
+    let follower = start_broker(dir_2.path(), 2, REPLICA_LAG_MS, false, TOPIC).await;
+    replicate(&leader, &follower, TOPIC);
 
     let mut client = RawClient::connect(leader.kafka_addr()).await;
     for _ in 0..5 {

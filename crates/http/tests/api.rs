@@ -386,7 +386,10 @@ async fn metrics_are_prometheus_text_and_move_with_traffic() {
         Some(10.0)
     );
     assert_eq!(
-        sample(&text, "streamforge_partition_isr_size{topic=\"m\",partition=\"0\"}"),
+        sample(
+            &text,
+            "streamforge_partition_isr_size{topic=\"m\",partition=\"0\"}"
+        ),
         Some(1.0)
     );
     assert_eq!(
