@@ -19,6 +19,10 @@ pub const REPLICATION_SERIES_MAX: usize = 10_000;
 
 /// One labelled value before it is written: `(partition label, follower label, value)`.
 type Series = (String, Option<i32>, f64);
+/// A partition's samples of one family: `(follower, value)`.
+type Sample = (Option<i32>, f64);
+/// What one family reads from a partition.
+type Field<'a> = &'a dyn Fn(&PartitionInfo) -> Vec<Sample>;
 
 /// The replication families.
 pub fn render_replication(out: &mut String, cluster: Option<&ClusterInfo>, topics: &[TopicInfo]) {
@@ -35,25 +39,24 @@ pub fn render_replication(out: &mut String, cluster: Option<&ClusterInfo>, topic
     )
     .sample(&[], under as f64);
 
-    let isr_size = |p: &PartitionInfo| -> Vec<(Option<i32>, f64)> {
+    let isr_size = |p: &PartitionInfo| -> Vec<Sample> {
         if !p.led_here {
             return Vec::new();
         }
         vec![(None, p.current_replicas_and_isr().1.len() as f64)]
     };
-    let follower_lag = |p: &PartitionInfo| -> Vec<(Option<i32>, f64)> {
+    let follower_lag = |p: &PartitionInfo| -> Vec<Sample> {
         let followers = p.replication.iter().flat_map(|r| &r.followers);
         followers
             .filter_map(|f| Some((Some(f.broker_id), f.lag_messages? as f64)))
             .collect()
     };
-    let fetcher_lag = |p: &PartitionInfo| -> Vec<(Option<i32>, f64)> {
+    let fetcher_lag = |p: &PartitionInfo| -> Vec<Sample> {
         p.fetcher_lag
             .map(|l| (None, l as f64))
             .into_iter()
             .collect()
     };
-    type Field<'a> = &'a dyn Fn(&PartitionInfo) -> Vec<(Option<i32>, f64)>;
     let families: [(&'static str, &str, Field, Aggregate); 3] = [
         (
             "streamforge_partition_isr_size",
@@ -115,7 +118,7 @@ enum Aggregate {
 /// [`REPLICATION_SERIES_MAX`].
 fn series<'a>(
     topics: &'a [TopicInfo],
-    field: &dyn Fn(&PartitionInfo) -> Vec<(Option<i32>, f64)>,
+    field: Field,
     aggregate: Aggregate,
 ) -> Vec<(&'a str, String, Option<i32>, f64)> {
     let mut out = Vec::new();
