@@ -4,19 +4,22 @@
 //! partition logs under their mutex) and never changes data, except the two explicit topic
 //! actions, which go through the same `ReplicaManager` calls as CreateTopics/DeleteTopics.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder, TimestampType};
 use streamforge_http::{
-    BatchInfo, BrokerInfo, ClusterInfo, ClusterView, ConfigEntry, CreateTopic, GroupInfo, Message,
-    MessagePage, MessageQuery, PartitionInfo, QuorumInfo, QuorumVoter, ReadStart, TopicDetail,
-    TopicInfo, ViewError, ViewFuture,
+    BatchInfo, BrokerInfo, ClusterInfo, ClusterView, ConfigEntry, CreateTopic, FollowerLag,
+    GroupInfo, IsrChangeTotals, Message, MessagePage, MessageQuery, PartitionInfo, QuorumInfo,
+    QuorumVoter, ReadStart, ReplicationInfo, TopicDetail, TopicInfo, ViewError, ViewFuture,
 };
 
 use crate::http_view_console as console;
-use crate::partition::{FetchIsolation, FetchParams, OffsetSpec, PartitionError};
+use crate::partition::{
+    FetchIsolation, FetchParams, IsrChangeCounts, OffsetSpec, Partition, PartitionError,
+    PartitionRole, ReplicaProgress,
+};
 use crate::replica_manager::{Topic, TopicError};
 use crate::{BrokerState, http_view_groups, topic_config};
 use streamforge_http::{
@@ -33,6 +36,60 @@ const BATCH_LOG_OVERHEAD_BYTES: usize = 12;
 pub struct BrokerView {
     state: Arc<BrokerState>,
     started_at_ms: i64,
+    isr_changes: parking_lot::Mutex<IsrChangeBook>,
+}
+
+/// Keeps `streamforge_isr_shrinks_total` / `_expands_total` monotonic although each partition
+/// counts its own: the counts of a partition no longer hosted here (deleted, moved, reopened)
+/// stay in `gone`. Keyed by the partition object; the `Weak` keeps its address from being
+/// reused while the entry exists. At most one entry per hosted partition.
+#[derive(Default)]
+struct IsrChangeBook {
+    seen: HashMap<usize, (Weak<Partition>, IsrChangeCounts)>,
+    gone: IsrChangeTotals,
+}
+
+impl IsrChangeBook {
+    fn totals(&mut self, hosted: impl Iterator<Item = Arc<Partition>>) -> IsrChangeTotals {
+        let mut live = HashMap::new();
+        for p in hosted {
+            live.insert(
+                Arc::as_ptr(&p) as usize,
+                (Arc::downgrade(&p), p.isr_change_counts()),
+            );
+        }
+        for (key, (_, counts)) in self.seen.drain() {
+            if !live.contains_key(&key) {
+                self.gone.shrinks += counts.shrinks;
+                self.gone.expands += counts.expands;
+            }
+        }
+        self.seen = live;
+        let mut totals = self.gone;
+        for (_, counts) in self.seen.values() {
+            totals.shrinks += counts.shrinks;
+            totals.expands += counts.expands;
+        }
+        totals
+    }
+}
+
+fn replication_info(progress: ReplicaProgress) -> ReplicationInfo {
+    ReplicationInfo {
+        replicas: progress.replicas,
+        isr: progress.isr,
+        followers: progress
+            .followers
+            .into_iter()
+            .map(|f| FollowerLag {
+                broker_id: f.id,
+                log_end_offset: f.log_end_offset,
+                lag_messages: f.lag_messages,
+                in_sync: f.in_sync,
+                time_since_caught_up_ms: f.time_since_caught_up_ms,
+            })
+            .collect(),
+    }
 }
 
 impl BrokerView {
@@ -40,6 +97,7 @@ impl BrokerView {
         BrokerView {
             state,
             started_at_ms: crate::util::now_ms(),
+            isr_changes: Default::default(),
         }
     }
 
@@ -86,6 +144,7 @@ impl BrokerView {
     fn topic_info(&self, topic: &Topic) -> TopicInfo {
         let image = self.state.replicas.image();
         let states = image.topic(topic.id).map(|t| &t.partitions);
+        let now_ms = self.state.clock.now_ms();
         let replication_factor = states
             .and_then(|s| s.values().next())
             .map_or(1, |s| s.replicas.len() as u32);
@@ -110,10 +169,21 @@ impl BrokerView {
                         high_watermark: offsets.high_watermark,
                         size_bytes: p.size_bytes().ok()?,
                         remote_size_bytes: p.remote_size_bytes(),
+                        led_here: p.role() == PartitionRole::Leader,
+                        replication: p.replica_progress(now_ms).map(replication_info),
+                        fetcher_lag: p.replica_fetcher_lag(),
                     })
                 })
                 .collect(),
         }
+    }
+
+    fn isr_change_totals(&self) -> IsrChangeTotals {
+        let topics = self.state.replicas.topics();
+        let hosted = topics
+            .iter()
+            .flat_map(|t| t.hosted().cloned().collect::<Vec<_>>());
+        self.isr_changes.lock().totals(hosted)
     }
 
     fn configs(&self, topic: &Topic) -> Vec<ConfigEntry> {
@@ -322,6 +392,7 @@ impl ClusterView for BrokerView {
                 brokers: self.brokers(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 started_at_ms: self.started_at_ms,
+                isr_changes: self.isr_change_totals(),
                 quorum: Some(QuorumInfo {
                     leader_id: leader.leader.map_or(-1, |id| id as i32),
                     epoch: leader.epoch,

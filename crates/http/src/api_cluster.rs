@@ -217,6 +217,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     match state.view.topics().await {
         Ok(topics) => {
             prom_text::render_topics(&mut out, &topics);
+            crate::prom_replication::render_replication(&mut out, cluster.as_ref().ok(), &topics);
             if let Ok(cluster) = &cluster {
                 prom_text::render_cluster(&mut out, cluster, &topics);
             }

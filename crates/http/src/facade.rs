@@ -153,6 +153,8 @@ pub struct ClusterInfo {
     pub started_at_ms: i64,
     /// The metadata quorum as this broker knows it (None where there is none, e.g. in tests).
     pub quorum: Option<QuorumInfo>,
+    /// ISR shrinks and expansions counted on this broker.
+    pub isr_changes: IsrChangeTotals,
 }
 
 /// The metadata quorum: its leader (the active controller), epoch and voters.
@@ -204,6 +206,58 @@ pub struct PartitionInfo {
     pub size_bytes: u64,
     /// Bytes held in the object store (None when tiered storage is off for the topic).
     pub remote_size_bytes: Option<u64>,
+    /// This broker leads the partition (its role, not only what the image names).
+    pub led_here: bool,
+    /// While this broker leads the partition with followers: the leader's own replicas, ISR
+    /// and each follower's progress (`None`: a lone leader, a follower, or no role).
+    pub replication: Option<ReplicationInfo>,
+    /// On a follower: messages between its log end and the leader's high watermark (from the
+    /// leader's latest Fetch response).
+    pub fetcher_lag: Option<i64>,
+}
+
+impl PartitionInfo {
+    /// The replicas and ISR that count: the leader's own while it tracks followers, else the
+    /// metadata image's.
+    pub fn current_replicas_and_isr(&self) -> (&[i32], &[i32]) {
+        match &self.replication {
+            Some(r) => (&r.replicas, &r.isr),
+            None => (&self.replicas, &self.isr),
+        }
+    }
+
+    /// Kafka's `UnderReplicatedPartitions` rule: led here with an ISR smaller than its replicas.
+    pub fn under_replicated_here(&self) -> bool {
+        let (replicas, isr) = self.current_replicas_and_isr();
+        self.led_here && isr.len() < replicas.len()
+    }
+}
+
+/// A leader's view of its followers.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicationInfo {
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub followers: Vec<FollowerLag>,
+}
+
+/// One follower as the leader sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FollowerLag {
+    pub broker_id: i32,
+    /// `None` before its first fetch in this leader epoch.
+    pub log_end_offset: Option<i64>,
+    /// Leader log end offset minus the follower's (`None` before its first fetch).
+    pub lag_messages: Option<i64>,
+    pub in_sync: bool,
+    pub time_since_caught_up_ms: i64,
+}
+
+/// ISR changes the controller accepted for partitions led here, since the broker started.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct IsrChangeTotals {
+    pub shrinks: u64,
+    pub expands: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

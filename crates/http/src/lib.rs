@@ -21,6 +21,7 @@ mod lag_history;
 pub mod live;
 mod metrics_tap;
 mod payload;
+pub mod prom_replication;
 mod prom_text;
 mod routes;
 mod ui;

@@ -77,19 +77,6 @@ pub fn render_topics(out: &mut String, topics: &[TopicInfo]) {
     for t in topics {
         f.sample(&[("topic", &t.name)], t.partitions.len() as f64);
     }
-    let mut f = Family::new(
-        out,
-        "streamforge_under_replicated_partitions",
-        "gauge",
-        "Partitions whose ISR is smaller than the replica set",
-    );
-    let under = topics
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .filter(|p| p.isr.len() < p.replicas.len())
-        .count();
-    f.sample(&[], under as f64);
-
     type Field = fn(&crate::facade::PartitionInfo) -> Option<f64>;
     let per_partition: [(&'static str, &str, Field); 5] = [
         (

@@ -373,6 +373,9 @@ async fn metrics_are_prometheus_text_and_move_with_traffic() {
         "streamforge_partitions",
         "streamforge_log_size_bytes",
         "streamforge_under_replicated_partitions",
+        "streamforge_partition_isr_size",
+        "streamforge_isr_shrinks_total",
+        "streamforge_isr_expands_total",
         "streamforge_group_lag",
         "process_resident_memory_bytes",
     ] {
@@ -381,6 +384,13 @@ async fn metrics_are_prometheus_text_and_move_with_traffic() {
     assert_eq!(
         sample(&text, "streamforge_messages_in_total{topic=\"m\"}"),
         Some(10.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "streamforge_partition_isr_size{topic=\"m\",partition=\"0\"}"
+        ),
+        Some(1.0)
     );
     assert_eq!(
         sample(

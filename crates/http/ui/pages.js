@@ -172,15 +172,17 @@ SF.route(/^\/topics\/([^/]+)$/, "topics", ([name], el) => {
     const stat = (label, value) => `<div class="stat"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
     el.querySelector("#t-stats").innerHTML = stat("Partitions", t.partition_count) + stat("Messages", SF.num(t.messages)) +
       stat("Size on disk", SF.bytes(t.size_bytes)) + stat("In object store", t.remote_size_bytes == null ? "off" : SF.bytes(t.remote_size_bytes));
-    el.querySelector("#t-parts").innerHTML = `<table><thead><tr><th>Partition</th><th class="r">Leader</th><th class="r">Epoch</th><th>Replicas</th><th>ISR</th>
+    el.querySelector("#t-parts").innerHTML = `<table><thead><tr><th>Partition</th><th class="r">Leader</th><th class="r">Epoch</th><th>Replicas</th><th>ISR</th><th>Replication lag</th>
       <th class="r">Log start</th><th class="r">Log end</th><th class="r">High watermark</th><th class="r">Messages</th><th class="r">Size</th><th class="r">Remote</th><th></th></tr></thead><tbody>
-      ${t.partitions.map((p) => `<tr><td><a href="/topics/${encodeURIComponent(name)}/partitions/${p.partition}" data-link>${p.partition}</a></td>
-        <td class="r">${p.leader}</td><td class="r">${p.leader_epoch}</td><td>${p.replicas.join(", ")}</td>
-        <td>${p.isr.length < p.replicas.length ? SF.badge(p.isr.join(", ") || "none", "warn") : p.isr.join(", ")}</td>
+      ${t.partitions.map((p) => { const r = SF.replicaSets(p); return `<tr data-partition="${p.partition}" class="${r.under ? "under-replicated" : ""}">
+        <td><a href="/topics/${encodeURIComponent(name)}/partitions/${p.partition}" data-link>${p.partition}</a>${r.under ? " " + SF.badge("under-replicated", "warn") : ""}</td>
+        <td class="r">${p.leader}</td><td class="r">${p.leader_epoch}</td><td class="p-replicas">${r.replicas.join(", ")}</td>
+        <td class="p-isr">${r.isr.length < r.replicas.length ? SF.badge(r.isr.join(", ") || "none", "warn") : r.isr.join(", ")}</td>
+        <td class="p-lag">${SF.replicationLag(p)}</td>
         <td class="r">${SF.num(p.log_start_offset)}</td><td class="r">${SF.num(p.log_end_offset)}</td><td class="r">${SF.num(p.high_watermark)}</td>
         <td class="r">${SF.num(Math.max(0, p.high_watermark - p.log_start_offset))}</td><td class="r">${SF.bytes(p.size_bytes)}</td>
         <td class="r">${p.remote_size_bytes == null ? "–" : SF.bytes(p.remote_size_bytes)}</td>
-        <td class="r"><a class="btn btn-small" href="/topics/${encodeURIComponent(name)}/partitions/${p.partition}" data-link>Browse</a></td></tr>`).join("")}</tbody></table>`;
+        <td class="r"><a class="btn btn-small" href="/topics/${encodeURIComponent(name)}/partitions/${p.partition}" data-link>Browse</a></td></tr>`; }).join("")}</tbody></table>`;
     if (!configsShown) {
       configsShown = true;
       // Human-readable first ("1 h"), the raw value beside it.
@@ -204,6 +206,28 @@ SF.route(/^\/topics\/([^/]+)$/, "topics", ([name], el) => {
   return () => cleanups.forEach((c) => c());
 });
 
+// The replicas and ISR that count for a partition: the leader's own while it tracks followers
+// (fresher than the metadata image), else the image's. Under-replicated: led here with a short ISR.
+SF.replicaSets = (p) => {
+  const r = p.replication || p;
+  return { replicas: r.replicas, isr: r.isr, under: Boolean(p.led_here) && r.isr.length < r.replicas.length };
+};
+
+// Per-follower lag in messages (leader's log end minus the follower's) where this broker leads
+// with followers; on a follower its lag to the leader's high watermark; else a dash.
+SF.replicationLag = (p) => {
+  if (p.replication) {
+    if (p.replication.followers.length === 0) return "–";
+    return p.replication.followers.map((f) => {
+      const lag = f.lag_messages == null ? "not fetched yet" : SF.num(f.lag_messages);
+      const title = `broker ${f.broker_id}: ${f.in_sync ? "in sync" : "out of sync"}, caught up ${SF.num(f.time_since_caught_up_ms)} ms ago`;
+      return `<span class="follower-lag" data-follower="${f.broker_id}" title="${SF.esc(title)}">${SF.badge(`${f.broker_id}: ${lag}`, f.in_sync ? "ok" : "warn")}</span>`;
+    }).join(" ");
+  }
+  if (p.fetcher_lag != null) return `<span class="fetcher-lag">follower, ${SF.num(p.fetcher_lag)} behind the leader's HW</span>`;
+  return "–";
+};
+
 // ---------- partition + message browser ----------
 SF.route(/^\/topics\/([^/]+)\/partitions\/(\d+)$/, "topics", ([name, partition], el, query) => {
   el.innerHTML = `<header class="page-head"><div><div class="crumbs"><a href="/topics" data-link>Topics</a> / <a href="/topics/${encodeURIComponent(name)}" data-link>${SF.esc(name)}</a> /</div>
@@ -216,7 +240,8 @@ SF.route(/^\/topics\/([^/]+)\/partitions\/(\d+)$/, "topics", ([name, partition],
   const cleanups = [SF.every(3000, async () => {
     const p = await SF.api(`/api/topics/${encodeURIComponent(name)}/partitions/${partition}`);
     hw = p.high_watermark;
-    el.querySelector("#p-sub").textContent = `leader ${p.leader} · epoch ${p.leader_epoch} · replicas ${p.replicas.join(", ")} · ISR ${p.isr.join(", ")}`;
+    const r = SF.replicaSets(p);
+    el.querySelector("#p-sub").textContent = `leader ${p.leader} · epoch ${p.leader_epoch} · replicas ${r.replicas.join(", ")} · ISR ${r.isr.join(", ")}${r.under ? " · under-replicated" : ""}`;
     const stat = (label, value) => `<div class="stat"><div class="stat-label">${label}</div><div class="stat-value">${value}</div></div>`;
     el.querySelector("#p-stats").innerHTML = stat("Log start offset", SF.num(p.log_start_offset)) + stat("High watermark", SF.num(p.high_watermark)) +
       stat("Log end offset", SF.num(p.log_end_offset)) + stat("Messages", SF.num(p.messages)) + stat("Size on disk", SF.bytes(p.size_bytes));

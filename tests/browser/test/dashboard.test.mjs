@@ -99,6 +99,10 @@ describe('dashboard in headless Chromium', () => {
     await page.waitForSelector('#t-parts table');
     const parts = await page.$$eval('#t-parts tbody tr', (trs) => trs.map((tr) => tr.textContent));
     assert.equal(parts.length, 2);
+    // A lone leader: replicas and ISR are this broker, no follower lag, not under-replicated.
+    assert.match(await page.textContent('#t-parts thead'), /Replication lag/);
+    assert.equal((await page.textContent('#t-parts tr[data-partition="0"] .p-lag')).trim(), '–');
+    assert.equal(await page.$$eval('#t-parts tr.under-replicated', (trs) => trs.length), 0);
     assert.match(await page.textContent('#t-configs'), /retention\.ms/);
     assert.match(await page.textContent('#t-stats'), /20/);
     await shot('topic');

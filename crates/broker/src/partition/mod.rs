@@ -16,6 +16,7 @@ mod offsets;
 pub mod purgatory;
 mod read;
 pub mod replica;
+mod replica_progress;
 pub mod replica_selector;
 mod replication;
 #[cfg(test)]
@@ -36,6 +37,7 @@ use crate::util::now_ms;
 
 pub use offsets::{DELETE_TO_HIGH_WATERMARK, FoundOffset, OffsetSpec};
 pub use read::{ConsumerFetch, FetchIsolation, FetchParams, ReadResult};
+pub use replica_progress::{FollowerProgress, IsrChangeCounts, ReplicaProgress};
 pub use replication::{
     AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink, OpenHighWatermark,
 };
@@ -224,6 +226,8 @@ pub struct Partition {
     /// registered, and the two must not keep each other alive.
     tiering: Option<Weak<TieringManager>>,
     remote_enabled: AtomicBool,
+    /// ISR shrinks / expansions counted here, and a follower's view of the leader's HW.
+    replication_counters: replica_progress::ReplicationCounters,
 }
 
 impl Partition {
@@ -274,6 +278,7 @@ impl Partition {
             hw_tx,
             tiering: remote.tiering.as_ref().map(Arc::downgrade),
             remote_enabled: AtomicBool::new(remote.enabled),
+            replication_counters: Default::default(),
         })
     }
 
@@ -314,6 +319,7 @@ impl Partition {
                     hw_tx: watch::channel(0).0,
                     tiering: remote.tiering.as_ref().map(Arc::downgrade),
                     remote_enabled: AtomicBool::new(remote.enabled),
+                    replication_counters: Default::default(),
                 }
             }
         }

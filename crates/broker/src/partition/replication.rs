@@ -15,6 +15,7 @@ use streamforge_log::{Log, ReadInfo};
 use super::replica::{
     BrokerId, IsrChange, LeaderAndIsr, LeaderState, ReplicaConfig, Replication, truncation_offset,
 };
+use super::replica_progress::{FollowerProgress, ReplicaProgress};
 use super::replica_selector::ReplicaCandidate;
 use super::{
     FetchParams, Partition, PartitionError, PartitionRole, ReadResult, check_leader_epoch,
@@ -189,7 +190,16 @@ impl Partition {
     pub fn complete_isr_change(&self, accepted: Option<(Vec<BrokerId>, i32)>) {
         let hw = self.with_state(|serving, log| {
             let replica = serving.replica.as_mut()?;
-            let hw = replica.leader.on_isr_change_result(accepted)?;
+            let (before, epoch) = (
+                replica.leader.isr().to_vec(),
+                replica.leader.partition_epoch(),
+            );
+            let hw = replica.leader.on_isr_change_result(accepted);
+            if replica.leader.partition_epoch() != epoch {
+                self.replication_counters
+                    .count_isr_change(&before, replica.leader.isr());
+            }
+            let hw = hw?;
             log.set_high_watermark(hw);
             Some(hw)
         });
@@ -431,6 +441,8 @@ impl Partition {
         batches: &[u8],
         leader_high_watermark: i64,
     ) -> Result<i64, PartitionError> {
+        self.replication_counters
+            .note_leader_high_watermark(leader_high_watermark);
         let hw = self.with_follower_log(leader_epoch, |log| {
             // One call per run of batches with the same leader epoch: the log records one
             // epoch start per call (the simulation found epochs lost when a fetch spanned two).
@@ -484,6 +496,42 @@ impl Partition {
 }
 
 impl Partition {
+    /// Read-only, for `/metrics` and the dashboard: each follower's progress while this broker
+    /// leads with followers (`None` otherwise: a lone leader or not the leader).
+    pub fn replica_progress(&self, now_ms: i64) -> Option<ReplicaProgress> {
+        let guard = self.state.lock();
+        let log = guard.log.as_ref()?;
+        if guard.serving.role != PartitionRole::Leader {
+            return None;
+        }
+        let replica = guard.serving.replica.as_ref()?;
+        let leader = &replica.leader;
+        let log_end_offset = log.log_end_offset();
+        let followers = leader
+            .replicas()
+            .iter()
+            .filter(|id| **id != replica.local_id)
+            .filter_map(|id| {
+                let f = leader.follower(*id)?;
+                let fetched = (f.log_end_offset >= 0).then_some(f.log_end_offset);
+                Some(FollowerProgress {
+                    id: *id,
+                    log_end_offset: fetched,
+                    lag_messages: fetched.map(|leo| (log_end_offset - leo).max(0)),
+                    in_sync: leader.isr().contains(id),
+                    time_since_caught_up_ms: now_ms.saturating_sub(f.last_caught_up_ms).max(0),
+                })
+            })
+            .collect();
+        Some(ReplicaProgress {
+            replicas: leader.replicas().to_vec(),
+            isr: leader.isr().to_vec(),
+            partition_epoch: leader.partition_epoch(),
+            log_end_offset,
+            followers,
+        })
+    }
+
     /// `(base offset, last offset, leader epoch, CRC)` of every batch below `up_to`, whatever
     /// the role: how tests check that replicas agree up to the high watermark. Bounded by
     /// [`BATCH_IDS_MAX`].

@@ -52,6 +52,9 @@ impl MemView {
                 high_watermark: messages.len() as i64,
                 size_bytes: 80 * messages.len() as u64,
                 remote_size_bytes: None,
+                led_here: true,
+                replication: None,
+                fetcher_lag: None,
             }],
         }
     }
@@ -74,6 +77,7 @@ impl ClusterView for MemView {
                 version: "test".into(),
                 started_at_ms: 1,
                 quorum: None,
+                isr_changes: Default::default(),
             })
         })
     }
