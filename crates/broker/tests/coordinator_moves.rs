@@ -42,7 +42,9 @@ async fn create_topic(client: &mut RawClient) {
 }
 
 /// Moves the leadership of `__consumer_offsets-0` to `leader` under the next epoch, as the
-/// controller would (replicas 2 and 1: this broker keeps the log).
+/// controller would (replicas 2 and 1: this broker keeps the log). The new leader is alone in
+/// the ISR (the other broker does not run here, so it never fetches: with it in the ISR an
+/// offset commit would wait for it, as Kafka's does).
 fn move_offsets_leader(state: &BrokerState, leader: i32) {
     let image = state.replicas.image();
     let t = image.topic_by_name(OFFSETS_TOPIC).unwrap();
@@ -52,7 +54,7 @@ fn move_offsets_leader(state: &BrokerState, leader: i32) {
     before.leader_epoch = local.leader_epoch();
     let mut after = before.clone();
     after.replicas = vec![NODE, 1];
-    after.isr = vec![NODE, 1];
+    after.isr = vec![leader];
     after.leader = leader;
     after.leader_epoch += 1;
     let mut delta = MetadataDelta::default();
