@@ -35,6 +35,8 @@ const UNFENCE_ATTEMPTS_MAX: usize = 16;
 /// Cluster mode: how long registration waits for a quorum to form and elect a controller
 /// (the other voters may start after this one).
 const REGISTRATION_WAIT_MS: u64 = 120_000;
+/// A heartbeat is sent once a tick finds it due within a tenth of the interval.
+const HEARTBEAT_EARLY_DIVISOR: u64 = 10;
 
 /// Why the metadata service could not start or answer.
 #[derive(Debug, thiserror::Error)]
@@ -246,7 +248,10 @@ impl MetadataService {
     /// heartbeat, with the same time, so a stalled process never fences itself.
     pub fn periodic(&self, now_ms: u64) -> Result<MetadataDelta, MetadataError> {
         let last = self.last_heartbeat_ms.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(last) < self.heartbeat_interval_ms {
+        // The housekeeping tick that calls this runs every interval or more often, a few ms
+        // early or late: a heartbeat that is nearly due goes now rather than a whole tick later.
+        let early_ms = self.heartbeat_interval_ms / HEARTBEAT_EARLY_DIVISOR;
+        if now_ms.saturating_sub(last) + early_ms < self.heartbeat_interval_ms {
             return Ok(MetadataDelta::default());
         }
         // Heartbeats run on the housekeeping tick: without a controller, wait no longer than
