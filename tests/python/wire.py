@@ -240,7 +240,8 @@ def api_versions_v3(sock: socket.socket, correlation_id: int = 8) -> ApiVersions
 
 
 def metadata_v1(sock: socket.socket, topics: list[str] | None, correlation_id: int = 9) -> dict:
-    """Metadata v1; returns {"brokers": [(id, host, port)], "topics": {name: (err, [partition ids])}}."""
+    """Metadata v1; returns {"brokers": [(id, host, port)], "controller": id,
+    "topics": {name: (err, [partition ids])}, "leaders": {name: {partition: leader id}}}."""
     if topics is None:
         body = i32(-1)
     else:
@@ -256,24 +257,26 @@ def metadata_v1(sock: socket.socket, topics: list[str] | None, correlation_id: i
         port = r.i32()
         r.string()  # rack
         brokers.append((node, host, port))
-    r.i32()  # controller id
+    controller = r.i32()
     out_topics = {}
+    leaders = {}
     for _ in range(r.i32()):
         err = r.i16()
         name = r.string()
         r.take(1)  # is_internal
         parts = []
+        leaders[name] = {}
         for _ in range(r.i32()):
             r.i16()
             pid = r.i32()
-            r.i32()  # leader
+            leaders[name][pid] = r.i32()
             for _ in range(r.i32()):
                 r.i32()
             for _ in range(r.i32()):
                 r.i32()
             parts.append(pid)
         out_topics[name] = (err, sorted(parts))
-    return {"brokers": brokers, "topics": out_topics}
+    return {"brokers": brokers, "controller": controller, "topics": out_topics, "leaders": leaders}
 
 
 # -- record batches --------------------------------------------------------------------------

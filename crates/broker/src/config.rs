@@ -160,8 +160,9 @@ impl Default for BrokerConfig {
             metrics: None,
             security: Default::default(),
             default_replication_factor: 1,
-            broker_session_timeout_ms: 9_000,
-            broker_heartbeat_interval_ms: 2_000,
+            broker_session_timeout_ms: streamforge_metadata::controller::BROKER_SESSION_TIMEOUT_MS,
+            broker_heartbeat_interval_ms:
+                streamforge_metadata::controller::BROKER_HEARTBEAT_INTERVAL_MS,
             quota_window: Default::default(),
             cluster: None,
             cluster_id: None,

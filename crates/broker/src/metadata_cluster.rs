@@ -136,9 +136,15 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::task::block_in_place(move || handle.block_on(future))
 }
 
-/// Send `event` to the controller at `addr` (blocking), waiting at most `timeout`.
-pub fn forward_blocking(addr: &str, event: Event, timeout: Duration) -> std::io::Result<Forwarded> {
-    block_on(forward::forward(addr, event, timeout))
+/// Send `event` to the controller at `addr` (blocking) over one of `raft`'s pooled
+/// connections, waiting at most `timeout`.
+pub fn forward_blocking(
+    raft: &RaftQuorum,
+    addr: &str,
+    event: Event,
+    timeout: Duration,
+) -> std::io::Result<Forwarded> {
+    block_on(raft.forward(addr, event, timeout))
 }
 
 /// Time left before `deadline` (zero when past).
@@ -215,7 +221,7 @@ impl MetadataService {
                 }
                 Some((leader, addr)) => {
                     let timeout = remaining(deadline).max(Duration::from_millis(RETRY_WAIT_MS));
-                    match forward_blocking(&addr, event.clone(), timeout) {
+                    match forward_blocking(raft, &addr, event.clone(), timeout) {
                         Ok(answer) => {
                             let reply = Reply::from_wire(answer.reply);
                             if !reply.is_not_controller() {

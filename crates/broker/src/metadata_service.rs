@@ -35,6 +35,8 @@ const UNFENCE_ATTEMPTS_MAX: usize = 16;
 /// Cluster mode: how long registration waits for a quorum to form and elect a controller
 /// (the other voters may start after this one).
 const REGISTRATION_WAIT_MS: u64 = 120_000;
+/// A heartbeat is sent once a tick finds it due within a tenth of the interval.
+const HEARTBEAT_EARLY_DIVISOR: u64 = 10;
 
 /// Why the metadata service could not start or answer.
 #[derive(Debug, thiserror::Error)]
@@ -207,8 +209,8 @@ impl MetadataService {
         };
         self.broker_epoch.store(epoch, Ordering::Relaxed);
         for _ in 0..UNFENCE_ATTEMPTS_MAX {
-            let (fenced, d) = self.heartbeat(now_ms, REGISTRATION_WAIT_MS)?;
-            delta.merge(d);
+            let fenced = self.heartbeat(now_ms, REGISTRATION_WAIT_MS)?;
+            delta.merge(self.take_pending());
             if !fenced {
                 tracing::info!(
                     node_id = self.node_id,
@@ -223,7 +225,9 @@ impl MetadataService {
 
     /// One heartbeat; returns whether this broker is still fenced, and what committed.
     /// In cluster mode it waits at most `wait_ms` for a controller.
-    fn heartbeat(&self, now_ms: u64, wait_ms: u64) -> Result<(bool, MetadataDelta), MetadataError> {
+    /// One heartbeat; whether the controller has this broker fenced. What it replayed stays
+    /// in the pending delta (for whoever holds the admin lock).
+    fn heartbeat(&self, now_ms: u64, wait_ms: u64) -> Result<bool, MetadataError> {
         let metadata_offset = self.image.read().position().offset;
         let event = Event::BrokerHeartbeat(BrokerHeartbeat {
             broker_id: self.node_id,
@@ -233,9 +237,8 @@ impl MetadataService {
             wants_shutdown: false,
         });
         self.last_heartbeat_ms.store(now_ms, Ordering::Relaxed);
-        let (reply, delta) = self.request_within(event, now_ms, wait_ms)?;
-        match reply {
-            Reply::BrokerHeartbeat(Ok(r)) => Ok((r.is_fenced, delta)),
+        match self.reply_within(event, now_ms, wait_ms)? {
+            Reply::BrokerHeartbeat(Ok(r)) => Ok(r.is_fenced),
             Reply::BrokerHeartbeat(Err(e)) => Err(MetadataError::Refused(e)),
             _ => Err(MetadataError::Refused(ResponseError::NotController)),
         }
@@ -243,18 +246,22 @@ impl MetadataService {
 
     /// Periodic work: a heartbeat every `broker.heartbeat.interval.ms`, then the controller's
     /// tick (fencing silent brokers, rebalancing). The tick runs right after this broker's own
-    /// heartbeat, with the same time, so a stalled process never fences itself.
-    pub fn periodic(&self, now_ms: u64) -> Result<MetadataDelta, MetadataError> {
+    /// heartbeat, with the same time, so a stalled process never fences itself. Needs no admin
+    /// lock (it waits for the controller's answer): what it replays stays in the pending delta.
+    pub fn periodic(&self, now_ms: u64) -> Result<(), MetadataError> {
         let last = self.last_heartbeat_ms.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(last) < self.heartbeat_interval_ms {
-            return Ok(MetadataDelta::default());
+        // The housekeeping tick that calls this runs every interval or more often, a few ms
+        // early or late: a heartbeat that is nearly due goes now rather than a whole tick later.
+        let early_ms = self.heartbeat_interval_ms / HEARTBEAT_EARLY_DIVISOR;
+        if now_ms.saturating_sub(last) + early_ms < self.heartbeat_interval_ms {
+            return Ok(());
         }
         // Heartbeats run on the housekeeping tick: without a controller, wait no longer than
         // until the next one is due.
         let wait_ms = self
             .heartbeat_interval_ms
             .min(crate::metadata_cluster::CONTROLLER_WAIT_MS);
-        let (_, mut delta) = self.heartbeat(now_ms, wait_ms)?;
+        self.heartbeat(now_ms, wait_ms)?;
         let mut node = self.node.lock();
         // Only the active controller fences silent brokers (an inactive one writes nothing).
         if node.is_active() {
@@ -262,9 +269,7 @@ impl MetadataService {
         }
         let replies = self.poll_locked(&mut node, now_ms)?;
         self.keep_released(replies);
-        drop(node);
-        delta.merge(self.take_pending());
-        Ok(delta)
+        Ok(())
     }
 
     /// Controlled shutdown: the controller moves this broker's leaderships away and fences it.
@@ -310,20 +315,29 @@ impl MetadataService {
         now_ms: u64,
         wait_ms: u64,
     ) -> Result<(Reply, MetadataDelta), MetadataError> {
+        let reply = self.reply_within(event, now_ms, wait_ms)?;
+        Ok((reply, self.take_pending()))
+    }
+
+    /// [`Self::request_within`] leaving what it replayed in the pending delta.
+    fn reply_within(
+        &self,
+        event: Event,
+        now_ms: u64,
+        wait_ms: u64,
+    ) -> Result<Reply, MetadataError> {
         if let Some(raft) = &self.raft {
-            let reply = self.request_cluster(raft, event, wait_ms)?;
-            return Ok((reply, self.take_pending()));
+            return self.request_cluster(raft, event, wait_ms);
         }
         let id: RequestId = self.next_request.fetch_add(1, Ordering::Relaxed);
         let mut node = self.node.lock();
         let mut now = node.handle(id, event, now_ms);
         now.extend(self.poll_locked(&mut node, now_ms)?);
         drop(node);
-        let reply = now
+        Ok(now
             .into_iter()
             .find(|(r, _)| *r == id)
-            .map_or(Reply::NotController, |(_, reply)| reply);
-        Ok((reply, self.take_pending()))
+            .map_or(Reply::NotController, |(_, reply)| reply))
     }
 
     /// Replay what committed (into the image and the pending delta); the replies released.

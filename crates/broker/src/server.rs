@@ -189,12 +189,15 @@ impl Drop for ConnectionGuard {
 
 /// Periodic log housekeeping (roll, retention, flush.ms) off the request path.
 pub async fn housekeeping(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
-    // Often enough for the background flush interval too (it is checked per tick).
+    // Often enough for the background flush interval and the controller heartbeat too (both
+    // are checked per tick): a heartbeat due between two ticks would wait for the next one,
+    // and the session timeout would have to cover that wait as well.
     let background_flush_ms = state.config.log_flush_background_ms;
     let tick_ms = match background_flush_ms {
         0 => state.config.log_tick_interval_ms,
         b => state.config.log_tick_interval_ms.min(b),
-    };
+    }
+    .min(state.config.broker_heartbeat_interval_ms);
     let mut interval = tokio::time::interval(ms(tick_ms.max(10)));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -101,10 +101,10 @@ pub struct Args {
     /// Replication factor of topics created without one (`default.replication.factor`) [default: 1].
     #[arg(long, env = "STREAMFORGE_DEFAULT_REPLICATION_FACTOR")]
     pub default_replication_factor: Option<i16>,
-    /// The controller fences a broker silent this long (`broker.session.timeout.ms`) [default: 9000].
+    /// The controller fences a broker silent this long (`broker.session.timeout.ms`; Kafka's default is 9000) [default: 2000].
     #[arg(long, env = "STREAMFORGE_BROKER_SESSION_TIMEOUT_MS")]
     pub broker_session_timeout_ms: Option<u64>,
-    /// How often this broker heartbeats to the controller (`broker.heartbeat.interval.ms`) [default: 2000].
+    /// How often this broker heartbeats to the controller (`broker.heartbeat.interval.ms`; Kafka's default is 2000) [default: 500].
     #[arg(long, env = "STREAMFORGE_BROKER_HEARTBEAT_INTERVAL_MS")]
     pub broker_heartbeat_interval_ms: Option<u64>,
     /// Create topics on first Metadata request (`auto.create.topics.enable`) [default: true].

@@ -36,8 +36,12 @@ use crate::delta::MetadataDelta;
 use crate::image::{ApplyError, LogPosition, MetadataImage};
 use crate::records::{BrokerId, Record};
 
-/// Kafka's `broker.session.timeout.ms` default.
-pub const BROKER_SESSION_TIMEOUT_MS: u64 = 9_000;
+/// `broker.session.timeout.ms` default (Kafka's is 9000): a dead broker's partitions get new
+/// leaders within about this plus one heartbeat interval (the controller checks sessions at
+/// its own heartbeat). Chosen from measurements, docs/METADATA.md "Failure detection".
+pub const BROKER_SESSION_TIMEOUT_MS: u64 = 2_000;
+/// `broker.heartbeat.interval.ms` default (Kafka's is 2000): four heartbeats per session.
+pub const BROKER_HEARTBEAT_INTERVAL_MS: u64 = 500;
 /// Kafka's `leader.imbalance.check.interval.seconds` default, in ms.
 pub const LEADER_IMBALANCE_CHECK_INTERVAL_MS: u64 = 300_000;
 /// Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`.

@@ -5,11 +5,14 @@
 //! committed offset, so the sender can wait until its own copy of the log has applied them.
 //!
 //! A voter that is not the active controller answers NOT_CONTROLLER; the sender asks the new
-//! leader. Every call is bounded by [`FORWARD_TIMEOUT_MS`].
+//! leader. Every call is bounded by [`FORWARD_TIMEOUT_MS`]. Connections are kept in a
+//! [`ForwardPool`] and reused (the listener serves any number of frames on one connection).
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
@@ -72,24 +75,106 @@ impl ForwardSlot {
     }
 }
 
-/// Send `event` to the controller listening at `addr` and wait for its answer, at most
-/// `timeout` (itself capped by [`FORWARD_TIMEOUT_MS`]).
-pub async fn forward(addr: &str, event: Event, timeout: Duration) -> std::io::Result<Forwarded> {
-    let call = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        write_frame(&mut stream, &Request::Forward(event)).await?;
-        match read_frame::<Response>(&mut stream).await? {
-            Response::Forward(answer) => Ok(answer),
-            _ => Err(std::io::Error::other("answer of another kind")),
+/// Idle connections kept per controller address. A broker forwards a heartbeat every
+/// `broker.heartbeat.interval.ms` plus the admin requests it receives; one connection carries
+/// one call at a time, so a few cover the concurrency seen in practice.
+pub const FORWARD_IDLE_CONNECTIONS_MAX: usize = 4;
+/// Controller addresses with idle connections kept (the voters, with room for a changed
+/// membership); past it, the idle connections of another address are closed.
+pub const FORWARD_ADDRESSES_MAX: usize = 16;
+
+/// Connections to the active controller's quorum listener, reused across forwarded calls: a
+/// call takes an idle connection (or opens one), and gives it back after a complete exchange.
+/// A connection that failed is dropped; a call that failed on a reused connection (the peer
+/// closed it, e.g. it restarted) is tried once more on a new one, as the caller would retry.
+#[derive(Debug, Default)]
+pub struct ForwardPool {
+    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+}
+
+impl ForwardPool {
+    /// Send `event` to the controller listening at `addr` and wait for its answer, at most
+    /// `timeout` (itself capped by [`FORWARD_TIMEOUT_MS`]).
+    pub async fn forward(
+        &self,
+        addr: &str,
+        event: Event,
+        timeout: Duration,
+    ) -> std::io::Result<Forwarded> {
+        let timeout = timeout.min(Duration::from_millis(FORWARD_TIMEOUT_MS));
+        let call = async {
+            if let Some(stream) = self.take_idle(addr) {
+                match exchange(stream, &event).await {
+                    Ok((stream, answer)) => {
+                        self.put_idle(addr, stream);
+                        return Ok(answer);
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, addr, "pooled controller connection failed");
+                    }
+                }
+            }
+            let stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let (stream, answer) = exchange(stream, &event).await?;
+            self.put_idle(addr, stream);
+            Ok(answer)
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "forwarded controller event timed out",
+            )),
         }
-    };
-    let timeout = timeout.min(Duration::from_millis(FORWARD_TIMEOUT_MS));
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "forwarded controller event timed out",
-        )),
     }
+
+    /// Idle connections to `addr` right now.
+    pub fn idle_count(&self, addr: &str) -> usize {
+        self.idle.lock().get(addr).map_or(0, Vec::len)
+    }
+
+    /// An idle connection to `addr` that the peer has not closed.
+    fn take_idle(&self, addr: &str) -> Option<TcpStream> {
+        let mut idle = self.idle.lock();
+        let streams = idle.get_mut(addr)?;
+        while let Some(stream) = streams.pop() {
+            if is_open(&stream) {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, addr: &str, stream: TcpStream) {
+        let mut idle = self.idle.lock();
+        if !idle.contains_key(addr) && idle.len() >= FORWARD_ADDRESSES_MAX {
+            // Membership changed more than the bound allows: forget the address seen last
+            // (any one will do; the next call to it reconnects).
+            if let Some(other) = idle.keys().next().cloned() {
+                idle.remove(&other);
+            }
+        }
+        let streams = idle.entry(addr.to_string()).or_default();
+        if streams.len() < FORWARD_IDLE_CONNECTIONS_MAX {
+            streams.push(stream);
+        }
+        debug_assert!(idle.len() <= FORWARD_ADDRESSES_MAX);
+    }
+}
+
+/// One request and its answer on `stream`, handed back for reuse with the answer.
+async fn exchange(mut stream: TcpStream, event: &Event) -> std::io::Result<(TcpStream, Forwarded)> {
+    write_frame(&mut stream, &Request::Forward(event.clone())).await?;
+    match read_frame::<Response>(&mut stream).await? {
+        Response::Forward(answer) => Ok((stream, answer)),
+        _ => Err(std::io::Error::other("answer of another kind")),
+    }
+}
+
+/// An idle connection is open when reading from it would block: end of stream means the peer
+/// closed it, and bytes nobody asked for mean it is out of step.
+fn is_open(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }

@@ -19,6 +19,8 @@ pub mod tcp;
 #[cfg(test)]
 mod crash_tests;
 #[cfg(test)]
+mod forward_tests;
+#[cfg(test)]
 mod restart_tests;
 #[cfg(test)]
 mod storage_suite;
@@ -176,6 +178,8 @@ pub struct RaftQuorum {
     server: Option<Arc<tokio::task::AbortHandle>>,
     /// Who answers controller events forwarded to this voter over TCP.
     forward: forward::ForwardSlot,
+    /// Connections to the active controller for this voter's own forwarded events.
+    forward_pool: Arc<forward::ForwardPool>,
 }
 
 impl std::fmt::Debug for RaftQuorum {
@@ -292,6 +296,7 @@ impl RaftQuorum {
             submit,
             server: None,
             forward: forward::ForwardSlot::default(),
+            forward_pool: Arc::default(),
         })
     }
 
@@ -338,6 +343,17 @@ impl RaftQuorum {
     /// Answer controller events forwarded to this voter with `handler`.
     pub fn set_forward_handler(&self, handler: Arc<dyn forward::ForwardHandler>) {
         self.forward.set(handler);
+    }
+
+    /// Send `event` to the active controller at `addr` (its quorum listener) over a pooled
+    /// connection, waiting at most `timeout`.
+    pub async fn forward(
+        &self,
+        addr: &str,
+        event: crate::controller::Event,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<forward::Forwarded> {
+        self.forward_pool.forward(addr, event, timeout).await
     }
 
     /// The quorum leader and its quorum-listener address (from the membership).
