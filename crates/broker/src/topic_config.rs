@@ -253,7 +253,7 @@ pub fn default_value(name: &str, d: &LogConfig) -> String {
         },
         "min.cleanable.dirty.ratio" => "0.5".into(),
         "min.compaction.lag.ms" => "0".into(),
-        "min.insync.replicas" => "1".into(),
+        "min.insync.replicas" => d.min_insync_replicas.to_string(),
         "preallocate" | "remote.storage.enable" | "unclean.leader.election.enable" => {
             "false".into()
         }
@@ -370,6 +370,7 @@ pub fn log_config(defaults: &LogConfig, overrides: &BTreeMap<String, String>) ->
                 c.delete = v.split(',').any(|p| p.trim() == "delete");
             }
             "delete.retention.ms" => c.delete_retention_ms = num(v),
+            "min.insync.replicas" => c.min_insync_replicas = num(v).max(1) as usize,
             "min.compaction.lag.ms" => c.min_compaction_lag_ms = num(v),
             "max.compaction.lag.ms" => c.max_compaction_lag_ms = num(v),
             "min.cleanable.dirty.ratio" => {
@@ -443,5 +444,23 @@ mod tests {
         assert_eq!(c.segment_bytes, 1 << 20);
         assert!(c.compact);
         assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
+    }
+
+    #[test]
+    fn the_brokers_min_insync_replicas_is_the_default_a_topic_overrides() {
+        let defaults = LogConfig {
+            min_insync_replicas: 2,
+            ..LogConfig::default()
+        };
+        assert_eq!(default_value("min.insync.replicas", &defaults), "2");
+        assert_eq!(
+            log_config(&defaults, &BTreeMap::new()).min_insync_replicas,
+            2
+        );
+        let mut o = BTreeMap::new();
+        o.insert("min.insync.replicas".to_string(), "3".to_string());
+        assert_eq!(log_config(&defaults, &o).min_insync_replicas, 3);
+        o.insert("min.insync.replicas".to_string(), "0".to_string());
+        assert_eq!(log_config(&defaults, &o).min_insync_replicas, 1);
     }
 }

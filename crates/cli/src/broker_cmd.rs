@@ -101,6 +101,9 @@ pub struct Args {
     /// Replication factor of topics created without one (`default.replication.factor`) [default: 1].
     #[arg(long, env = "STREAMFORGE_DEFAULT_REPLICATION_FACTOR")]
     pub default_replication_factor: Option<i16>,
+    /// In-sync replicas an acks=all write needs, for topics without their own (`min.insync.replicas`) [default: 1].
+    #[arg(long, env = "STREAMFORGE_MIN_INSYNC_REPLICAS")]
+    pub min_insync_replicas: Option<usize>,
     /// The controller fences a broker silent this long (`broker.session.timeout.ms`; Kafka's default is 9000) [default: 2000].
     #[arg(long, env = "STREAMFORGE_BROKER_SESSION_TIMEOUT_MS")]
     pub broker_session_timeout_ms: Option<u64>,
@@ -266,6 +269,7 @@ struct FileConfig {
     cluster_id: Option<String>,
     num_partitions: Option<i32>,
     default_replication_factor: Option<i16>,
+    min_insync_replicas: Option<usize>,
     broker_session_timeout_ms: Option<u64>,
     broker_heartbeat_interval_ms: Option<u64>,
     auto_create_topics: Option<bool>,
@@ -371,6 +375,7 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     c.cluster_id = args.cluster_id.clone().or(file.cluster_id.clone());
     set!(num_partitions);
     set!(default_replication_factor);
+    set!(min_insync_replicas => c.log_defaults.min_insync_replicas);
     set!(broker_session_timeout_ms);
     set!(broker_heartbeat_interval_ms);
     set!(auto_create_topics);
@@ -460,6 +465,10 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     anyhow::ensure!(
         c.default_replication_factor > 0,
         "default-replication-factor must be at least 1"
+    );
+    anyhow::ensure!(
+        c.log_defaults.min_insync_replicas > 0,
+        "min-insync-replicas must be at least 1"
     );
     anyhow::ensure!(
         c.broker_heartbeat_interval_ms > 0

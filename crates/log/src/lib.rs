@@ -88,6 +88,9 @@ pub struct LogConfig {
     /// `min.cleanable.dirty.ratio` (default 0.5): dirty bytes / cleanable bytes that make the
     /// log worth cleaning.
     pub min_cleanable_dirty_ratio: f64,
+    /// `min.insync.replicas` (default 1): ISR members an acks=all write needs. Not used by the
+    /// log itself; it rides here as the other topic-config defaults do.
+    pub min_insync_replicas: usize,
     /// `min.compaction.lag.ms` (default 0): a segment with a record newer than this stays dirty.
     pub min_compaction_lag_ms: i64,
     /// `max.compaction.lag.ms` (default i64::MAX): a dirty segment older than this is cleaned
@@ -126,6 +129,7 @@ impl Default for LogConfig {
             delete: true,
             delete_retention_ms: 24 * 3600 * 1000,
             min_cleanable_dirty_ratio: 0.5,
+            min_insync_replicas: 1,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             producer_id_expiration_ms: 24 * 3600 * 1000,

@@ -170,12 +170,12 @@ impl ReplicaManager {
         t.resized(t.partition_count(), configs)
     }
 
-    /// The replica rules of a topic with `configs` (`min.insync.replicas`), with this broker's
-    /// `replica.lag.time.max.ms`.
+    /// The replica rules of a topic with `configs` (its `min.insync.replicas`, else the
+    /// broker's `--min-insync-replicas`), with this broker's `replica.lag.time.max.ms`.
     pub(crate) fn replica_config(&self, configs: &BTreeMap<String, String>) -> ReplicaConfig {
         ReplicaConfig {
             replica_lag_time_max_ms: self.replica_lag_time_max_ms,
-            ..ReplicaConfig::default()
+            min_insync_replicas: self.log_defaults().min_insync_replicas.max(1),
         }
         .with_topic_configs(configs)
     }
