@@ -319,8 +319,9 @@ impl MetadataService {
         Ok((reply, self.take_pending()))
     }
 
-    /// [`Self::request_within`] leaving what it replayed in the pending delta.
-    fn reply_within(
+    /// [`Self::request_within`] leaving what it replayed in the pending delta (the caller
+    /// takes and applies it under the replica manager's admin lock, in order).
+    pub(crate) fn reply_within(
         &self,
         event: Event,
         now_ms: u64,

@@ -324,13 +324,20 @@ impl ReplicaManager {
     }
 
     /// Send an ISR change to the controller (AlterPartition) and apply what committed; the
-    /// controller's answer. Blocking (waits for the controller, bounded).
+    /// controller's answer. Blocking (waits for the controller, bounded). The round trip holds
+    /// no lock: with the controller gone it can wait seconds, and the metadata follower must
+    /// meanwhile apply the new leaderships (the chaos test saw failovers wait behind it).
     pub fn alter_partition(
         &self,
         change: streamforge_metadata::controller::AlterPartition,
     ) -> Result<Reply, TopicError> {
+        let wait = crate::metadata_cluster::CONTROLLER_WAIT_MS;
+        let reply = self
+            .metadata
+            .reply_within(Event::AlterPartition(change), self.now_ms(), wait);
         let _admin = self.admin.lock();
-        Ok(self.request(Event::AlterPartition(change))?.0)
+        self.apply_delta(&self.metadata.take_pending());
+        Ok(reply?)
     }
 
     /// Changes after every applied delta (roles may have moved).
