@@ -10,7 +10,6 @@ Talks to 127.0.0.1 only; kills only the brokers it started.
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,16 +18,10 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness import free_port
+
 TOPIC = "rejoin"
 PARTITIONS = 3
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def main() -> None:
