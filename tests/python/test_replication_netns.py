@@ -11,7 +11,6 @@ creates are used.
 
 from __future__ import annotations
 
-import atexit
 import os
 import random
 import shutil
@@ -22,6 +21,7 @@ import pytest
 
 import wire
 from harness import BrokerProcess
+import test_cluster
 from test_cluster import admin, placement, wait_for
 from test_replication_cluster import (
     PARTITIONS, TOPIC, Checker, check_acknowledged, check_replicas_identical, create_replicated,
@@ -37,18 +37,22 @@ def ip(*args: str, ns: str | None = None) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
 
 
+UNROUTED_RANGE = "198.18.0.0/15"
+
+
 class Net:
     """A bridge with three namespaces on 10.<a>.<b>.0/24 (random, per test run)."""
 
     def __init__(self):
         tag = f"{os.getpid() % 10000}{random.randrange(100)}"
         self.bridge = f"sfbr{tag}"[:15]
-        # RFC 2544's benchmarking range: never routed beyond this machine. The unreachable
-        # route keeps any late packet (a client thread after teardown) off the default route.
+        # RFC 2544's benchmarking range (198.18.0.0/15), which nothing else here uses. The
+        # unreachable route (below each bridge's own) keeps every late packet off the default
+        # route: a client thread still retrying after teardown, even at interpreter exit (a
+        # failed test's traceback keeps its clients alive until then). So it is never removed:
+        # `replace` makes adding it again a no-op.
         self.subnet = f"198.{random.randrange(18, 20)}.{random.randrange(1, 250)}"
-        ip("route", "add", "unreachable", f"{self.subnet}.0/24", "metric", "4000")
-        atexit.register(subprocess.run, ["ip", "route", "del", "unreachable", f"{self.subnet}.0/24",
-                                         "metric", "4000"], capture_output=True)
+        ip("route", "replace", "unreachable", UNROUTED_RANGE, "metric", "4000")
         self.namespaces = [f"sf{tag}n{i}" for i in range(1, 4)]
         ip("link", "add", self.bridge, "type", "bridge")
         ip("addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
@@ -82,7 +86,7 @@ class Net:
         for ns in self.namespaces:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
-        # The unreachable route goes when the test process exits (atexit), after its clients.
+        # The unreachable route for the whole range stays (see __init__).
 
 
 class NetnsBroker(BrokerProcess):
@@ -159,3 +163,5 @@ def test_a_leader_cut_off_from_the_other_brokers_stops_acknowledging_and_truncat
     finally:
         for b in brokers:
             b.kill()
+            # Its cached admin client would keep reconnecting to an address that is gone.
+            test_cluster._admins.pop(b.bootstrap, None)

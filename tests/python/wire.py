@@ -241,7 +241,8 @@ def api_versions_v3(sock: socket.socket, correlation_id: int = 8) -> ApiVersions
 
 def metadata_v1(sock: socket.socket, topics: list[str] | None, correlation_id: int = 9) -> dict:
     """Metadata v1; returns {"brokers": [(id, host, port)], "controller": id,
-    "topics": {name: (err, [partition ids])}, "leaders": {name: {partition: leader id}}}."""
+    "topics": {name: (err, [partition ids])}, "leaders": {name: {partition: leader id}},
+    "partitions": {name: {partition: (leader, [replicas], [isr])}}}."""
     if topics is None:
         body = i32(-1)
     else:
@@ -260,23 +261,26 @@ def metadata_v1(sock: socket.socket, topics: list[str] | None, correlation_id: i
     controller = r.i32()
     out_topics = {}
     leaders = {}
+    placement = {}
     for _ in range(r.i32()):
         err = r.i16()
         name = r.string()
         r.take(1)  # is_internal
         parts = []
         leaders[name] = {}
+        placement[name] = {}
         for _ in range(r.i32()):
             r.i16()
             pid = r.i32()
-            leaders[name][pid] = r.i32()
-            for _ in range(r.i32()):
-                r.i32()
-            for _ in range(r.i32()):
-                r.i32()
+            leader = r.i32()
+            replicas = [r.i32() for _ in range(r.i32())]
+            isr = [r.i32() for _ in range(r.i32())]
+            leaders[name][pid] = leader
+            placement[name][pid] = (leader, replicas, isr)
             parts.append(pid)
         out_topics[name] = (err, sorted(parts))
-    return {"brokers": brokers, "controller": controller, "topics": out_topics, "leaders": leaders}
+    return {"brokers": brokers, "controller": controller, "topics": out_topics, "leaders": leaders,
+            "partitions": placement}
 
 
 # -- record batches --------------------------------------------------------------------------

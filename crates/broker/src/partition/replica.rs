@@ -28,6 +28,11 @@ pub type BrokerId = i32;
 pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: i64 = 30_000;
 /// Most replicas of one partition (a named bound on every per-partition list here).
 pub const REPLICAS_MAX: usize = 64;
+/// After the controller refused an ISR change (a replica still fenced: INELIGIBLE_REPLICA; no
+/// controller; a stale partition epoch), wait this long before proposing again: a follower
+/// fetches every few milliseconds, and each fetch would otherwise send the same refused
+/// change straight back.
+pub const ISR_CHANGE_RETRY_BACKOFF_MS: i64 = 250;
 
 /// Settings of the leader-side rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +141,10 @@ pub struct LeaderState {
     isr: Vec<BrokerId>,
     /// The ISR proposed to the controller and not answered yet.
     pending_isr: Option<Vec<BrokerId>>,
+    /// The last proposal was refused; the next rule that runs starts the backoff.
+    isr_change_refused: bool,
+    /// No ISR change is proposed before this time (after a refusal).
+    isr_change_retry_at_ms: i64,
     followers: BTreeMap<BrokerId, FollowerState>,
     high_watermark: i64,
     local_end_offset: i64,
@@ -188,6 +197,8 @@ impl LeaderState {
             replicas,
             isr,
             pending_isr: None,
+            isr_change_refused: false,
+            isr_change_retry_at_ms: 0,
             followers,
             high_watermark: high_watermark.min(log_end_offset),
             local_end_offset: log_end_offset,
@@ -305,7 +316,7 @@ impl LeaderState {
         f.last_fetch_ms = now_ms;
         f.leader_end_at_last_fetch = leader_end_offset;
         let high_watermark = self.advance_high_watermark();
-        let isr_change = self.maybe_expand(id);
+        let isr_change = self.maybe_expand(id, now_ms);
         // An expansion counts for the high watermark at once (maximal ISR).
         let high_watermark = self.advance_high_watermark().or(high_watermark);
         Ok(FetchOutcome {
@@ -315,8 +326,8 @@ impl LeaderState {
     }
 
     /// Propose adding `id` once its log reaches the high watermark and this epoch's start.
-    fn maybe_expand(&mut self, id: BrokerId) -> Option<IsrChange> {
-        if self.pending_isr.is_some() || self.isr.contains(&id) {
+    fn maybe_expand(&mut self, id: BrokerId, now_ms: i64) -> Option<IsrChange> {
+        if self.pending_isr.is_some() || self.isr.contains(&id) || self.backing_off(now_ms) {
             return None;
         }
         let end = self.end_offset_of(id);
@@ -330,7 +341,7 @@ impl LeaderState {
 
     /// Time passed: propose removing ISR members that lag more than `replica.lag.time.max.ms`.
     pub fn maybe_shrink(&mut self, now_ms: i64) -> Option<IsrChange> {
-        if self.pending_isr.is_some() {
+        if self.pending_isr.is_some() || self.backing_off(now_ms) {
             return None;
         }
         let lag_max = self.config.replica_lag_time_max_ms;
@@ -351,6 +362,16 @@ impl LeaderState {
         Some(self.propose(new_isr))
     }
 
+    /// Whether a refused change is still backing off at `now_ms` (the first call after a
+    /// refusal starts the backoff: the answer itself carries no time).
+    fn backing_off(&mut self, now_ms: i64) -> bool {
+        if self.isr_change_refused {
+            self.isr_change_refused = false;
+            self.isr_change_retry_at_ms = now_ms + ISR_CHANGE_RETRY_BACKOFF_MS;
+        }
+        now_ms < self.isr_change_retry_at_ms
+    }
+
     fn propose(&mut self, new_isr: Vec<BrokerId>) -> IsrChange {
         debug_assert!(new_isr.contains(&self.local_id), "the leader left its ISR");
         self.pending_isr = Some(new_isr.clone());
@@ -366,7 +387,12 @@ impl LeaderState {
     /// shrink can let it advance).
     pub fn on_isr_change_result(&mut self, accepted: Option<(Vec<BrokerId>, i32)>) -> Option<i64> {
         self.pending_isr = None;
-        let (isr, partition_epoch) = accepted?;
+        let Some((isr, partition_epoch)) = accepted else {
+            self.isr_change_refused = true;
+            return None;
+        };
+        self.isr_change_refused = false;
+        self.isr_change_retry_at_ms = 0;
         if partition_epoch <= self.partition_epoch {
             // An answer older than what we know: ignore it.
             return None;

@@ -206,7 +206,12 @@ mod tests {
             IsrChangeCounts::default(),
             "refused"
         );
+        // Proposed again once the refusal's backoff has passed, not before.
         leader.maybe_shrink_isr(20 + LAG_MS + 2);
+        assert!(intents.lock().pop().is_none(), "backing off");
+        leader.maybe_shrink_isr(
+            20 + LAG_MS + 3 + crate::partition::replica::ISR_CHANGE_RETRY_BACKOFF_MS,
+        );
         let shrink_again = intents.lock().pop().unwrap();
         assert_eq!(shrink_again.change.new_isr, shrink.change.new_isr);
         leader.complete_isr_change(Some((shrink.change.new_isr, 1)));

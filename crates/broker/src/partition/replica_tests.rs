@@ -129,10 +129,19 @@ fn the_isr_changes_only_when_the_controller_accepts() {
     l.on_follower_fetch(2, 20, 20, 1).unwrap();
     assert_eq!(l.high_watermark(), 10, "3 holds it back");
     let change = l.maybe_shrink(LAG + 1).unwrap();
-    // Refused (e.g. INVALID_UPDATE_VERSION): nothing changes; the next tick proposes again.
+    // Refused (e.g. INVALID_UPDATE_VERSION): nothing changes; a tick after the backoff
+    // proposes again, none before it.
     assert_eq!(l.on_isr_change_result(None), None);
     assert_eq!(l.isr(), &[1, 2, 3]);
-    assert_eq!(l.maybe_shrink(LAG + 2), Some(change.clone()));
+    assert_eq!(l.maybe_shrink(LAG + 2), None);
+    assert_eq!(
+        l.maybe_shrink(LAG + 2 + ISR_CHANGE_RETRY_BACKOFF_MS - 1),
+        None
+    );
+    assert_eq!(
+        l.maybe_shrink(LAG + 2 + ISR_CHANGE_RETRY_BACKOFF_MS),
+        Some(change.clone())
+    );
     // Accepted with the next partition epoch: the shrink lets the high watermark advance.
     assert_eq!(l.on_isr_change_result(Some((vec![1, 2], 8))), Some(20));
     assert_eq!((l.isr(), l.partition_epoch()), (&[1, 2][..], 8));
@@ -230,4 +239,28 @@ fn truncation_follows_the_leaders_epoch_end() {
     assert_eq!(truncation_offset((3, 40), local, 15, 5), (15, true));
     // The leader knows no epochs: keep only what was committed.
     assert_eq!(truncation_offset((-1, -1), local, 15, 5), (5, true));
+}
+
+#[test]
+fn a_refused_expansion_is_proposed_again_only_after_the_backoff() {
+    // 3 is caught up but still fenced at the controller: INELIGIBLE_REPLICA.
+    let mut l = leader(&[1, 2], 10, 1);
+    let first = l.on_follower_fetch(3, 10, 10, 100).unwrap().isr_change;
+    assert_eq!(
+        first.as_ref().map(|c| c.new_isr.clone()),
+        Some(vec![1, 2, 3])
+    );
+    assert_eq!(l.on_isr_change_result(None), None);
+    // Its fetches keep coming every few milliseconds: none re-sends the refused change.
+    for t in [101, 150, 100 + ISR_CHANGE_RETRY_BACKOFF_MS] {
+        assert_eq!(
+            l.on_follower_fetch(3, 10, 10, t).unwrap().isr_change,
+            None,
+            "at {t}"
+        );
+    }
+    let again = l
+        .on_follower_fetch(3, 10, 10, 101 + ISR_CHANGE_RETRY_BACKOFF_MS)
+        .unwrap();
+    assert_eq!(again.isr_change, first);
 }
