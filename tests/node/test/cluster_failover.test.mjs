@@ -82,7 +82,7 @@ const fullIsr = (p) => p && Object.values(p).every((v) => v.leader > 0 && v.isr.
 describe('kafkajs across a 3-broker cluster with leader kills', () => {
   let brokers = [];
   after(async () => {
-    for (const b of brokers) await b.stop();
+    await Promise.all(brokers.map((b) => b.stop()));
     for (const b of brokers) b.cleanup();
   });
 
