@@ -12,8 +12,9 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    acls, admin, api_versions, client_quotas, cluster, configs, fetch, group_protocol, groups,
-    groups_admin, log_dirs, metadata, offsets, produce, producer, scram_users, txn, txn_admin,
+    acls, admin, api_versions, client_quotas, cluster, configs, describe_quorum, fetch,
+    group_protocol, groups, groups_admin, log_dirs, metadata, offsets, produce, producer,
+    scram_users, txn, txn_admin,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -95,7 +96,12 @@ pub static ROUTES: &[Route] = &[
         configs::handle_incremental_alter_configs
     ),
     route!(DescribeCluster, 0, 2, cluster::handle_describe_cluster),
-    route!(DescribeQuorum, 0, 2, cluster::handle_describe_quorum),
+    route!(
+        DescribeQuorum,
+        0,
+        2,
+        describe_quorum::handle_describe_quorum
+    ),
     route!(DescribeLogDirs, 1, 4, log_dirs::handle_describe_log_dirs),
     // Consumer groups (classic protocol). OffsetCommit/OffsetFetch v10 need topic ids.
     route!(OffsetCommit, 2, 9, groups::handle_offset_commit),

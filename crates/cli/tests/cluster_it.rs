@@ -389,3 +389,73 @@ fn three_brokers_form_a_cluster_propagate_topics_and_survive_losing_the_controll
     );
     assert!(cluster.log(dead).contains("broker registered"));
 }
+
+/// DescribeQuorum for the metadata log, asked of broker `addr`: (leader, high watermark,
+/// [(voter, log end offset, last caught-up timestamp)] sorted by voter).
+fn describe_quorum(addr: SocketAddr) -> (i32, i64, Vec<(i32, i64, i64)>) {
+    use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    let mut p = PartitionData::default();
+    p.partition_index = 0;
+    let mut t = TopicData::default();
+    t.topic_name = name("__cluster_metadata");
+    t.partitions = vec![p];
+    let mut req = DescribeQuorumRequest::default();
+    req.topics = vec![t];
+    let r: DescribeQuorumResponse = Conn::connect(addr).call(ApiKey::DescribeQuorum, 2, &req);
+    assert_eq!(r.error_code, 0);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    let mut voters: Vec<(i32, i64, i64)> = p
+        .current_voters
+        .iter()
+        .map(|v| (v.replica_id.0, v.log_end_offset, v.last_caught_up_timestamp))
+        .collect();
+    voters.sort();
+    (p.leader_id.0, p.high_watermark, voters)
+}
+
+#[test]
+fn describe_quorum_on_any_broker_is_the_quorum_leaders_view() {
+    let mut cluster = Cluster::start();
+    let addrs: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.kafka).collect();
+    let controller = wait_for("the cluster to form", || {
+        let (ids, c) = brokers_and_controller(addrs[0]);
+        (ids == [1, 2, 3] && c > 0).then_some(c)
+    });
+
+    // Only the leader knows each voter's log end; a follower asked forwards to it (as Kafka's
+    // brokers forward to the active controller), so every broker shows every voter caught up
+    // to the high watermark.
+    for (i, a) in addrs.iter().enumerate() {
+        let (leader, hw, voters) = wait_for("every voter caught up", || {
+            let (leader, hw, voters) = describe_quorum(*a);
+            let caught_up = voters.len() == 3
+                && voters
+                    .iter()
+                    .all(|&(_, leo, caught_up_ms)| leo == hw && caught_up_ms > 0);
+            caught_up.then_some((leader, hw, voters))
+        });
+        assert_eq!(leader, controller, "asked broker {}: {voters:?}", i + 1);
+        assert!(hw > 0, "{hw}");
+    }
+
+    // A killed follower falls behind (its fencing alone is a new record), and a broker that
+    // does not lead shows that too: it is the leader's view, not its own.
+    let victim = (1..=3).find(|id| *id != controller).expect("a follower");
+    let witness = (1..=3)
+        .find(|id| *id != controller && *id != victim)
+        .expect("another follower");
+    cluster.kill(cluster.index_of(victim));
+    let witness_addr = addrs[cluster.index_of(witness)];
+    wait_for("the killed voter behind", || {
+        let (leader, hw, voters) = describe_quorum(witness_addr);
+        let behind = voters
+            .iter()
+            .any(|&(id, leo, _)| id == victim && leo >= 0 && leo < hw);
+        let others = voters
+            .iter()
+            .filter(|v| v.0 != victim)
+            .all(|&(_, leo, _)| leo == hw);
+        (leader == controller && behind && others).then_some(())
+    });
+}

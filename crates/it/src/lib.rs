@@ -2,9 +2,11 @@
 //!
 //! [`BrokerProcess`] starts the real `streamforge broker` binary on a free loopback port with a
 //! temporary data dir, waits until it answers ApiVersions, and stops it by pid on drop. The
-//! [`dataset`] module holds the compatibility-matrix messages and their checks.
+//! [`dataset`] module holds the compatibility-matrix messages and their checks; [`cluster`]
+//! starts three brokers as one cluster and asks each for its view of a topic.
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod dataset;
 
 use std::io::{Read, Write};
@@ -19,6 +21,9 @@ use anyhow::{Context, Result, bail};
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a broker may take to exit after SIGTERM before it is SIGKILLed.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// The brokers' log filter unless RUST_LOG says otherwise: openraft logs every failed RPC to a
+/// killed voter as an error, which would bury the broker's own lines in a cluster test's tail.
+const DEFAULT_RUST_LOG: &str = "info,openraft=error";
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// `$STREAMFORGE_BIN`, else the `streamforge` binary next to the running test's target dir.
@@ -109,7 +114,7 @@ impl BrokerProcess {
             .args(&args)
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+                std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_RUST_LOG.into()),
             )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -172,6 +177,15 @@ impl BrokerProcess {
             child.wait()?;
         }
         Ok(())
+    }
+
+    /// Start again (after [`BrokerProcess::kill`] or [`BrokerProcess::stop`]) on the same port
+    /// and data dir, waiting until it answers ApiVersions.
+    pub fn start_again(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            bail!("broker on port {} is still running", self.port);
+        }
+        self.spawn()
     }
 
     /// Start again on the same port and data dir.

@@ -126,6 +126,13 @@ export class Broker {
     }
   }
 
+  // SIGKILL (kill -9): no shutdown at all, as a crash. The data dir and port stay for start().
+  async kill() {
+    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    this.proc.kill('SIGKILL');
+    await this.exited;
+  }
+
   logTail(lines = 150) {
     try {
       return fs.readFileSync(this.logPath, 'utf8').split('\n').slice(-lines).join('\n');

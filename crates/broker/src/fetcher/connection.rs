@@ -1,5 +1,7 @@
 //! One fetcher's connection to its source broker: a request, then its response, with the
-//! `kafka-protocol` codecs; responses bounded in size, every call bounded in time.
+//! `kafka-protocol` codecs; responses bounded in size, every call bounded in time. Also the
+//! connection a broker forwards a request to another broker on (DescribeQuorum to the active
+//! controller).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -25,14 +27,18 @@ pub enum FetcherError {
     TooLarge(usize),
 }
 
-pub(super) struct LeaderConnection {
+/// The client id a fetcher's requests carry.
+const FETCHER_CLIENT_ID: &str = "streamforge-replica-fetcher";
+
+pub(crate) struct LeaderConnection {
     stream: TcpStream,
     correlation_id: i32,
     response_max_bytes: usize,
+    client_id: &'static str,
 }
 
 impl LeaderConnection {
-    pub(super) async fn connect(
+    pub(crate) async fn connect(
         addr: SocketAddr,
         response_max_bytes: usize,
         timeout: Duration,
@@ -45,10 +51,18 @@ impl LeaderConnection {
             stream,
             correlation_id: 0,
             response_max_bytes,
+            client_id: FETCHER_CLIENT_ID,
         })
     }
 
-    pub(super) async fn call<Req: Encodable, Resp: Decodable>(
+    /// The client id the requests on this connection carry (the receiver can tell a forwarded
+    /// request from a client's by it).
+    pub(crate) fn with_client_id(mut self, client_id: &'static str) -> LeaderConnection {
+        self.client_id = client_id;
+        self
+    }
+
+    pub(crate) async fn call<Req: Encodable, Resp: Decodable>(
         &mut self,
         api_key: ApiKey,
         version: i16,
@@ -71,7 +85,7 @@ impl LeaderConnection {
         header.request_api_key = api_key as i16;
         header.request_api_version = version;
         header.correlation_id = self.correlation_id;
-        header.client_id = Some(StrBytes::from_static_str("streamforge-replica-fetcher"));
+        header.client_id = Some(StrBytes::from_static_str(self.client_id));
         let mut body = BytesMut::new();
         header
             .encode(&mut body, api_key.request_header_version(version))

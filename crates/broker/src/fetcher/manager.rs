@@ -82,6 +82,11 @@ impl FetcherManager {
         self.peers.write().insert(id, addr);
     }
 
+    /// Where broker `id` listens, if the image has told us.
+    pub fn peer(&self, id: i32) -> Option<SocketAddr> {
+        self.peers.read().get(&id).copied()
+    }
+
     /// Follow `partition` from `leader_id` (moving it off any other fetcher).
     pub fn add(&self, partition: Arc<Partition>, leader_id: i32) {
         self.remove(&partition.topic, partition.index);

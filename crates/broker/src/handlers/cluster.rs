@@ -1,15 +1,10 @@
 //! DescribeCluster (60): the brokers of the metadata image (fenced ones too from v2, when
-//! asked: KIP-1073) and the active controller. DescribeQuorum (55): the metadata quorum's leader,
-//! epoch, high watermark and voters, as `kafka-metadata-quorum describe` shows them.
+//! asked: KIP-1073) and the active controller. DescribeQuorum is in `describe_quorum`.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::describe_quorum_response::{PartitionData, ReplicaState, TopicData};
-use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
-    DescribeQuorumResponse, TopicName,
-};
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 use kafka_protocol::protocol::StrBytes;
 use streamforge_protocol::{RequestFrame, ResponseError};
 
@@ -94,79 +89,4 @@ fn fenced_brokers(
             Some(d)
         })
         .collect()
-}
-
-/// Kafka's name for the metadata log's topic.
-const METADATA_TOPIC: &str = "__cluster_metadata";
-
-/// DescribeQuorum: the quorum as this node knows it. The high watermark is the metadata offset
-/// this broker has applied (the next offset, as Kafka counts it); a voter's log end is that
-/// minus its lag as the leader reports it, or -1 when this node does not lead and so does not
-/// know. Kafka answers from the active controller (brokers forward the request); here every
-/// broker is a voter in combined mode and answers with what its quorum member knows.
-pub async fn handle_describe_quorum(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
-    let request: DescribeQuorumRequest = req.decode()?;
-    let mut resp = DescribeQuorumResponse::default();
-    if !Access::of(&state, &req).cluster(Operation::Describe) {
-        resp.error_code = ResponseError::ClusterAuthorizationFailed.code();
-        return Ok(Some(req.respond(&resp)?));
-    }
-    let asked_for_metadata = request.topics.len() == 1
-        && request.topics[0].topic_name.0.as_str() == METADATA_TOPIC
-        && request.topics[0].partitions.len() == 1
-        && request.topics[0].partitions[0].partition_index == 0;
-    if !asked_for_metadata {
-        // Kafka (`KafkaRaftClient.handleDescribeQuorumRequest`): every asked partition gets
-        // UNKNOWN_TOPIC_OR_PARTITION.
-        resp.topics = request
-            .topics
-            .iter()
-            .map(|t| {
-                let mut topic = TopicData::default();
-                topic.topic_name = t.topic_name.clone();
-                topic.partitions = t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        let mut d = PartitionData::default();
-                        d.partition_index = p.partition_index;
-                        d.error_code = ResponseError::UnknownTopicOrPartition.code();
-                        d
-                    })
-                    .collect();
-                topic
-            })
-            .collect();
-        return Ok(Some(req.respond(&resp)?));
-    }
-    let metadata = state.replicas.metadata();
-    let (leader, voters) = metadata.quorum_status();
-    let high_watermark = state.replicas.image().position().offset + 1;
-    let now_ms = state.clock.now_ms();
-    let me = state.node_id();
-    let mut partition = PartitionData::default();
-    partition.partition_index = 0;
-    partition.leader_id = BrokerId(leader.leader.map_or(-1, |id| id as i32));
-    partition.leader_epoch = leader.epoch;
-    partition.high_watermark = high_watermark;
-    partition.current_voters = voters
-        .iter()
-        .map(|v| {
-            let mut r = ReplicaState::default();
-            r.replica_id = BrokerId(v.id as i32);
-            r.log_end_offset = v
-                .lag_entries
-                .map_or(-1, |lag| (high_watermark - lag as i64).max(0));
-            let caught_up = v.lag_entries == Some(0) || v.id as i32 == me;
-            r.last_fetch_timestamp = if caught_up { now_ms } else { -1 };
-            r.last_caught_up_timestamp = if caught_up { now_ms } else { -1 };
-            r
-        })
-        .collect();
-    let mut topic = TopicData::default();
-    topic.topic_name = TopicName(StrBytes::from_static_str(METADATA_TOPIC));
-    topic.partitions = vec![partition];
-    resp.topics = vec![topic];
-    resp.error_code = 0;
-    Ok(Some(req.respond(&resp)?))
 }

@@ -9,6 +9,7 @@ pub mod client_quotas;
 pub mod cluster;
 pub mod configs;
 mod coordinator_lookup;
+pub mod describe_quorum;
 pub mod fetch;
 pub mod group_protocol;
 pub mod groups;
