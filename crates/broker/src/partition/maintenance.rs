@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use streamforge_log::{LogConfig, LogError, SealedSegment};
-use streamforge_tiered::LocalLog;
+use streamforge_tiered::{LocalLog, TierRole};
 
-use super::{Partition, PartitionError};
+use super::{Partition, PartitionError, PartitionRole};
 
 impl Partition {
     /// Roll, retention, `flush.ms`, the recovery-point checkpoint, and the periodic background
@@ -90,6 +90,24 @@ impl LocalLog for Partition {
         self.delete_local_records_before(offset)
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    fn tier_role(&self) -> TierRole {
+        // Only the leader uploads; a follower, or a replica not serving yet, only deletes
+        // local data the leader's manifest holds (KIP-405).
+        let (role, leader_epoch) = {
+            let guard = self.state.lock();
+            (guard.serving.role, guard.serving.leader_epoch)
+        };
+        match role {
+            PartitionRole::Leader => TierRole::Leader { leader_epoch },
+            _ => TierRole::Follower,
+        }
+    }
+
+    fn high_watermark(&self) -> i64 {
+        self.with_log(|log| log.high_watermark())
+            .unwrap_or(i64::MIN)
     }
 }
 
