@@ -123,8 +123,15 @@ def check_contiguous(m: dict) -> None:
         assert b["base_offset"] == a["last_offset"] + 1, f"gap or overlap: {a} then {b}"
 
 
-def check_one_copy_each(store, m: dict) -> None:
-    assert log_objects(store) == [s["base_offset"] for s in m["segments"]], "exactly one object per segment"
+def check_one_copy_each(store) -> dict:
+    """Exactly one `.log` object per manifest segment. An upload in flight puts its objects
+    before the manifest names them, so this waits (bounded) for the store to be quiet; a
+    duplicate or an orphan would stay and fail it."""
+    def settled():
+        m = manifest(store)
+        return m if log_objects(store) == [s["base_offset"] for s in m["segments"]] else None
+
+    return wait_for("exactly one object per manifest segment", settled, timeout_s=15)
 
 
 def leader(brokers) -> int:
@@ -205,16 +212,16 @@ def run(broker_factory, store):
         if not m or not m["segments"]:
             return None
         end = m["segments"][-1]["last_offset"] + 1
-        if local_bases(old)[:1] != [end]:
-            return None
+        if local_bases(old) != [end]:
+            return None  # all sealed segments uploaded, only the active one left
         if any(wholly_remote_local_segments(f, end) or local_bases(f)[0] == 0 for f in followers):
             return None
         return m
 
-    m1 = wait_for("segments remote, local copies gone on all replicas", tiered_everywhere)
+    wait_for("segments remote, local copies gone on all replicas", tiered_everywhere)
+    m1 = check_one_copy_each(store)
     end1 = m1["segments"][-1]["last_offset"] + 1
     check_contiguous(m1)
-    check_one_copy_each(store, m1)
     assert len(m1["segments"]) >= 5, f"only {len(m1['segments'])} segments uploaded"
     print(f"before kill: {len(m1['segments'])} segments remote up to {end1}, leader {first}, "
           f"follower local starts {[local_bases(f)[0] for f in followers]}")
@@ -233,13 +240,13 @@ def run(broker_factory, store):
         if not m or m["leader_epoch"] <= m1["leader_epoch"]:
             return None
         end = m["segments"][-1]["last_offset"] + 1
-        if end <= end1 + 5 or local_bases(new_leader)[:1] != [end]:
+        if end <= end1 + 5 or local_bases(new_leader) != [end]:
             return None
         return m
 
-    m2 = wait_for("the new leader uploads the continuation", continued)
+    wait_for("the new leader uploads the continuation", continued)
+    m2 = check_one_copy_each(store)
     check_contiguous(m2)
-    check_one_copy_each(store, m2)
     assert m2["segments"][: len(m1["segments"])] == m1["segments"], "the old leader's segments kept as they were"
     end2 = m2["segments"][-1]["last_offset"] + 1
     print(f"after failover: leader {new}, manifest epoch {m1['leader_epoch']} -> {m2['leader_epoch']}, "
@@ -261,6 +268,6 @@ def run(broker_factory, store):
     bases = local_bases(old)
     assert bases and bases[0] >= leader_local_start and bases[0] > end1, (
         f"restarted broker's local log starts at {bases[:1]}, leader's local start {leader_local_start}")
-    assert log_objects(store) == [s["base_offset"] for s in manifest(store)["segments"]]
+    check_one_copy_each(store)
     elapsed = time.monotonic() - started
     print(f"restarted broker local start {bases[0]}; test took {elapsed:.1f} s")

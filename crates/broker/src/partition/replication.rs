@@ -414,7 +414,7 @@ impl Partition {
 
     /// Run `f` on the log if this broker follows in `leader_epoch` (a fetcher's answer from
     /// an older leadership is dropped: FENCED_LEADER_EPOCH).
-    fn with_follower_log<R>(
+    pub(super) fn with_follower_log<R>(
         &self,
         leader_epoch: i32,
         f: impl FnOnce(&mut Log) -> Result<R, PartitionError>,
@@ -502,32 +502,6 @@ impl Partition {
             log.truncate_fully_and_start_at(offset)?;
             Ok(())
         })
-    }
-
-    /// OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): the leader's local log starts at
-    /// `leader_local_start`, above this follower's fetch offset, and what is below it is
-    /// remote. Learn the remote part from the manifest first (so the log start clients see
-    /// here is the remote start at once), then start the local log at the leader's local
-    /// start and fetch from there. Remote data is never copied to a follower.
-    pub async fn restart_follower_above_remote(
-        &self,
-        leader_epoch: i32,
-        leader_local_start: i64,
-    ) -> Result<(), PartitionError> {
-        if let (Some(remote), Some(tiering)) = (self.remote(), self.tiering()) {
-            // Best effort: the tiering pass reads the manifest again each interval.
-            if let Err(e) = tiering.storage().follow(&remote).await {
-                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot read the remote manifest; the tiering pass retries");
-            }
-        }
-        let below_local = self.with_follower_log(leader_epoch, |log| {
-            Ok(log.log_end_offset() < leader_local_start)
-        })?;
-        if !below_local {
-            return Ok(()); // already there (an older answer raced a newer one)
-        }
-        tracing::info!(topic = %self.topic, partition = self.index, leader_local_start, "follower below the leader's local log start: remote part taken from the manifest, local log restarts at the leader's local start");
-        self.restart_follower_at(leader_epoch, leader_local_start)
     }
 }
 
