@@ -113,6 +113,8 @@ async fn run_store(name: &str, store: Arc<dyn ObjectStore>, dir: &Path, local_mb
     let id = PartitionId::new("bench", "0123456789abcdef0123456789abcdef", 0);
     let uploader = TieredStorage::with_store(config.clone(), store.clone());
     let part = uploader.open_partition(id.clone()).await.expect("open");
+    // The sole replica leads: only a leader that claimed the manifest uploads.
+    uploader.take_leadership(&part, 0).await.expect("claim");
     let started = Instant::now();
     let mut uploaded = 0u64;
     for seg in local::sealed_segments(dir).expect("segments") {

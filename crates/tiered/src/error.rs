@@ -44,6 +44,9 @@ pub enum TieredError {
     /// A bounded operation gave up after its retry budget.
     #[error("gave up after {attempts} attempts: {last}")]
     RetriesExhausted { attempts: u32, last: String },
+    /// A newer partition leader has claimed the manifest: this broker must not write it.
+    #[error("remote manifest is owned by leader epoch {stored}, ours is {ours}")]
+    Fenced { stored: i32, ours: i32 },
     /// The tiering service is shutting down.
     #[error("tiered storage is shutting down")]
     ShuttingDown,

@@ -21,6 +21,9 @@ pub mod local;
 pub mod manifest;
 mod reader;
 pub mod remote_index;
+pub mod replica_rules;
+#[cfg(test)]
+mod replica_suite_tests;
 pub mod retry;
 pub mod stats;
 #[cfg(test)]
@@ -30,6 +33,7 @@ mod uploader;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use bytes::Bytes;
 use object_store::ObjectStore;
@@ -39,6 +43,7 @@ pub use error::{Result, TieredError};
 pub use layout::{KeyLayout, ObjectKind, PartitionId};
 pub use local::LocalSegment;
 pub use manifest::{PartitionManifest, RemoteSegment};
+pub use replica_rules::TierRole;
 pub use stats::StatsSnapshot;
 pub use tiering::{LocalLog, PartitionSizes, TierPolicy, TieringManager};
 
@@ -72,6 +77,9 @@ pub struct RemotePartition {
     pub id: PartitionId,
     manifest: parking_lot::RwLock<Arc<PartitionManifest>>,
     writer: tokio::sync::Mutex<()>,
+    /// The leader epoch under which this broker claimed the manifest (`take_leadership`), or
+    /// `NO_LEADER_EPOCH` while it follows: only a claimed partition is written.
+    claimed_epoch: AtomicI32,
     /// Where the previous read ended: (segment id, chunk) — detects sequential consumers.
     last_read: parking_lot::Mutex<Option<(Arc<str>, u64)>>,
 }
@@ -82,6 +90,7 @@ impl RemotePartition {
             id,
             manifest: parking_lot::RwLock::new(Arc::new(manifest)),
             writer: tokio::sync::Mutex::new(()),
+            claimed_epoch: AtomicI32::new(manifest::NO_LEADER_EPOCH),
             last_read: parking_lot::Mutex::new(None),
         }
     }
@@ -103,6 +112,11 @@ impl RemotePartition {
 
     pub fn size_bytes(&self) -> u64 {
         self.manifest().size_bytes()
+    }
+
+    /// The leader epoch this broker writes the manifest under (`NO_LEADER_EPOCH`: it does not).
+    pub fn claimed_epoch(&self) -> i32 {
+        self.claimed_epoch.load(Ordering::Acquire)
     }
 
     fn set_manifest(&self, m: PartitionManifest) {
@@ -179,9 +193,10 @@ impl TieredStorage {
         self.shared.partitions.lock().get(id).cloned()
     }
 
-    /// Load a partition's manifest and delete orphaned objects (left by a crash between an
-    /// upload and its manifest update, or between a manifest update and the deletes).
-    /// Opening an already open partition returns it unchanged.
+    /// Load a partition's manifest. Opening an already open partition returns it unchanged.
+    /// Orphans are not deleted here: with replicas, the leader may be uploading objects its
+    /// manifest does not name yet; the broker that becomes leader reconciles
+    /// (`take_leadership`).
     pub async fn open_partition(&self, id: PartitionId) -> Result<Arc<RemotePartition>> {
         if let Some(p) = self.partition(&id) {
             return Ok(p);
@@ -194,12 +209,28 @@ impl TieredStorage {
             .await?
             .unwrap_or_else(|| PartitionManifest::empty(&id));
         let part = Arc::new(RemotePartition::new(id.clone(), manifest));
-        uploader::reconcile(&self.shared, &part).await?;
         let mut map = self.shared.partitions.lock();
         Ok(map.entry(id).or_insert(part).clone())
     }
 
+    /// Become the manifest's writer for `leader_epoch`: load the stored manifest (the previous
+    /// leader's uploads are the resume point), refuse if a newer leader claimed it, delete
+    /// orphaned objects (left by a crash between an upload and its manifest update, or by a
+    /// deposed leader), and store the manifest under our epoch so older leaders are fenced.
+    pub async fn take_leadership(&self, part: &RemotePartition, leader_epoch: i32) -> Result<()> {
+        uploader::take_leadership(&self.shared, part, leader_epoch).await
+    }
+
+    /// Stop writing the manifest (this broker follows now) and reload it from the store: a
+    /// follower learns what the leader uploaded and deleted. Returns whether it changed.
+    pub async fn follow(&self, part: &RemotePartition) -> Result<bool> {
+        uploader::follow(&self.shared, part).await
+    }
+
     /// Upload a sealed local segment and record it in the manifest. Returns the manifest entry.
+    /// A segment that starts below the manifest's end (replicas roll at different offsets, so a
+    /// new leader's segment may straddle the old leader's last upload) is uploaded from the
+    /// first batch past the remote end: no offset is uploaded twice, none is skipped.
     pub async fn upload_segment(
         &self,
         part: &RemotePartition,

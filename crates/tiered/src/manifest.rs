@@ -18,6 +18,13 @@ pub const MANIFEST_FORMAT_VERSION: u32 = 1;
 /// A manifest larger than this is rejected as corrupt (bounds memory on load).
 pub const MANIFEST_BYTES_MAX: usize = 64 << 20;
 
+/// The leader epoch of a manifest no leader has claimed yet.
+pub const NO_LEADER_EPOCH: i32 = -1;
+
+fn no_leader_epoch() -> i32 {
+    NO_LEADER_EPOCH
+}
+
 /// One uploaded segment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteSegment {
@@ -54,8 +61,14 @@ pub struct PartitionManifest {
     pub topic: String,
     pub topic_id: String,
     pub partition: i32,
-    /// Incremented on every update (diagnostics; there is one writer per partition).
+    /// Incremented on every update (diagnostics).
     pub generation: u64,
+    /// The leader epoch of the partition leader that wrote this manifest. Only the leader
+    /// writes it (KIP-405: the leader copies, followers read), and a writer whose epoch is
+    /// below the stored one is fenced: a deposed leader cannot overwrite a newer leader's
+    /// manifest. -1 in manifests written before replication knew about tiering.
+    #[serde(default = "no_leader_epoch")]
+    pub leader_epoch: i32,
     /// The first offset readers may ask for (moved by retention and DeleteRecords).
     pub log_start_offset: i64,
     /// Segments in offset order, non-overlapping (contiguous unless the log had gaps).
@@ -70,6 +83,7 @@ impl PartitionManifest {
             topic_id: p.topic_id.clone(),
             partition: p.partition,
             generation: 0,
+            leader_epoch: NO_LEADER_EPOCH,
             log_start_offset: 0,
             segments: Vec::new(),
         }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
+use crate::TierRole;
 use crate::batch::fixture::make_batch;
 use crate::local::list_segments;
 use crate::retry::RetryPolicy;
@@ -23,9 +24,23 @@ const RECORDS_PER_BATCH: i32 = 5;
 const BASE_TS: i64 = 1_000_000;
 
 /// A partition directory managed the way the log crate lays it out.
-struct DirLog {
-    dir: PathBuf,
-    start: AtomicI64,
+pub(crate) struct DirLog {
+    pub(crate) dir: PathBuf,
+    pub(crate) start: AtomicI64,
+    pub(crate) role: parking_lot::Mutex<TierRole>,
+    pub(crate) high_watermark: AtomicI64,
+}
+
+impl DirLog {
+    /// The sole replica: leader in epoch 0, everything committed.
+    pub(crate) fn leader(dir: PathBuf) -> DirLog {
+        DirLog {
+            dir,
+            start: AtomicI64::new(0),
+            role: parking_lot::Mutex::new(TierRole::Leader { leader_epoch: 0 }),
+            high_watermark: AtomicI64::new(i64::MAX),
+        }
+    }
 }
 
 impl LocalLog for DirLog {
@@ -46,10 +61,16 @@ impl LocalLog for DirLog {
         self.start.store(offset, Ordering::SeqCst);
         Ok(())
     }
+    fn tier_role(&self) -> TierRole {
+        *self.role.lock()
+    }
+    fn high_watermark(&self) -> i64 {
+        self.high_watermark.load(Ordering::SeqCst)
+    }
 }
 
 /// Writes 5 sealed segments + an active one; returns the bytes of the sealed ones.
-fn write_partition(dir: &FsPath) -> Vec<u8> {
+pub(crate) fn write_partition(dir: &FsPath) -> Vec<u8> {
     let mut sealed = Vec::new();
     let mut offset = 0i64;
     let mut g = 0i64;
@@ -75,7 +96,7 @@ fn write_partition(dir: &FsPath) -> Vec<u8> {
     sealed
 }
 
-fn test_config() -> TieredConfig {
+pub(crate) fn test_config() -> TieredConfig {
     TieredConfig {
         chunk_bytes: 8192,
         cache_bytes: 64 << 10,
@@ -96,7 +117,7 @@ trait Backend {
     fn set_available(&mut self, up: bool);
 }
 
-async fn read_all(
+pub(crate) async fn read_all(
     storage: &TieredStorage,
     part: &crate::RemotePartition,
     from: i64,
@@ -128,10 +149,7 @@ async fn suite(backend: &mut dyn Backend) {
     let sealed = write_partition(&dir);
     let remote_end = (SEGMENTS_SEALED * BATCHES_PER_SEGMENT) as i64 * i64::from(RECORDS_PER_BATCH);
     let id = PartitionId::new("orders", "q1w2e3", 0);
-    let log = Arc::new(DirLog {
-        dir: dir.clone(),
-        start: AtomicI64::new(0),
-    });
+    let log = Arc::new(DirLog::leader(dir.clone()));
     let policy = TierPolicy {
         remote_storage_enable: true,
         local_retention_ms: -1,
@@ -238,7 +256,7 @@ async fn suite(backend: &mut dyn Backend) {
     );
 
     // An upload interrupted before its manifest update leaves objects no reader sees; the
-    // next start-up deletes them.
+    // next leader (here: the same broker after a restart) deletes them when it takes over.
     let orphan =
         storage
             .layout()
@@ -249,12 +267,13 @@ async fn suite(backend: &mut dyn Backend) {
         .unwrap();
     let storage3 = TieredStorage::with_store(test_config(), backend.store());
     let part3 = storage3.open_partition(id.clone()).await.unwrap();
+    storage3.take_leadership(&part3, 0).await.unwrap();
     assert!(matches!(
         store.head(&orphan).await,
         Err(object_store::Error::NotFound { .. })
     ));
     assert_eq!(storage3.stats().orphans_deleted, 1);
-    assert_eq!(*part3.manifest(), *m);
+    assert_eq!(part3.manifest().segments, m.segments);
 
     // A corrupted remote object is detected by CRC and reported, never served.
     let victim = &m.segments[2];

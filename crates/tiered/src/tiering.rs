@@ -15,7 +15,9 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::layout::PartitionId;
 use crate::local::{self, LocalSegment};
-use crate::manifest::RemoteSegment;
+use crate::replica_rules::{
+    TierRole, expired_by_time, follower_cut, local_retention_cut, segments_to_upload,
+};
 use crate::stats;
 use crate::{RemotePartition, TieredStorage};
 
@@ -28,6 +30,11 @@ pub trait LocalLog: Send + Sync + 'static {
     /// Delete whole local segments below `offset` (a segment base offset), moving the local
     /// log start there. Called only with offsets whose data the remote manifest holds.
     fn delete_local_before(&self, offset: i64) -> std::result::Result<(), String>;
+    /// Whether this replica leads the partition (and in which epoch) or follows it.
+    fn tier_role(&self) -> TierRole;
+    /// The partition's high watermark as this replica knows it: nothing at or above it is
+    /// uploaded (it may still be truncated) and a follower deletes nothing above it.
+    fn high_watermark(&self) -> i64;
 }
 
 /// Per-topic tiering configuration (Kafka's topic config names).
@@ -58,14 +65,14 @@ impl Default for TierPolicy {
 }
 
 impl TierPolicy {
-    fn effective_local_ms(&self) -> i64 {
+    pub(crate) fn effective_local_ms(&self) -> i64 {
         if self.local_retention_ms == -2 {
             self.retention_ms
         } else {
             self.local_retention_ms
         }
     }
-    fn effective_local_bytes(&self) -> i64 {
+    pub(crate) fn effective_local_bytes(&self) -> i64 {
         if self.local_retention_bytes == -2 {
             self.retention_bytes
         } else {
@@ -275,6 +282,22 @@ impl TieringManager {
         policy: TierPolicy,
         now_ms: i64,
     ) -> u64 {
+        let leader_epoch = match log.tier_role() {
+            TierRole::Follower => {
+                self.follower_pass(part, log, policy, now_ms).await;
+                return 0;
+            }
+            TierRole::Leader { leader_epoch } => leader_epoch,
+        };
+        // Just became leader (or started): continue from the stored manifest's end.
+        let claimed = part.claimed_epoch() == leader_epoch
+            || match self.storage.take_leadership(part, leader_epoch).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(partition = %part.id, leader_epoch, error = %e, "cannot take over the remote manifest; will retry");
+                    false
+                }
+            };
         let dir = log.dir();
         let sealed = match local::sealed_segments(&dir) {
             Ok(s) => s,
@@ -284,22 +307,11 @@ impl TieringManager {
             }
         };
         let local_start = log.local_log_start_offset();
+        let high_watermark = log.high_watermark();
         let pending = |part: &RemotePartition| -> Vec<LocalSegment> {
-            let next = part.next_offset().unwrap_or(i64::MIN);
-            sealed
-                .iter()
-                .filter(|s| {
-                    s.next_base_offset > next
-                        && s.next_base_offset > local_start
-                        && s.size_bytes > 0
-                })
-                .cloned()
-                .collect()
+            segments_to_upload(&sealed, part.next_offset(), local_start, high_watermark)
         };
-        for seg in pending(part) {
-            if seg.base_offset < part.next_offset().unwrap_or(i64::MIN) {
-                continue; // partially covered (cannot happen with Kafka's roll); skip
-            }
+        for seg in pending(part).into_iter().filter(|_| claimed) {
             if let Err(e) = self.storage.upload_segment(part, &seg, now_ms).await {
                 tracing::warn!(partition = %part.id, base_offset = seg.base_offset, error = %e, "segment upload failed; will retry");
                 break; // keep offset order: later segments wait for this one
@@ -313,12 +325,65 @@ impl TieringManager {
         ];
         metrics::gauge!(stats::UPLOAD_LAG_BYTES, &labels).set(lag_bytes as f64);
         metrics::gauge!(stats::UPLOAD_LAG_SEGMENTS, &labels).set(left.len() as f64);
+        if !claimed {
+            return lag_bytes;
+        }
         if let Err(e) = self.retention(part, log, &sealed, policy, now_ms).await {
             tracing::warn!(partition = %part.id, error = %e, "tiered retention failed; will retry");
         }
         metrics::gauge!(stats::REMOTE_SIZE_BYTES, &labels).set(part.size_bytes() as f64);
         metrics::gauge!(stats::LOCAL_SIZE_BYTES, &labels).set(local::local_size_bytes(&dir) as f64);
         lag_bytes
+    }
+
+    /// A follower's pass: learn what the leader uploaded and deleted, then delete local data
+    /// that is remote and committed (or below the remote log start).
+    async fn follower_pass(
+        &self,
+        part: &RemotePartition,
+        log: &dyn LocalLog,
+        policy: TierPolicy,
+        now_ms: i64,
+    ) {
+        if let Err(e) = self.storage.follow(part).await {
+            tracing::warn!(partition = %part.id, error = %e, "cannot read the remote manifest; will retry");
+            return;
+        }
+        let dir = log.dir();
+        let sealed = match local::sealed_segments(&dir) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(partition = %part.id, error = %e, "cannot list local segments");
+                return;
+            }
+        };
+        let cut = follower_cut(
+            &sealed,
+            log.local_log_start_offset(),
+            local::local_size_bytes(&dir),
+            &part.manifest(),
+            log.high_watermark(),
+            policy,
+            now_ms,
+        );
+        if let Some(cut) = cut {
+            match log.delete_local_before(cut) {
+                Ok(()) => {
+                    tracing::info!(partition = %part.id, local_log_start_offset = cut, "follower deleted local segments the leader has uploaded")
+                }
+                Err(e) => {
+                    tracing::warn!(partition = %part.id, error = %e, "follower local retention failed; will retry")
+                }
+            }
+        }
+        let labels = [
+            ("topic", part.id.topic.clone()),
+            ("partition", part.id.partition.to_string()),
+        ];
+        metrics::gauge!(stats::UPLOAD_LAG_BYTES, &labels).set(0.0);
+        metrics::gauge!(stats::UPLOAD_LAG_SEGMENTS, &labels).set(0.0);
+        metrics::gauge!(stats::REMOTE_SIZE_BYTES, &labels).set(part.size_bytes() as f64);
+        metrics::gauge!(stats::LOCAL_SIZE_BYTES, &labels).set(local::local_size_bytes(&dir) as f64);
     }
 
     async fn retention(
@@ -362,49 +427,20 @@ impl TieringManager {
         let Some(remote_next) = m.next_offset() else {
             return Ok(());
         };
-        let local_start = log.local_log_start_offset();
-        let (lms, lbytes) = (policy.effective_local_ms(), policy.effective_local_bytes());
-        let mut local_total = local::local_size_bytes(&log.dir());
-        let mut local_cut: Option<i64> = None;
-        for s in sealed.iter().filter(|s| s.next_base_offset > local_start) {
-            if s.next_base_offset > remote_next {
-                break; // not uploaded yet: never deleted
-            }
-            let by_time = expired_by_time(m.segment_for(s.base_offset), lms, now_ms);
-            let by_size = lbytes >= 0 && local_total.saturating_sub(s.size_bytes) >= lbytes as u64;
-            if !(by_time || by_size) {
-                break;
-            }
-            local_total = local_total.saturating_sub(s.size_bytes);
-            local_cut = Some(s.next_base_offset);
-        }
+        let local_cut = local_retention_cut(
+            sealed,
+            log.local_log_start_offset(),
+            local::local_size_bytes(&log.dir()),
+            remote_next,
+            &m,
+            policy,
+            now_ms,
+        );
         if let Some(cut) = local_cut {
             delete_local(part, log, sealed, cut)?;
         }
         Ok(())
     }
-}
-
-/// When an uploaded segment was last written, as far as is known: its largest record timestamp
-/// or, when no record carries one (-1), its upload time, which comes after the segment was
-/// sealed (so age measured from it is never more than the true age). Kafka ages a segment
-/// without timestamps from its file's mtime (`LogSegment.largestTimestamp`).
-fn largest_timestamp_ms(s: &RemoteSegment) -> Option<i64> {
-    if s.max_timestamp_ms >= 0 {
-        Some(s.max_timestamp_ms)
-    } else {
-        (s.uploaded_at_ms > 0).then_some(s.uploaded_at_ms)
-    }
-}
-
-/// Whether `retention_ms` (-1 = unlimited) deletes `segment` at `now_ms`. A segment whose age
-/// cannot be known (not in the manifest, no timestamps, no upload time) is never deleted by
-/// time. (Records with timestamp -1 used to count as infinitely old: deleted at the first pass.)
-fn expired_by_time(segment: Option<&RemoteSegment>, retention_ms: i64, now_ms: i64) -> bool {
-    retention_ms >= 0
-        && segment
-            .and_then(largest_timestamp_ms)
-            .is_some_and(|ts| now_ms.saturating_sub(ts) > retention_ms)
 }
 
 fn delete_local(
@@ -436,50 +472,4 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn segment(max_timestamp_ms: i64, uploaded_at_ms: i64) -> RemoteSegment {
-        RemoteSegment {
-            segment_id: "s".into(),
-            base_offset: 0,
-            last_offset: 9,
-            size_bytes: 100,
-            max_timestamp_ms,
-            max_timestamp_offset: if max_timestamp_ms < 0 { -1 } else { 9 },
-            batch_count: 1,
-            objects: Vec::new(),
-            uploaded_at_ms,
-        }
-    }
-
-    #[test]
-    fn segments_age_by_largest_timestamp_and_unknown_age_is_never_deleted_by_time() {
-        let now = 1_000_000_000;
-        let day = 86_400_000;
-        // Records without timestamps, uploaded just now: kept (used to be deleted at once).
-        assert!(!expired_by_time(Some(&segment(-1, now - 1_000)), day, now));
-        // ... and deleted once the upload is older than retention.ms.
-        assert!(expired_by_time(Some(&segment(-1, now - 2 * day)), day, now));
-        // No timestamps and no upload time: unknown age, never deleted by time.
-        assert!(!expired_by_time(Some(&segment(-1, 0)), 0, now));
-        assert!(!expired_by_time(None, 0, now));
-        // Timestamps decide when present, whatever the upload time.
-        assert!(expired_by_time(
-            Some(&segment(now - 2 * day, now)),
-            day,
-            now
-        ));
-        assert!(!expired_by_time(
-            Some(&segment(now - 1_000, now - 2 * day)),
-            day,
-            now
-        ));
-        // 1970-dated records go; unlimited retention keeps everything.
-        assert!(expired_by_time(Some(&segment(5, now)), day, now));
-        assert!(!expired_by_time(Some(&segment(5, now)), -1, now));
-    }
 }

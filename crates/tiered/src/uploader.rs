@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::{ObjectStoreExt, PutPayload, WriteMultipart, path::Path};
+use std::sync::atomic::Ordering;
 use tokio::io::AsyncReadExt;
 
 use crate::batch;
@@ -13,7 +14,7 @@ use crate::config::FailPoint;
 use crate::error::{Result, TieredError};
 use crate::layout::{MANIFEST_NAME, ObjectKind, new_segment_id, parse_segment_object_name};
 use crate::local::LocalSegment;
-use crate::manifest::{self, PartitionManifest, RemoteSegment};
+use crate::manifest::{self, NO_LEADER_EPOCH, PartitionManifest, RemoteSegment};
 use crate::remote_index::RemoteIndexBuilder;
 use crate::stats::{self, add};
 use crate::{RemotePartition, Shared};
@@ -37,9 +38,27 @@ pub(crate) async fn upload_and_commit(
         .acquire()
         .await
         .map_err(|_| TieredError::ShuttingDown)?;
+    if part.claimed_epoch() == NO_LEADER_EPOCH {
+        // Only the leader uploads (KIP-405); a follower's pass never gets here.
+        return Err(TieredError::Fenced {
+            stored: part.manifest().leader_epoch,
+            ours: NO_LEADER_EPOCH,
+        });
+    }
+    let from_offset = resume_offset(&part.manifest(), seg);
     let segment_id = new_segment_id();
     let mut written: Vec<Path> = Vec::new();
-    let uploaded = match upload_objects(sh, part, seg, &segment_id, now_ms, &mut written).await {
+    let uploaded = match upload_objects(
+        sh,
+        part,
+        seg,
+        from_offset,
+        &segment_id,
+        now_ms,
+        &mut written,
+    )
+    .await
+    {
         Ok(s) => s,
         Err(e) => {
             // Partial upload: remove what this attempt wrote (best effort; anything left is
@@ -56,7 +75,15 @@ pub(crate) async fn upload_and_commit(
         tracing::error!(partition = %part.id, base_offset = seg.base_offset, "fail point crash-before-manifest: aborting");
         std::process::abort();
     }
-    commit(sh, part, uploaded.clone()).await?;
+    if let Err(e) = commit(sh, part, uploaded.clone()).await {
+        if matches!(e, TieredError::Fenced { .. }) {
+            // A newer leader owns the manifest: nothing names these objects, nor ever will.
+            for key in &written {
+                let _ = sh.store.delete(key).await;
+            }
+        }
+        return Err(e);
+    }
     add(&sh.stats.segments_uploaded, 1);
     add(&sh.stats.bytes_uploaded, uploaded.size_bytes);
     metrics::counter!(stats::SEGMENTS_UPLOADED, "topic" => part.id.topic.clone()).increment(1);
@@ -66,22 +93,36 @@ pub(crate) async fn upload_and_commit(
     Ok(uploaded)
 }
 
-/// Put every object of the segment; returns the manifest entry (not yet committed).
+/// Where an upload of `seg` starts: its first offset not yet remote. `None` uploads the whole
+/// segment; `Some(offset)` only its batches from `offset` on (the segment straddles the remote
+/// end: replicas roll segments at different offsets, so after a leader change the new leader's
+/// segment may begin below the old leader's last upload).
+pub(crate) fn resume_offset(m: &PartitionManifest, seg: &LocalSegment) -> Option<i64> {
+    let next = m.next_offset()?;
+    (seg.base_offset < next && next < seg.next_base_offset).then_some(next)
+}
+
+/// Put every object of the segment (from `from_offset` on, if given); returns the manifest
+/// entry (not yet committed).
 async fn upload_objects(
     sh: &Shared,
     part: &RemotePartition,
     seg: &LocalSegment,
+    from_offset: Option<i64>,
     segment_id: &str,
     now_ms: i64,
     written: &mut Vec<Path>,
 ) -> Result<RemoteSegment> {
+    // A partial segment is named, and recorded, by its first uploaded offset: readers build
+    // object keys from the manifest's base offset.
+    let object_base = from_offset.unwrap_or(seg.base_offset);
     let key = |kind| {
         sh.layout
-            .segment_object(&part.id, seg.base_offset, segment_id, kind)
+            .segment_object(&part.id, object_base, segment_id, kind)
     };
     let log_key = key(ObjectKind::Log);
     written.push(log_key.clone());
-    let scanned = upload_log(sh, seg, &log_key).await?;
+    let scanned = upload_log(sh, seg, from_offset, &log_key).await?;
     let index_key = key(ObjectKind::RemoteIndex);
     written.push(index_key.clone());
     let index = scanned.index.encode();
@@ -93,12 +134,22 @@ async fn upload_objects(
         })
         .await?;
     let mut objects = vec![ObjectKind::Log, ObjectKind::RemoteIndex];
-    for kind in [
-        ObjectKind::OffsetIndex,
-        ObjectKind::TimeIndex,
-        ObjectKind::ProducerSnapshot,
-        ObjectKind::LeaderEpochCheckpoint,
-    ] {
+    // A partial segment's local index files point at the whole file's positions: not uploaded
+    // (reads use the remote index, built over what was uploaded).
+    let companions: &[ObjectKind] = if from_offset.is_some() {
+        &[
+            ObjectKind::ProducerSnapshot,
+            ObjectKind::LeaderEpochCheckpoint,
+        ]
+    } else {
+        &[
+            ObjectKind::OffsetIndex,
+            ObjectKind::TimeIndex,
+            ObjectKind::ProducerSnapshot,
+            ObjectKind::LeaderEpochCheckpoint,
+        ]
+    };
+    for &kind in companions {
         let Some(path) = seg.companion(kind) else {
             continue;
         };
@@ -122,7 +173,10 @@ async fn upload_objects(
     }
     Ok(RemoteSegment {
         segment_id: segment_id.to_string(),
-        base_offset: scanned.base_offset.unwrap_or(seg.base_offset),
+        base_offset: match from_offset {
+            Some(from) => from,
+            None => scanned.base_offset.unwrap_or(seg.base_offset),
+        },
         last_offset: scanned.last_offset,
         size_bytes: scanned.size_bytes,
         max_timestamp_ms: scanned.max_timestamp_ms,
@@ -146,7 +200,13 @@ struct Scanned {
 /// Stream the `.log` file to the store while checking every batch's CRC and building the
 /// remote index. Small segments go up in one PUT, large ones as a multipart upload with
 /// bounded parts in flight (aborted on failure, so no partial object remains).
-async fn upload_log(sh: &Shared, seg: &LocalSegment, key: &Path) -> Result<Scanned> {
+async fn upload_log(
+    sh: &Shared,
+    seg: &LocalSegment,
+    from_offset: Option<i64>,
+    key: &Path,
+) -> Result<Scanned> {
+    let from_offset = from_offset.unwrap_or(i64::MIN);
     let path_str = seg.log_path.display().to_string();
     let io = |e: std::io::Error| TieredError::LocalIo {
         path: path_str.clone(),
@@ -169,11 +229,14 @@ async fn upload_log(sh: &Shared, seg: &LocalSegment, key: &Path) -> Result<Scann
         batch_count: 0,
     };
     let mut position = 0u64;
+    // Where the next kept batch goes in the object (batches below `from_offset` are skipped).
+    let mut object_position = 0u64;
     let result: Result<()> = async {
         while position < size_bytes {
+            let batch_position = position;
             let corrupt = |reason: String| TieredError::LocalCorrupt {
                 path: path_str.clone(),
-                position,
+                position: batch_position,
                 reason,
             };
             let start = buf.len();
@@ -189,13 +252,25 @@ async fn upload_log(sh: &Shared, seg: &LocalSegment, key: &Path) -> Result<Scann
                 .await
                 .map_err(io)?;
             let info = batch::verify(&buf[start..]).map_err(|e| corrupt(e.to_string()))?;
+            position += size as u64;
+            if info.last_offset < from_offset {
+                buf.truncate(start); // already remote
+                continue;
+            }
+            if info.base_offset < from_offset {
+                return Err(corrupt(format!(
+                    "batch {}..={} straddles the remote end {from_offset}",
+                    info.base_offset, info.last_offset
+                )));
+            }
             if info.base_offset <= s.last_offset && s.batch_count > 0 {
                 return Err(corrupt(format!(
                     "offset {} does not follow {}",
                     info.base_offset, s.last_offset
                 )));
             }
-            builder.add(&info, position);
+            builder.add(&info, object_position);
+            object_position += size as u64;
             s.base_offset.get_or_insert(info.base_offset);
             s.last_offset = info.last_offset;
             s.batch_count += 1;
@@ -203,7 +278,6 @@ async fn upload_log(sh: &Shared, seg: &LocalSegment, key: &Path) -> Result<Scann
                 s.max_timestamp_ms = info.max_timestamp_ms;
                 s.max_timestamp_offset = info.last_offset;
             }
-            position += size as u64;
             if buf.len() >= part_bytes && size_bytes > part_bytes as u64 {
                 let mp = match &mut multipart {
                     Some(mp) => mp,
@@ -253,6 +327,7 @@ async fn upload_log(sh: &Shared, seg: &LocalSegment, key: &Path) -> Result<Scann
         }
     }
     s.index = builder.finish();
+    s.size_bytes = object_position;
     Ok(s)
 }
 
@@ -279,8 +354,36 @@ async fn commit(sh: &Shared, part: &RemotePartition, seg: RemoteSegment) -> Resu
     write_manifest(sh, part, m).await
 }
 
-async fn write_manifest(sh: &Shared, part: &RemotePartition, m: PartitionManifest) -> Result<()> {
+/// Store `m` under this broker's claimed leader epoch, unless a newer leader claimed the
+/// manifest since (then `Fenced`, and nothing is written).
+///
+/// The check is a GET before the PUT, not a conditional PUT (`object_store`'s local-directory
+/// store has no compare-and-swap), so a deposed leader that passed its check just before the
+/// new leader's claim can still land one write. That write cannot hide data: the new leader
+/// writes from its own copy (claimed after loading the stored manifest), so its next write
+/// replaces it, and the deposed leader's objects it named are then orphans, which the next
+/// leader change or restart reconciles.
+async fn write_manifest(
+    sh: &Shared,
+    part: &RemotePartition,
+    mut m: PartitionManifest,
+) -> Result<()> {
+    let ours = part.claimed_epoch();
     let key = sh.layout.manifest(&part.id);
+    let stored = sh
+        .config
+        .retry
+        .run("load manifest", || manifest::load(sh.store.as_ref(), &key))
+        .await?;
+    let stored_epoch = stored.map_or(NO_LEADER_EPOCH, |s| s.leader_epoch);
+    if !may_write(ours, stored_epoch) {
+        tracing::warn!(partition = %part.id, ours, stored = stored_epoch, "remote manifest claimed by a newer leader; not written");
+        return Err(TieredError::Fenced {
+            stored: stored_epoch,
+            ours,
+        });
+    }
+    m.leader_epoch = ours;
     sh.config
         .retry
         .run("put manifest", || {
@@ -289,6 +392,70 @@ async fn write_manifest(sh: &Shared, part: &RemotePartition, m: PartitionManifes
         .await?;
     part.set_manifest(m);
     Ok(())
+}
+
+/// Whether a broker that claimed the manifest under `ours` may overwrite one stored by
+/// `stored`: only the leader writes (a follower has no claim), and never over a newer leader.
+pub(crate) fn may_write(ours: i32, stored: i32) -> bool {
+    ours != NO_LEADER_EPOCH && ours >= stored
+}
+
+pub(crate) async fn take_leadership(
+    sh: &Shared,
+    part: &RemotePartition,
+    leader_epoch: i32,
+) -> Result<()> {
+    let r = claim(sh, part, leader_epoch).await;
+    if r.is_err() {
+        // The leader cannot upload until it holds the manifest: an upload error for metrics.
+        add(&sh.stats.upload_errors, 1);
+        metrics::counter!(stats::UPLOAD_ERRORS, "topic" => part.id.topic.clone()).increment(1);
+    }
+    r
+}
+
+async fn claim(sh: &Shared, part: &RemotePartition, leader_epoch: i32) -> Result<()> {
+    let _w = part.writer.lock().await;
+    let key = sh.layout.manifest(&part.id);
+    let stored = sh
+        .config
+        .retry
+        .run("load manifest", || manifest::load(sh.store.as_ref(), &key))
+        .await?
+        .unwrap_or_else(|| PartitionManifest::empty(&part.id));
+    if !may_write(leader_epoch, stored.leader_epoch) {
+        return Err(TieredError::Fenced {
+            stored: stored.leader_epoch,
+            ours: leader_epoch,
+        });
+    }
+    let resume = stored.next_offset();
+    let generation = stored.generation;
+    part.set_manifest(stored);
+    reconcile(sh, part).await?;
+    part.claimed_epoch.store(leader_epoch, Ordering::Release);
+    let mut m = (*part.manifest()).clone();
+    m.generation = generation + 1;
+    if let Err(e) = write_manifest(sh, part, m).await {
+        part.claimed_epoch.store(NO_LEADER_EPOCH, Ordering::Release);
+        return Err(e);
+    }
+    tracing::info!(partition = %part.id, leader_epoch, resume_offset = ?resume, "remote manifest claimed by this leader; uploads resume at its end");
+    Ok(())
+}
+
+pub(crate) async fn follow(sh: &Shared, part: &RemotePartition) -> Result<bool> {
+    let _w = part.writer.lock().await;
+    part.claimed_epoch.store(NO_LEADER_EPOCH, Ordering::Release);
+    let key = sh.layout.manifest(&part.id);
+    let Some(stored) = manifest::load(sh.store.as_ref(), &key).await? else {
+        return Ok(false);
+    };
+    let changed = *part.manifest() != stored;
+    if changed {
+        part.set_manifest(stored);
+    }
+    Ok(changed)
 }
 
 pub(crate) async fn delete_before(

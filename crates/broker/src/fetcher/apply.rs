@@ -26,6 +26,10 @@ pub enum Applied {
     Truncated { log_end_offset: i64, done: bool },
     /// OFFSET_OUT_OF_RANGE above the leader's log: resolve by epoch (OffsetForLeaderEpoch).
     ResolveByEpoch,
+    /// OFFSET_MOVED_TO_TIERED_STORAGE: ask the leader for its local log start (ListOffsets
+    /// -4), take the remote part from the manifest, restart there
+    /// (`Partition::restart_follower_above_remote`).
+    MovedToTieredStorage,
     /// The leader refused (fenced, not the leader any more, gone): stop fetching this
     /// partition until the metadata says more.
     Stop(i16),
@@ -56,6 +60,9 @@ pub fn apply(
             });
         }
         Some(ResponseError::OffsetOutOfRange) => return Ok(Applied::ResolveByEpoch),
+        Some(ResponseError::OffsetMovedToTieredStorage) => {
+            return Ok(Applied::MovedToTieredStorage);
+        }
         Some(_) => return Ok(Applied::Stop(fetched.error_code)),
     }
     let batches = whole_batches(&fetched.records);
@@ -129,6 +136,14 @@ pub fn replicate_once(
     };
     let applied = apply(follower, pos.leader_epoch, pos.fetch_offset, &fetched)?;
     match applied {
+        Applied::MovedToTieredStorage => {
+            // In process the manifest is the tiering pass's to read; only the restart here.
+            let local_start = leader.offsets()?.local_log_start_offset;
+            follower.restart_follower_at(pos.leader_epoch, local_start)?;
+            Ok(Applied::Appended {
+                log_end_offset: local_start,
+            })
+        }
         Applied::ResolveByEpoch | Applied::Truncated { done: false, .. } => {
             let epoch = follower.follower_position()?.last_fetched_epoch;
             let leader_end = leader

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, TopicName,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use parking_lot::{Mutex, RwLock};
@@ -29,6 +30,9 @@ use crate::partition::Partition;
 /// Fetch version the fetcher speaks (the highest we serve: `diverging_epoch` is v12+).
 const FETCH_VERSION: i16 = 12;
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
+/// ListOffsets v8 is the first with -4 (earliest local, KIP-405).
+const LIST_OFFSETS_VERSION: i16 = 8;
+const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 /// `replica.fetch.wait.max.ms` (Kafka's default 500).
 pub const REPLICA_FETCH_WAIT_MAX_MS: i32 = 500;
 /// `replica.fetch.backoff.ms` (Kafka's default 1000): after an error, before trying again.
@@ -291,6 +295,10 @@ impl FetcherTask {
                 self.truncate_by_epoch(connection, partition, leader_epoch)
                     .await
             }
+            Ok(Applied::MovedToTieredStorage) => {
+                self.restart_above_remote(connection, partition, leader_epoch)
+                    .await
+            }
             Ok(Applied::Stop(code)) => {
                 let fenced = code == kafka_protocol::ResponseError::FencedLeaderEpoch.code();
                 tracing::warn!(topic = %key.0, partition = key.1, leader_id = self.leader_id, code, "the leader refused the fetch");
@@ -306,6 +314,47 @@ impl FetcherTask {
                 Ok(())
             }
         }
+    }
+
+    /// OFFSET_MOVED_TO_TIERED_STORAGE: the leader's local log start (ListOffsets -4, as
+    /// Kafka's follower asks), then restart this replica there with the remote part known.
+    async fn restart_above_remote(
+        &mut self,
+        connection: &mut LeaderConnection,
+        partition: &Partition,
+        leader_epoch: i32,
+    ) -> Result<(), FetcherError> {
+        let mut p = ListOffsetsPartition::default();
+        p.partition_index = partition.index;
+        p.current_leader_epoch = leader_epoch;
+        p.timestamp = EARLIEST_LOCAL_TIMESTAMP;
+        let mut t = ListOffsetsTopic::default();
+        t.name = TopicName(StrBytes::from_string(partition.topic.to_string()));
+        t.partitions = vec![p];
+        let mut request = ListOffsetsRequest::default();
+        request.replica_id = BrokerId(self.config.node_id);
+        request.topics = vec![t];
+        let response: ListOffsetsResponse = connection
+            .call(
+                ApiKey::ListOffsets,
+                LIST_OFFSETS_VERSION,
+                &request,
+                CALL_TIMEOUT,
+            )
+            .await?;
+        let Some(answer) = response.topics.first().and_then(|t| t.partitions.first()) else {
+            return Err(FetcherError::Decode("empty ListOffsets answer".into()));
+        };
+        if answer.error_code != 0 || answer.offset < 0 {
+            return Ok(()); // retried at the next round
+        }
+        if let Err(e) = partition
+            .restart_follower_above_remote(leader_epoch, answer.offset)
+            .await
+        {
+            tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "restart at the leader's local log start failed");
+        }
+        Ok(())
     }
 
     /// OffsetForLeaderEpoch for the follower's latest epoch, then truncate to its end.

@@ -336,3 +336,65 @@ fn a_follower_outside_the_isr_is_not_offered() {
     let (_, followers) = leader.read_replica_candidates(0, 2).unwrap();
     assert!(followers.is_empty());
 }
+
+#[tokio::test]
+async fn a_follower_below_a_tiered_leaders_local_log_start_restarts_there() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    let config = LogConfig {
+        segment_bytes: 8192,
+        ..LogConfig::default()
+    };
+    leader.update_config(config, true); // remote.storage.enable=true
+    lead(&leader, 1, &[1], 1, sink().0);
+    follower.make_follower(1, 1).unwrap();
+    let mut end = 0;
+    for _ in 0..20 {
+        end = produce(&leader, 20);
+    }
+    // The leader's local retention deleted below `local_start` (its data is remote).
+    let local_start = end / 2;
+    leader.delete_local_records_before(local_start).unwrap();
+    assert_eq!(
+        leader.offsets().unwrap().local_log_start_offset,
+        local_start
+    );
+    // Fetch at 0: OFFSET_MOVED_TO_TIERED_STORAGE, not OFFSET_OUT_OF_RANGE.
+    let params = crate::partition::FetchParams {
+        fetch_offset: 0,
+        max_bytes: MAX_BYTES,
+        min_one_message: true,
+        isolation: crate::partition::FetchIsolation::LogEnd,
+        replica_id: 2,
+    };
+    let fetch = crate::partition::FollowerFetch {
+        replica_id: 2,
+        current_leader_epoch: 1,
+        last_fetched_epoch: -1,
+    };
+    let read = leader.read_for_follower(params, fetch, 0).unwrap();
+    let err = read.read.records.unwrap_err();
+    assert_eq!(
+        err.kafka_code(),
+        ResponseError::OffsetMovedToTieredStorage.code()
+    );
+    // The follower starts at the leader's local log start and replicates from there.
+    let applied = replicate_once(&leader, &follower, 2, MAX_BYTES, 1).unwrap();
+    assert_eq!(
+        applied,
+        Applied::Appended {
+            log_end_offset: local_start
+        }
+    );
+    assert_eq!(
+        follower.offsets().unwrap().local_log_start_offset,
+        local_start
+    );
+    for now in 2..100 {
+        if follower.offsets().unwrap().log_end_offset == end {
+            break;
+        }
+        replicate_once(&leader, &follower, 2, MAX_BYTES, now).unwrap();
+    }
+    assert_eq!(follower.offsets().unwrap().log_end_offset, end);
+}

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use streamforge_log::{LogConfig, LogError, SealedSegment};
-use streamforge_tiered::LocalLog;
+use streamforge_tiered::{LocalLog, TierRole};
 
-use super::{Partition, PartitionError};
+use super::{Partition, PartitionError, PartitionRole};
 
 impl Partition {
     /// Roll, retention, `flush.ms`, the recovery-point checkpoint, and the periodic background
@@ -68,6 +68,32 @@ impl Partition {
         let _ = self.with_log(|log| log.update_config(config));
     }
 
+    /// OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): the leader's local log starts at
+    /// `leader_local_start`, above this follower's fetch offset, and what is below it is
+    /// remote. Learn the remote part from the manifest first (so the log start clients see
+    /// here is the remote start at once), then start the local log at the leader's local
+    /// start and fetch from there. Remote data is never copied to a follower.
+    pub async fn restart_follower_above_remote(
+        &self,
+        leader_epoch: i32,
+        leader_local_start: i64,
+    ) -> Result<(), PartitionError> {
+        if let (Some(remote), Some(tiering)) = (self.remote(), self.tiering()) {
+            // Best effort: the tiering pass reads the manifest again each interval.
+            if let Err(e) = tiering.storage().follow(&remote).await {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot read the remote manifest; the tiering pass retries");
+            }
+        }
+        let below_local = self.with_follower_log(leader_epoch, |log| {
+            Ok(log.log_end_offset() < leader_local_start)
+        })?;
+        if !below_local {
+            return Ok(()); // already there (an older answer raced a newer one)
+        }
+        tracing::info!(topic = %self.topic, partition = self.index, leader_local_start, "follower below the leader's local log start: remote part taken from the manifest, local log restarts at the leader's local start");
+        self.restart_follower_at(leader_epoch, leader_local_start)
+    }
+
     /// Zero-copy views of the sealed segments (the scrubber checks them outside the lock).
     pub fn sealed_segments(&self) -> Result<Vec<SealedSegment>, PartitionError> {
         self.with_log(|log| log.sealed_segments())
@@ -90,6 +116,24 @@ impl LocalLog for Partition {
         self.delete_local_records_before(offset)
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    fn tier_role(&self) -> TierRole {
+        // Only the leader uploads; a follower, or a replica not serving yet, only deletes
+        // local data the leader's manifest holds (KIP-405).
+        let (role, leader_epoch) = {
+            let guard = self.state.lock();
+            (guard.serving.role, guard.serving.leader_epoch)
+        };
+        match role {
+            PartitionRole::Leader => TierRole::Leader { leader_epoch },
+            _ => TierRole::Follower,
+        }
+    }
+
+    fn high_watermark(&self) -> i64 {
+        self.with_log(|log| log.high_watermark())
+            .unwrap_or(i64::MIN)
     }
 }
 

@@ -127,6 +127,11 @@ pub enum PartitionError {
         log_start: i64,
         high_watermark: i64,
     },
+    /// A follower fetch below the leader's local log start of a tiered partition (KIP-405):
+    /// the follower takes the remote part from the manifest and fetches from the leader's
+    /// local log start.
+    #[error("offset {offset} is below the local log start {local_log_start}: in tiered storage")]
+    OffsetMovedToTieredStorage { offset: i64, local_log_start: i64 },
     #[error("{0}")]
     InvalidRequest(String),
     /// acks=all before the append: the ISR is smaller than `min.insync.replicas`.
@@ -163,6 +168,9 @@ impl PartitionError {
             PartitionError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch.code(),
             PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch.code(),
             PartitionError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
+            PartitionError::OffsetMovedToTieredStorage { .. } => {
+                ResponseError::OffsetMovedToTieredStorage.code()
+            }
             PartitionError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
             PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas.code(),
             PartitionError::NotEnoughReplicasAfterAppend => {

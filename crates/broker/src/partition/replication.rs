@@ -351,6 +351,16 @@ impl Partition {
                 aborted: Vec::new(),
             };
             Ok((read, Some(diverging), None, None))
+        } else if params.fetch_offset < log.log_start_offset() && self.remote_enabled() {
+            let read = ReadResult {
+                offsets: local_offsets(log),
+                records: Err(PartitionError::OffsetMovedToTieredStorage {
+                    offset: params.fetch_offset,
+                    local_log_start: log.log_start_offset(),
+                }),
+                aborted: Vec::new(),
+            };
+            Ok((read, None, None, None))
         } else if params.fetch_offset > log.log_end_offset()
             || params.fetch_offset < log.log_start_offset()
         {
@@ -404,7 +414,7 @@ impl Partition {
 
     /// Run `f` on the log if this broker follows in `leader_epoch` (a fetcher's answer from
     /// an older leadership is dropped: FENCED_LEADER_EPOCH).
-    fn with_follower_log<R>(
+    pub(super) fn with_follower_log<R>(
         &self,
         leader_epoch: i32,
         f: impl FnOnce(&mut Log) -> Result<R, PartitionError>,
