@@ -134,7 +134,7 @@ describe('transactions page in headless Chromium', () => {
     // (From node, not the page: the browser would log the refusal as a console error.)
     const again = await fetch(`${broker.url}/api/transactions/${encodeURIComponent(ABORT_ID)}/abort`,
       { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' });
-    assert.ok(again.status >= 400);
+    assert.equal(again.status, 409);
     assert.equal((await again.json()).kafka_error, 'INVALID_TXN_STATE');
   });
 
