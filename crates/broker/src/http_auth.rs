@@ -135,6 +135,7 @@ pub fn dashboard_authorizer(state: &BrokerState) -> Option<streamforge_http::aut
             HttpResource::Cluster => Resource::cluster(),
             HttpResource::Topic(t) => Resource::topic(t),
             HttpResource::Group(g) => Resource::group(g),
+            HttpResource::TransactionalId(t) => Resource::transactional_id(t),
         };
         let who = crate::security::principal::Principal::user(principal.name.clone());
         authorizer.authorize(&who, "*", op, &resource)

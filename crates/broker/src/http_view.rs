@@ -536,6 +536,23 @@ impl ClusterView for BrokerView {
         Box::pin(blocking(move || console::delete_group(&state, &group)))
     }
 
+    fn transactions(&self) -> ViewFuture<'_, Vec<streamforge_http::TransactionInfo>> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || {
+            Ok(crate::http_view_txn::all_transactions(&state))
+        }))
+    }
+
+    fn abort_transaction(
+        &self,
+        transactional_id: String,
+    ) -> ViewFuture<'_, streamforge_http::TransactionInfo> {
+        let state = self.state.clone();
+        Box::pin(blocking(move || {
+            crate::http_view_txn::abort(&state, &transactional_id)
+        }))
+    }
+
     fn broker_detail(&self) -> ViewFuture<'_, BrokerDetail> {
         let state = self.state.clone();
         let started_at_ms = self.started_at_ms;

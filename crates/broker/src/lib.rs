@@ -17,6 +17,7 @@ pub mod http_auth;
 pub mod http_view;
 mod http_view_console;
 mod http_view_groups;
+mod http_view_txn;
 pub mod metadata_cluster;
 mod metadata_import;
 pub mod metadata_service;

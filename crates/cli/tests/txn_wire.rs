@@ -102,6 +102,17 @@ fn produce(c: &mut Conn, version: i16, id: &str, partition: i32, records: Bytes)
 }
 
 fn add_partition(c: &mut Conn, id: &str, pid: i64, epoch: i16, partition: i32) -> i16 {
+    add_partition_v(c, 3, id, pid, epoch, partition)
+}
+
+fn add_partition_v(
+    c: &mut Conn,
+    version: i16,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    partition: i32,
+) -> i16 {
     let mut t = AddPartitionsToTxnTopic::default();
     t.name = name(TOPIC);
     t.partitions = vec![partition];
@@ -110,7 +121,7 @@ fn add_partition(c: &mut Conn, id: &str, pid: i64, epoch: i16, partition: i32) -
     req.v3_and_below_producer_id = ProducerId(pid);
     req.v3_and_below_producer_epoch = epoch;
     req.v3_and_below_topics = vec![t];
-    let r: AddPartitionsToTxnResponse = c.call(ApiKey::AddPartitionsToTxn, 3, &req);
+    let r: AddPartitionsToTxnResponse = c.call(ApiKey::AddPartitionsToTxn, version, &req);
     r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
 }
 
@@ -243,4 +254,32 @@ fn transaction_version_0_advertises_the_kip_98_versions() {
     assert_eq!(max_version(&versions, ApiKey::EndTxn), 4);
     assert_eq!(max_version(&versions, ApiKey::Produce), 11);
     assert_eq!(max_version(&versions, ApiKey::TxnOffsetCommit), 4);
+}
+
+#[test]
+fn versions_before_kip_588_get_invalid_producer_epoch_for_a_fenced_producer() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProc::start(dir.path(), &[]);
+    let mut c = broker.connect();
+    create_topic(&mut c);
+    let (pid, e0) = init(&mut c, "kip588");
+    let (pid1, e1) = init(&mut c, "kip588");
+    assert_eq!(
+        (pid1, e1),
+        (pid, e0 + 1),
+        "the second producer fences the first"
+    );
+    let fenced = ResponseError::ProducerFenced.code();
+    let old_code = ResponseError::InvalidProducerEpoch.code();
+    // EndTxn and AddPartitionsToTxn: v0/v1 predate PRODUCER_FENCED, v2+ get it.
+    assert_eq!(
+        end_txn(&mut c, 1, "kip588", pid, e0, true).error_code,
+        old_code
+    );
+    assert_eq!(
+        end_txn(&mut c, 3, "kip588", pid, e0, true).error_code,
+        fenced
+    );
+    assert_eq!(add_partition_v(&mut c, 1, "kip588", pid, e0, 0), old_code);
+    assert_eq!(add_partition_v(&mut c, 2, "kip588", pid, e0, 0), fenced);
 }

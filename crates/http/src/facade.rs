@@ -125,6 +125,19 @@ pub trait ClusterView: Send + Sync + 'static {
     fn delete_group(&self, group: String) -> ViewFuture<'_, ()> {
         unsupported(format!("deleting group '{group}'"))
     }
+    /// The transaction coordinator's transactional ids (as ListTransactions and
+    /// DescribeTransactions see them); a broker without transactions answers an empty list.
+    fn transactions(&self) -> ViewFuture<'_, Vec<crate::transactions::TransactionInfo>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    /// Aborts the open transaction of a transactional id as a timeout would (the producer's
+    /// epoch is bumped, so it is fenced) and answers the transaction afterwards.
+    fn abort_transaction(
+        &self,
+        transactional_id: String,
+    ) -> ViewFuture<'_, crate::transactions::TransactionInfo> {
+        unsupported(format!("aborting the transaction of '{transactional_id}'"))
+    }
     /// This broker: data directory, disk use, configs.
     fn broker_detail(&self) -> ViewFuture<'_, crate::console::BrokerDetail> {
         unsupported("the broker page".to_string())

@@ -24,15 +24,19 @@ pub fn name(error: ResponseError) -> String {
 pub fn http_status(error: ResponseError) -> StatusCode {
     use ResponseError as E;
     match error {
-        E::UnknownTopicOrPartition | E::UnknownTopicId | E::GroupIdNotFound => {
-            StatusCode::NOT_FOUND
-        }
-        E::TopicAlreadyExists | E::NonEmptyGroup | E::GroupSubscribedToTopic => {
-            StatusCode::CONFLICT
-        }
+        E::UnknownTopicOrPartition
+        | E::UnknownTopicId
+        | E::GroupIdNotFound
+        | E::TransactionalIdNotFound => StatusCode::NOT_FOUND,
+        E::TopicAlreadyExists
+        | E::NonEmptyGroup
+        | E::GroupSubscribedToTopic
+        | E::InvalidTxnState
+        | E::ConcurrentTransactions => StatusCode::CONFLICT,
         E::TopicAuthorizationFailed
         | E::GroupAuthorizationFailed
-        | E::ClusterAuthorizationFailed => StatusCode::FORBIDDEN,
+        | E::ClusterAuthorizationFailed
+        | E::TransactionalIdAuthorizationFailed => StatusCode::FORBIDDEN,
         E::KafkaStorageError
         | E::CoordinatorNotAvailable
         | E::CoordinatorLoadInProgress

@@ -24,6 +24,7 @@ mod payload;
 pub mod prom_replication;
 mod prom_text;
 mod routes;
+pub mod transactions;
 mod ui;
 
 use std::net::SocketAddr;
@@ -38,6 +39,7 @@ pub use bench::{
 pub use console::*;
 pub use facade::*;
 pub use metrics_tap::{InHub, MetricsHub, install_metrics};
+pub use transactions::TransactionInfo;
 
 /// Optional parts of the dashboard.
 #[derive(Default, Clone)]

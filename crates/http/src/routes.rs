@@ -12,7 +12,7 @@ use crate::bench::BenchHub;
 use crate::facade::{ClusterView, ViewError};
 use crate::live::LiveSampler;
 use crate::metrics_tap::MetricsHub;
-use crate::{api_browse, api_cluster, api_console, api_groups, api_topics, auth, ui};
+use crate::{api_browse, api_cluster, api_console, api_groups, api_topics, auth, transactions, ui};
 
 /// Everything a handler may need.
 #[derive(Clone)]
@@ -147,6 +147,15 @@ pub fn router(state: AppState) -> Router {
             delete(api_groups::delete_offsets),
         )
         .route("/groups/{group}/lag-history", get(api_groups::lag_history))
+        .route("/transactions", get(transactions::list))
+        .route(
+            "/transactions/{transactional_id}",
+            get(transactions::detail),
+        )
+        .route(
+            "/transactions/{transactional_id}/abort",
+            post(transactions::abort),
+        )
         .route("/live", get(api_cluster::live))
         .route("/live/stream", get(api_cluster::live_stream))
         .route(

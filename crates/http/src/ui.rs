@@ -40,6 +40,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../ui/broker.js"),
     ),
     (
+        "transactions.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../ui/transactions.js"),
+    ),
+    (
         "style.css",
         "text/css; charset=utf-8",
         include_bytes!("../ui/style.css"),
@@ -74,6 +79,7 @@ const PAGE_PREFIXES: &[&str] = &[
     "/messages",
     "/broker",
     "/brokers",
+    "/transactions",
 ];
 
 pub async fn asset(Path(path): Path<String>) -> Response {

@@ -125,3 +125,19 @@ async fn lag_history_is_kept_by_the_server() {
     assert_eq!(v["points"].as_array().unwrap().len(), 0);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn transactions_on_a_view_without_them_are_empty_and_abort_is_unoffered() {
+    let server = start().await;
+    let a = server.local_addr();
+    let (s, v) = json_of(a, "GET", "/api/transactions", None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v, serde_json::json!([]));
+    let (s, _) = json_of(a, "GET", "/api/transactions/tx", None).await;
+    assert_eq!(s, 404);
+    let (s, v) = json_of(a, "POST", "/api/transactions/tx/abort", Some("{}")).await;
+    assert_eq!(s, 501, "{v}");
+    let (s, _) = json_of(a, "POST", "/api/transactions/tx/abort", Some("not json")).await;
+    assert_eq!(s, 400);
+    server.shutdown().await;
+}

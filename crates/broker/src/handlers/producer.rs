@@ -60,7 +60,13 @@ pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame)
                 resp.producer_id = ProducerId(producer_id);
                 resp.producer_epoch = epoch;
             }
-            Ok(Err(e)) => resp.error_code = e.code(),
+            Ok(Err(e)) => {
+                resp.error_code = super::txn::fenced_code(
+                    req.api_version,
+                    super::txn::INIT_PRODUCER_ID_FENCED_SINCE,
+                    e.code(),
+                )
+            }
             Err(e) => {
                 tracing::error!(error = %e, "InitProducerId task failed");
                 resp.error_code = ErrorCode::UnknownServerError.code();

@@ -34,6 +34,24 @@ fn code(r: Result<(), ResponseError>) -> i16 {
     r.err().map_or(0, |e| e.code())
 }
 
+/// KIP-588: versions below `first_version` (InitProducerId v4, AddPartitionsToTxn,
+/// AddOffsetsToTxn and EndTxn v2) predate PRODUCER_FENCED, so Kafka answers them
+/// INVALID_PRODUCER_EPOCH instead, which those clients handle as fencing (kafkajs, for one,
+/// does not know code 90).
+pub(crate) fn fenced_code(api_version: i16, first_version: i16, code: i16) -> i16 {
+    if api_version < first_version && code == ResponseError::ProducerFenced.code() {
+        ResponseError::InvalidProducerEpoch.code()
+    } else {
+        code
+    }
+}
+
+/// The first AddPartitionsToTxn, AddOffsetsToTxn and EndTxn version that may answer
+/// PRODUCER_FENCED (KIP-588).
+const PRODUCER_FENCED_SINCE: i16 = 2;
+/// The first InitProducerId version that may answer PRODUCER_FENCED (KIP-588).
+pub(crate) const INIT_PRODUCER_ID_FENCED_SINCE: i16 = 4;
+
 /// The `__consumer_offsets` partition of a group, as a transaction partition.
 fn offsets_partition(state: &BrokerState, group: &str) -> (String, i32) {
     let n = state.groups.offsets_partitions();
@@ -128,6 +146,17 @@ pub async fn handle_add_partitions(state: Arc<BrokerState>, req: RequestFrame) -
             &request.v3_and_below_topics,
             Some(&access),
         );
+        for pr in resp
+            .results_by_topic_v3_and_below
+            .iter_mut()
+            .flat_map(|t| t.results_by_partition.iter_mut())
+        {
+            pr.partition_error_code = fenced_code(
+                req.api_version,
+                PRODUCER_FENCED_SINCE,
+                pr.partition_error_code,
+            );
+        }
     } else {
         for t in &request.transactions {
             let mut r = AddPartitionsToTxnResult::default();
@@ -160,7 +189,7 @@ pub async fn handle_add_offsets(state: Arc<BrokerState>, req: RequestFrame) -> H
         return Ok(Some(req.respond(&resp)?));
     }
     let partition = offsets_partition(&state, &request.group_id.0);
-    resp.error_code = code(
+    let result = code(
         state
             .txns
             .run(&state, &request.transactional_id.0, |c, now, out| {
@@ -174,6 +203,7 @@ pub async fn handle_add_offsets(state: Arc<BrokerState>, req: RequestFrame) -> H
                 )
             }),
     );
+    resp.error_code = fenced_code(req.api_version, PRODUCER_FENCED_SINCE, result);
     Ok(Some(req.respond(&resp)?))
 }
 
@@ -211,7 +241,7 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
         resp.producer_id = ProducerId(p);
         resp.producer_epoch = e;
     }
-    resp.error_code = code(result);
+    resp.error_code = fenced_code(req.api_version, PRODUCER_FENCED_SINCE, code(result));
     Ok(Some(req.respond(&resp)?))
 }
 

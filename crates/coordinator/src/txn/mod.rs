@@ -501,12 +501,37 @@ impl TxnCoordinator {
             .collect();
         for tid in expired {
             tracing::info!(transactional_id = %tid, "aborting a transaction past its timeout");
-            let m = self.txns.get_mut(&tid).expect("listed");
-            if m.producer_epoch < i16::MAX - 1 {
-                m.producer_epoch += 1;
-            }
-            self.prepare(&tid, false, now_ms, out);
+            self.fence_and_abort(&tid, now_ms, out);
         }
+    }
+
+    /// An operator's abort of an open transaction (the dashboard): the same as a timeout,
+    /// the epoch is bumped so the producer is fenced, and the ABORT markers are written.
+    /// Unknown id: TRANSACTIONAL_ID_NOT_FOUND; nothing open (not Ongoing): INVALID_TXN_STATE
+    /// (a Prepare state already completes by itself).
+    pub fn abort_open(
+        &mut self,
+        tid: &str,
+        now_ms: i64,
+        out: &mut TxnEffects,
+    ) -> Result<(), ResponseError> {
+        match self.txns.get(tid) {
+            None => Err(ResponseError::TransactionalIdNotFound),
+            Some(m) if m.state != TxnState::Ongoing => Err(ResponseError::InvalidTxnState),
+            Some(_) => {
+                tracing::info!(transactional_id = %tid, "aborting a transaction on request");
+                self.fence_and_abort(tid, now_ms, out);
+                Ok(())
+            }
+        }
+    }
+
+    fn fence_and_abort(&mut self, tid: &str, now_ms: i64, out: &mut TxnEffects) {
+        let m = self.txns.get_mut(tid).expect("caller checked the id");
+        if m.producer_epoch < i16::MAX - 1 {
+            m.producer_epoch += 1;
+        }
+        self.prepare(tid, false, now_ms, out);
     }
 
     /// Earliest time a transaction may time out (the broker's timer sleeps until then).

@@ -137,3 +137,44 @@ fn timeouts_abort_with_a_bumped_epoch_and_prepared_ones_finish_after_replay() {
         Ok((pid, e0 + 2))
     );
 }
+
+#[test]
+fn an_operator_abort_fences_the_producer_and_only_applies_to_an_open_transaction() {
+    let mut c = coordinator();
+    let mut alloc = ids();
+    let mut out = TxnEffects::default();
+    assert_eq!(
+        c.abort_open("tx", 0, &mut out),
+        Err(ResponseError::TransactionalIdNotFound)
+    );
+    let (pid, e0) = c
+        .init_producer_id(0, "tx", 60_000, None, &mut alloc, &mut out)
+        .unwrap();
+    assert_eq!(
+        c.abort_open("tx", 1, &mut out),
+        Err(ResponseError::InvalidTxnState),
+        "Empty: nothing to abort"
+    );
+    c.add_partitions(2, "tx", pid, e0, &[tp("a", 0), tp("b", 1)], &mut out)
+        .unwrap();
+    let mut abort = TxnEffects::default();
+    c.abort_open("tx", 3, &mut abort).unwrap();
+    assert_eq!(c.get("tx").unwrap().state, TxnState::PrepareAbort);
+    assert_eq!(abort.appends.len(), 1, "the PrepareAbort record");
+    assert_eq!(abort.markers.len(), 1);
+    assert!(!abort.markers[0].commit);
+    assert_eq!(abort.markers[0].producer_epoch, e0 + 1);
+    assert_eq!(abort.markers[0].partitions, vec![tp("a", 0), tp("b", 1)]);
+    assert_eq!(
+        c.abort_open("tx", 4, &mut abort),
+        Err(ResponseError::InvalidTxnState),
+        "already completing"
+    );
+    c.markers_written("tx", 5, &mut abort);
+    assert_eq!(c.get("tx").unwrap().state, TxnState::CompleteAbort);
+    // The producer, still at the old epoch, is fenced.
+    assert_eq!(
+        c.end_txn(6, "tx", pid, e0, true, &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+}

@@ -24,6 +24,7 @@ pub enum Resource {
     Cluster,
     Topic(String),
     Group(String),
+    TransactionalId(String),
 }
 
 /// One action of one request: the hook's question.
@@ -47,6 +48,7 @@ impl Action {
             Resource::Cluster => ResponseError::ClusterAuthorizationFailed,
             Resource::Topic(_) => ResponseError::TopicAuthorizationFailed,
             Resource::Group(_) => ResponseError::GroupAuthorizationFailed,
+            Resource::TransactionalId(_) => ResponseError::TransactionalIdAuthorizationFailed,
         }
     }
 }
@@ -59,6 +61,8 @@ enum From {
     Topic,
     /// The `{group}` path parameter.
     Group,
+    /// The `{transactional_id}` path parameter.
+    TransactionalId,
     /// The handler asks (the resource is in the body, or a list is filtered per item).
     Handler,
 }
@@ -68,7 +72,8 @@ use Operation as O;
 /// (method, route under /api, operation, resource). Handler-checked routes: `GET /topics` and
 /// `GET /groups` list only what the caller may Describe; `POST /topics` asks Create on the new
 /// topic; reset-offsets and delete-offsets also ask Read on the body's topic (as OffsetCommit
-/// and OffsetDelete do in Kafka).
+/// and OffsetDelete do in Kafka). `GET /transactions` lists only the ids the caller may
+/// Describe (ListTransactions); aborting one asks Write on it (as EndTxn does).
 const ROUTES: &[(Method, &str, Operation, From)] = &[
     (Method::GET, "/whoami", O::Describe, From::Handler),
     (Method::GET, "/cluster", O::Describe, From::Cluster),
@@ -146,6 +151,19 @@ const ROUTES: &[(Method, &str, Operation, From)] = &[
         O::Describe,
         From::Group,
     ),
+    (Method::GET, "/transactions", O::Describe, From::Handler),
+    (
+        Method::GET,
+        "/transactions/{transactional_id}",
+        O::Describe,
+        From::TransactionalId,
+    ),
+    (
+        Method::POST,
+        "/transactions/{transactional_id}/abort",
+        O::Write,
+        From::TransactionalId,
+    ),
     (Method::GET, "/live", O::Describe, From::Cluster),
     (Method::GET, "/live/stream", O::Describe, From::Cluster),
     (Method::GET, "/bench", O::Describe, From::Cluster),
@@ -179,6 +197,7 @@ pub fn route_action<'a>(
         From::Cluster => Resource::Cluster,
         From::Topic => Resource::Topic(name("topic")?),
         From::Group => Resource::Group(name("group")?),
+        From::TransactionalId => Resource::TransactionalId(name("transactional_id")?),
     };
     Ok(Some(Action::new(*operation, resource)))
 }
