@@ -25,14 +25,14 @@ pub enum FetcherError {
     TooLarge(usize),
 }
 
-pub(super) struct LeaderConnection {
+pub(crate) struct LeaderConnection {
     stream: TcpStream,
     correlation_id: i32,
     response_max_bytes: usize,
 }
 
 impl LeaderConnection {
-    pub(super) async fn connect(
+    pub(crate) async fn connect(
         addr: SocketAddr,
         response_max_bytes: usize,
         timeout: Duration,
@@ -48,7 +48,7 @@ impl LeaderConnection {
         })
     }
 
-    pub(super) async fn call<Req: Encodable, Resp: Decodable>(
+    pub(crate) async fn call<Req: Encodable, Resp: Decodable>(
         &mut self,
         api_key: ApiKey,
         version: i16,

@@ -3,7 +3,7 @@
 //! the role changes that start and stop them (`roles`).
 
 pub mod apply;
-mod connection;
+pub(crate) mod connection;
 pub mod manager;
 mod roles;
 
