@@ -253,6 +253,9 @@ fn request_of(markers: &[Marker]) -> WriteTxnMarkersRequest {
     request
 }
 
+/// One request's answer: the destination, its connection to keep, each marker's outcome.
+type Answered = (i32, Option<LeaderConnection>, Vec<(Marker, Outcome)>);
+
 /// Sends queued markers until shutdown.
 pub async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
     let channel = state.txns.markers.clone();
@@ -260,7 +263,7 @@ pub async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
     let mut connections: HashMap<i32, Option<LeaderConnection>> = HashMap::new();
     // Brokers whose last request asked for a retry wait RETRY_INTERVAL_MS before the next.
     let mut backoff: HashMap<i32, Instant> = HashMap::new();
-    let mut jobs: JoinSet<(i32, Option<LeaderConnection>, Vec<(Marker, Outcome)>)> = JoinSet::new();
+    let mut jobs: JoinSet<Answered> = JoinSet::new();
     loop {
         let image = state.replicas.image();
         let now = Instant::now();

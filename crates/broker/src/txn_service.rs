@@ -340,9 +340,8 @@ impl TxnService {
         tid: &str,
         result: Result<R, ResponseError>,
     ) -> Result<R, ResponseError> {
-        if result.is_err() {
-            return result;
-        }
+        // Errors are answered as they are.
+        result.as_ref().map_err(|e| *e)?;
         let timeout = Duration::from_millis(STATE_REPLICATION_TIMEOUT_MS);
         self.wait_replicated(&state.produce_purgatory, tid, timeout)
             .await
