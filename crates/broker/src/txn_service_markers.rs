@@ -58,6 +58,11 @@ impl TxnService {
                 }
                 continue;
             };
+            if topic != OFFSETS_TOPIC && partition.replica_status().is_some() {
+                // Followers to wait for: the sender writes it and waits (off this lock).
+                elsewhere.push((topic.clone(), *index));
+                continue;
+            }
             if topic == OFFSETS_TOPIC {
                 let tid = Some(m.transactional_id.as_str());
                 if !self.complete_offsets(state, inner, tid, marker, *index) {
