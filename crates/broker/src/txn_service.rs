@@ -85,6 +85,8 @@ pub struct TxnService {
     wanted_partitions: i32,
     /// Markers on their way to partitions led elsewhere (or waiting for their ISR here).
     pub(crate) markers: Arc<crate::txn_marker_sender::MarkerChannel>,
+    /// Wakes the timer early (a Prepare record reached its ISR: its markers may go).
+    timer_wake: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +114,7 @@ impl TxnService {
                 }),
                 wanted_partitions: config.state_partitions.max(1),
                 markers: Default::default(),
+                timer_wake: Default::default(),
             });
         };
         // An existing topic keeps its partition count: placement depends on it.
@@ -156,6 +159,7 @@ impl TxnService {
             }),
             wanted_partitions: topic.partition_count(),
             markers: Default::default(),
+            timer_wake: Default::default(),
         })
     }
 
@@ -444,6 +448,11 @@ impl TxnService {
                 if self.markers.queue.lock().is_pending(&key) {
                     continue;
                 }
+                // No marker before the Prepare record is in the ISR (as Kafka): a failover
+                // to a replica without it must not find COMMIT markers already written.
+                if self.hold_until_replicated(inner, &m.transactional_id) {
+                    continue;
+                }
                 let epoch = inner.coordinator_epoch(&m.transactional_id);
                 let elsewhere = self.write_markers(state, inner, &m, epoch);
                 if elsewhere.is_empty() {
@@ -455,6 +464,43 @@ impl TxnService {
                 }
             }
         }
+    }
+
+    /// True when `tid`'s state partition has followers that lack its log end yet: a task
+    /// wakes the timer once they have it (bounded), whose tick asks for the markers again.
+    fn hold_until_replicated(&self, inner: &Inner, tid: &str) -> bool {
+        use crate::partition::replica::Replication;
+        let Some(p) = inner.state_partition(tid) else {
+            return false;
+        };
+        if p.replica_status().is_none() {
+            return false;
+        }
+        let Ok(end) = p.offsets().map(|o| o.log_end_offset) else {
+            return false;
+        };
+        if !matches!(p.replication(end), Ok(Replication::Pending)) {
+            return false;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let wake = self.timer_wake.clone();
+        runtime.spawn(async move {
+            let deadline =
+                tokio::time::Instant::now() + Duration::from_millis(STATE_REPLICATION_TIMEOUT_MS);
+            let mut hw = p.watch_high_watermark();
+            while matches!(p.replication(end), Ok(Replication::Pending)) {
+                if tokio::time::timeout_at(deadline, hw.changed())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            wake.notify_one();
+        });
+        true
     }
 
     /// Appends to the partition as loaded (led here under the epoch of its load), else
@@ -509,6 +555,7 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
         let sleep_ms = (next - now_ms()).clamp(1, TIMER_IDLE_MS) as u64;
         tokio::select! {
             _ = shutdown.changed() => return,
+            _ = state.txns.timer_wake.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
         }
     }
