@@ -10,6 +10,7 @@ Replication of records between the brokers is tested in test_replication_cluster
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +41,7 @@ def start_cluster(broker_factory):
             "--broker-heartbeat-interval-ms", "500",
             "--offsets-topic-partitions", "3",
         ]
-        b.env["RUST_LOG"] = "info,openraft=error"
+        b.env["RUST_LOG"] = os.environ.get("SF_RUST_LOG", "info,openraft=error")
     # The voters need each other to elect a controller: start them together.
     with ThreadPoolExecutor(3) as pool:
         list(pool.map(lambda b: b.start(timeout_s=WAIT_S), brokers))

@@ -265,6 +265,11 @@ impl GroupService {
         }
     }
 
+    /// Whether `group_id` is coordinated here, else the error code to answer.
+    pub fn serves(&self, group_id: &str) -> Result<(), i16> {
+        self.inner.lock().serving(group_id)
+    }
+
     /// True while some partition led here is still being loaded.
     pub fn loading(&self) -> bool {
         crate::coordinator_load::any_loading(&self.inner.lock().loads)

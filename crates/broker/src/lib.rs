@@ -38,8 +38,11 @@ pub mod tiered;
 pub mod topic_config;
 pub mod topic_store;
 mod txn_load;
+pub mod txn_marker_sender;
+mod txn_markers;
 mod txn_pending;
 pub mod txn_service;
+mod txn_service_markers;
 pub mod util;
 
 use std::net::SocketAddr;
@@ -256,6 +259,7 @@ impl Broker {
             shutdown_rx.clone(),
         ));
         state.spawn(txn_service::run_timer(state.clone(), shutdown_rx.clone()));
+        state.spawn(txn_marker_sender::run(state.clone(), shutdown_rx.clone()));
         state.spawn(coordinator_load::run(state.clone(), shutdown_rx.clone()));
         state.spawn(replication_wiring::run(state.clone(), shutdown_rx.clone()));
         let housekeeping = state.spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));

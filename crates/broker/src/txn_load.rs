@@ -26,6 +26,13 @@ impl TxnService {
         for index in unload {
             unload_partition(inner, index);
         }
+        // Markers of ids served here no more are the new coordinator's to send.
+        let coordinator = &inner.coordinator;
+        let loads = &inner.loads;
+        self.markers.queue.lock().retain(|tid| {
+            let index = coordinator.partition_for(tid) as usize;
+            loads.get(index).is_some_and(|l| l.serving().is_ok())
+        });
         jobs
     }
 

@@ -12,13 +12,11 @@ use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use parking_lot::Mutex;
+use streamforge_coordinator::TxnOffset;
 use streamforge_coordinator::records::encode_batch;
 use streamforge_coordinator::txn::{
-    MarkerRequest, TRANSACTION_STATE_TOPIC, TxnConfig, TxnCoordinator, TxnEffects,
+    TRANSACTION_STATE_TOPIC, TxnConfig, TxnCoordinator, TxnEffects,
 };
-use streamforge_coordinator::{OFFSETS_TOPIC, TxnOffset};
-use streamforge_log::TxnMarker;
-use streamforge_protocol::control::ControlType;
 use tokio::sync::watch;
 
 use crate::BrokerState;
@@ -33,6 +31,10 @@ const TIMER_IDLE_MS: i64 = 1_000;
 const PENDING_OFFSET_SETS_MAX: usize = 100_000;
 /// `__transaction_state` segment size (Kafka: `transaction.state.log.segment.bytes`, 100 MiB).
 const STATE_SEGMENT_BYTES: u64 = 16 << 20;
+/// How long a request waits for its `__transaction_state` append to reach the ISR before it
+/// answers COORDINATOR_NOT_AVAILABLE (Kafka: `transaction.state.log` appends with acks=all
+/// under the request timeout).
+const STATE_REPLICATION_TIMEOUT_MS: u64 = 5_000;
 
 pub(crate) struct Inner {
     pub coordinator: TxnCoordinator,
@@ -41,16 +43,38 @@ pub(crate) struct Inner {
     /// What is loaded of each `__transaction_state` partition (empty until the topic exists:
     /// this broker creates it on first use, so every id is served here until then).
     pub loads: Vec<Load>,
+    /// Pending offset sets taken while the transaction's coordinator is another broker: held
+    /// in memory only (no `__transaction_state` partition of theirs is led here).
+    pub pending_remote: std::collections::HashSet<(String, i64)>,
 }
 
 impl Inner {
-    /// Whether `tid`'s partition is served here, else Kafka's error.
-    fn serving(&self, tid: &str) -> Result<(), ResponseError> {
+    /// Whether `tid`'s partition is served here, else Kafka's error. Callers make the
+    /// topic exist first (`TxnService::serving`): with no loads nothing is served, so two
+    /// brokers of a cluster never both coordinate one id.
+    pub(crate) fn serving(&self, tid: &str) -> Result<(), ResponseError> {
         if self.loads.is_empty() {
-            return Ok(());
+            return Err(ResponseError::CoordinatorNotAvailable);
         }
         let index = self.coordinator.partition_for(tid) as usize;
         self.loads.get(index).unwrap_or(&Load::NotLed).serving()
+    }
+
+    /// The coordinator epoch markers of `tid` carry: the leader epoch of its
+    /// `__transaction_state` partition as loaded here (Kafka's coordinator epoch).
+    fn coordinator_epoch(&self, tid: &str) -> i32 {
+        let index = self.coordinator.partition_for(tid) as usize;
+        match self.loads.get(index) {
+            Some(Load::Loaded { epoch, .. }) => *epoch,
+            _ => 0,
+        }
+    }
+
+    /// The `__transaction_state` partition of `tid` as loaded here, with the log end to wait
+    /// for (state appends count once the ISR has them).
+    fn state_partition(&self, tid: &str) -> Option<Arc<crate::partition::Partition>> {
+        let index = self.coordinator.partition_for(tid) as usize;
+        self.loads.get(index)?.appendable().ok().cloned()
     }
 }
 
@@ -59,6 +83,10 @@ pub struct TxnService {
     pub(crate) inner: Mutex<Inner>,
     /// Its partition count when this broker creates it.
     wanted_partitions: i32,
+    /// Markers on their way to partitions led elsewhere (or waiting for their ISR here).
+    pub(crate) markers: Arc<crate::txn_marker_sender::MarkerChannel>,
+    /// Wakes the timer early (a Prepare record reached its ISR: its markers may go).
+    timer_wake: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,8 +110,11 @@ impl TxnService {
                     coordinator: TxnCoordinator::new(config.clone()),
                     pending_offsets: HashMap::new(),
                     loads: Vec::new(),
+                    pending_remote: Default::default(),
                 }),
                 wanted_partitions: config.state_partitions.max(1),
+                markers: Default::default(),
+                timer_wake: Default::default(),
             });
         };
         // An existing topic keeps its partition count: placement depends on it.
@@ -124,8 +155,11 @@ impl TxnService {
                 coordinator,
                 pending_offsets,
                 loads,
+                pending_remote: Default::default(),
             }),
             wanted_partitions: topic.partition_count(),
+            markers: Default::default(),
+            timer_wake: Default::default(),
         })
     }
 
@@ -178,7 +212,7 @@ impl TxnService {
         f: impl FnOnce(&mut TxnCoordinator, i64, &mut TxnEffects) -> Result<R, ResponseError>,
     ) -> Result<R, ResponseError> {
         let mut inner = self.inner.lock();
-        inner.serving(tid)?;
+        self.serving(&state.replicas, &mut inner, tid)?;
         let mut out = TxnEffects::default();
         let result = f(&mut inner.coordinator, now_ms(), &mut out);
         let stored = self.apply(state, &mut inner, out);
@@ -206,7 +240,14 @@ impl TxnService {
     ) -> Result<T, ResponseError> {
         let (tid, pid, epoch) = producer;
         let mut inner = self.inner.lock();
-        let checked = if let Err(e) = inner.serving(tid) {
+        let checked = if let Err(e) = self.serving(&state.replicas, &mut inner, tid) {
+            if e == ResponseError::NotCoordinator && !add {
+                // The coordinator is another broker: the producer added the partition there
+                // (AddPartitionsToTxn); verifying it would take a round trip to that broker
+                // (Kafka's AddPartitionsToTxn v4 `verify_only`), not sent yet.
+                drop(inner);
+                return Ok(append());
+            }
             Err(e)
         } else if add {
             let mut out = TxnEffects::default();
@@ -248,6 +289,72 @@ impl TxnService {
         }
     }
 
+    /// Whether `tid` is served here: the topic is created (or its led partitions followed)
+    /// first when nothing is loaded yet, so a broker never answers for an id from empty state.
+    fn serving(
+        &self,
+        replicas: &ReplicaManager,
+        inner: &mut Inner,
+        tid: &str,
+    ) -> Result<(), ResponseError> {
+        if inner.loads.is_empty() {
+            self.ensure_topic(replicas, inner).map_err(|e| {
+                tracing::warn!(error = %e, "{TRANSACTION_STATE_TOPIC} is not available");
+                ResponseError::CoordinatorNotAvailable
+            })?;
+        }
+        inner.serving(tid)
+    }
+
+    /// Waits until `tid`'s `__transaction_state` partition has everything appended so far in
+    /// its ISR (Kafka appends transaction state with acks=all), at most `timeout`; a timeout
+    /// or a lost leadership is a retriable error for the client.
+    pub async fn wait_replicated(
+        &self,
+        purgatory: &crate::partition::purgatory::ProducePurgatory,
+        tid: &str,
+        timeout: Duration,
+    ) -> Result<(), ResponseError> {
+        let Some(partition) = self.inner.lock().state_partition(tid) else {
+            return Err(ResponseError::NotCoordinator);
+        };
+        let end = partition
+            .offsets()
+            .map_err(|e| append_error(&e))?
+            .log_end_offset;
+        match purgatory
+            .wait(&[(partition, end)], timeout)
+            .await
+            .into_iter()
+            .next()
+        {
+            Some(Ok(())) | None => Ok(()),
+            Some(Err(crate::partition::PartitionError::RequestTimedOut)) => {
+                Err(ResponseError::CoordinatorNotAvailable)
+            }
+            Some(Err(e)) => Err(append_error(&e)),
+        }
+    }
+
+    /// `result` of a request for `tid` once the state it appended is in the ISR (errors are
+    /// answered as they are: a retry finds the state as it was left).
+    pub async fn replicated<R>(
+        &self,
+        state: &BrokerState,
+        tid: &str,
+        result: Result<R, ResponseError>,
+    ) -> Result<R, ResponseError> {
+        // Errors are answered as they are.
+        result.as_ref().map_err(|e| *e)?;
+        let timeout = Duration::from_millis(STATE_REPLICATION_TIMEOUT_MS);
+        self.wait_replicated(&state.produce_purgatory, tid, timeout)
+            .await
+            .inspect_err(|e| {
+                tracing::warn!(transactional_id = tid, error = %e, "{TRANSACTION_STATE_TOPIC} append not replicated in time; answering a retriable error");
+            })?;
+        result
+    }
+
     /// Read-only access (describe, list).
     pub fn read<R>(&self, f: impl FnOnce(&TxnCoordinator) -> R) -> R {
         f(&self.inner.lock().coordinator)
@@ -274,7 +381,13 @@ impl TxnService {
         offsets: Vec<TxnOffset>,
     ) -> Result<(), ResponseError> {
         let mut inner = self.inner.lock();
-        inner.serving(transactional_id)?;
+        let remote = match self.serving(replicas, &mut inner, transactional_id) {
+            Ok(()) => false,
+            // The transaction's coordinator is another broker (the group's is this one): the
+            // offsets wait here for the marker of the group's offsets partition.
+            Err(ResponseError::NotCoordinator) => true,
+            Err(e) => return Err(e),
+        };
         let partition = inner.coordinator.partition_for(transactional_id);
         let key = (group.to_string(), producer_id);
         if !inner.pending_offsets.contains_key(&key)
@@ -282,9 +395,15 @@ impl TxnService {
         {
             return Err(ResponseError::CoordinatorLoadInProgress);
         }
+        if remote {
+            inner.pending_remote.insert(key.clone());
+        }
         let set = inner.pending_offsets.entry(key).or_default();
         for o in offsets {
             set.insert((o.topic.clone(), o.partition), o);
+        }
+        if remote {
+            return Ok(());
         }
         // Durable before the answer: the record holds every pending offset of the group.
         let record = crate::txn_pending::record(transactional_id, group, producer_id, set.values());
@@ -296,7 +415,7 @@ impl TxnService {
 
     /// Appends first; each marker request's completion may append again (a bounded loop: a
     /// completion asks for no markers).
-    fn apply(
+    pub(crate) fn apply(
         &self,
         state: &BrokerState,
         inner: &mut Inner,
@@ -319,18 +438,74 @@ impl TxnService {
                 return Ok(());
             }
             for m in markers {
-                if self.write_markers(state, inner, &m) {
+                let key = crate::txn_markers::TxnKey {
+                    transactional_id: m.transactional_id.clone(),
+                    producer_id: m.producer_id,
+                    producer_epoch: m.producer_epoch,
+                    commit: m.commit,
+                };
+                // Being sent already (the tick asks again for every prepared transaction).
+                if self.markers.queue.lock().is_pending(&key) {
+                    continue;
+                }
+                // No marker before the Prepare record is in the ISR (as Kafka): a failover
+                // to a replica without it must not find COMMIT markers already written.
+                if self.hold_until_replicated(inner, &m.transactional_id) {
+                    continue;
+                }
+                let epoch = inner.coordinator_epoch(&m.transactional_id);
+                let elsewhere = self.write_markers(state, inner, &m, epoch);
+                if elsewhere.is_empty() {
                     inner
                         .coordinator
                         .markers_written(&m.transactional_id, now_ms(), &mut out);
+                } else if self.markers.queue.lock().submit(key, epoch, &elsewhere) {
+                    self.markers.wake();
                 }
             }
         }
     }
 
+    /// True when `tid`'s state partition has followers that lack its log end yet: a task
+    /// wakes the timer once they have it (bounded), whose tick asks for the markers again.
+    fn hold_until_replicated(&self, inner: &Inner, tid: &str) -> bool {
+        use crate::partition::replica::Replication;
+        let Some(p) = inner.state_partition(tid) else {
+            return false;
+        };
+        if p.replica_status().is_none() {
+            return false;
+        }
+        let Ok(end) = p.offsets().map(|o| o.log_end_offset) else {
+            return false;
+        };
+        if !matches!(p.replication(end), Ok(Replication::Pending)) {
+            return false;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let wake = self.timer_wake.clone();
+        runtime.spawn(async move {
+            let deadline =
+                tokio::time::Instant::now() + Duration::from_millis(STATE_REPLICATION_TIMEOUT_MS);
+            let mut hw = p.watch_high_watermark();
+            while matches!(p.replication(end), Ok(Replication::Pending)) {
+                if tokio::time::timeout_at(deadline, hw.changed())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            wake.notify_one();
+        });
+        true
+    }
+
     /// Appends to the partition as loaded (led here under the epoch of its load), else
     /// NOT_COORDINATOR; other failures are COORDINATOR_NOT_AVAILABLE.
-    fn append_record(
+    pub(crate) fn append_record(
         &self,
         replicas: &ReplicaManager,
         inner: &mut Inner,
@@ -369,88 +544,6 @@ impl TxnService {
     }
 }
 
-impl TxnService {
-    /// Write one transaction's markers; true when every partition has its marker (a partition
-    /// that no longer exists counts as written: nothing there can become visible).
-    fn write_markers(&self, state: &BrokerState, inner: &mut Inner, m: &MarkerRequest) -> bool {
-        let kind = if m.commit {
-            ControlType::Commit
-        } else {
-            ControlType::Abort
-        };
-        let mut all = true;
-        for (topic, index) in &m.partitions {
-            if topic == OFFSETS_TOPIC {
-                all &= self.complete_offsets(state, inner, m, *index);
-                continue;
-            }
-            let Some(partition) = state.replicas.partition(topic, *index) else {
-                tracing::warn!(
-                    topic,
-                    partition = index,
-                    "transaction partition is gone; no marker"
-                );
-                continue;
-            };
-            let marker = TxnMarker {
-                producer_id: m.producer_id,
-                producer_epoch: m.producer_epoch,
-                coordinator_epoch: 0,
-                kind,
-            };
-            if let Err(e) = partition.write_txn_marker(marker) {
-                tracing::warn!(topic, partition = index, transactional_id = %m.transactional_id, error = %e, "writing a transaction marker failed; retrying later");
-                all = false;
-            }
-        }
-        all
-    }
-
-    /// The marker of a `__consumer_offsets` partition: the pending offsets of the transaction's
-    /// groups on that partition become committed offsets (COMMIT) or are dropped (ABORT).
-    fn complete_offsets(
-        &self,
-        state: &BrokerState,
-        inner: &mut Inner,
-        m: &MarkerRequest,
-        index: i32,
-    ) -> bool {
-        let groups = state.groups.offsets_partitions();
-        let keys: Vec<(String, i64)> = inner
-            .pending_offsets
-            .keys()
-            .filter(|(g, pid)| {
-                *pid == m.producer_id
-                    && streamforge_coordinator::partition_for_group(g, groups) == index
-            })
-            .cloned()
-            .collect();
-        let state_partition = inner.coordinator.partition_for(&m.transactional_id);
-        for key in keys {
-            if m.commit {
-                let offsets: Vec<TxnOffset> =
-                    inner.pending_offsets[&key].values().cloned().collect();
-                let committed = state.groups.with_group(&key.0, |c, now, out| {
-                    c.commit_txn_offsets(now, &key.0, &offsets, out)
-                });
-                if !matches!(committed, Ok(((), Ok(())))) {
-                    // Kept pending: the marker is retried on the next tick.
-                    return false;
-                }
-            }
-            // Once the offsets are committed (or dropped), the pending record goes.
-            let tombstone = crate::txn_pending::tombstone(&m.transactional_id, &key.0);
-            if let Err(e) = self.append_record(&state.replicas, inner, state_partition, &tombstone)
-            {
-                tracing::warn!(error = %e, "removing pending offsets failed; retrying later");
-                return false;
-            }
-            inner.pending_offsets.remove(&key);
-        }
-        true
-    }
-}
-
 /// The timer task: transaction timeouts and marker retries, until shutdown.
 pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
     loop {
@@ -462,6 +555,7 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
         let sleep_ms = (next - now_ms()).clamp(1, TIMER_IDLE_MS) as u64;
         tokio::select! {
             _ = shutdown.changed() => return,
+            _ = state.txns.timer_wake.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
         }
     }

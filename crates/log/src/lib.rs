@@ -180,6 +180,8 @@ pub enum LogError {
     OutOfOrderSequence(String),
     #[error("invalid producer epoch: {0}")]
     InvalidProducerEpoch(String),
+    #[error("marker from coordinator epoch {marker} below the producer's {current}")]
+    CoordinatorFenced { marker: i32, current: i32 },
 }
 
 impl LogError {
@@ -203,6 +205,7 @@ impl LogError {
             LogError::DamagedBatch { .. } => ResponseError::CorruptMessage,
             LogError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
             LogError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
+            LogError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
         }
     }
 }

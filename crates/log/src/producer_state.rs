@@ -42,6 +42,9 @@ pub struct ProducerEntry {
     /// Offset of the first batch of the producer's open transaction on this partition
     /// ([`NO_TXN`] when none is open): the last stable offset cannot pass it.
     pub current_txn_first_offset: i64,
+    /// Coordinator epoch of the last marker applied for this producer (-1 before any; not in
+    /// snapshots, so a restart forgets it): a marker from an older coordinator is fenced.
+    pub coordinator_epoch: i32,
 }
 
 /// A transaction ended on this partition by a control batch (COMMIT or ABORT marker).
@@ -63,6 +66,7 @@ impl ProducerEntry {
             len: 0,
             last_timestamp: -1,
             current_txn_first_offset: NO_TXN,
+            coordinator_epoch: -1,
         }
     }
 
@@ -260,6 +264,9 @@ impl ProducerStateManager {
         let last_offset = first_offset + i64::from(batch.last_offset_delta());
         if batch.is_control() {
             entry.current_txn_first_offset = NO_TXN;
+            if let Ok(c) = streamforge_protocol::control::control_record(batch) {
+                entry.coordinator_epoch = entry.coordinator_epoch.max(c.coordinator_epoch);
+            }
         } else if batch.is_transactional() && entry.current_txn_first_offset == NO_TXN {
             entry.current_txn_first_offset = first_offset;
         }

@@ -176,6 +176,67 @@ fn a_marker_from_an_older_epoch_is_fenced() {
     assert!(log.open_transactions().is_empty());
 }
 
+#[test]
+fn a_marker_from_an_older_coordinator_is_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    let with_coordinator = |log: &mut Log, coordinator_epoch: i32| {
+        let m = TxnMarker {
+            producer_id: 5,
+            producer_epoch: 0,
+            coordinator_epoch,
+            kind: ControlType::Commit,
+        };
+        log.append_txn_marker(m, 0, 10)
+    };
+    txn_data(&mut log, 5, 0, 0, 1);
+    with_coordinator(&mut log, 4).unwrap();
+    txn_data(&mut log, 5, 0, 1, 1);
+    let fenced = with_coordinator(&mut log, 3).unwrap_err();
+    assert!(matches!(
+        fenced,
+        LogError::CoordinatorFenced {
+            marker: 3,
+            current: 4
+        }
+    ));
+    assert_eq!(fenced.kafka_code(), 52, "TRANSACTION_COORDINATOR_FENCED");
+    assert_eq!(
+        log.open_transactions().len(),
+        1,
+        "the fenced marker ended nothing"
+    );
+    with_coordinator(&mut log, 5).unwrap();
+    assert!(log.open_transactions().is_empty());
+}
+
+#[test]
+fn a_follower_copies_the_leaders_markers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut follower = Log::open(dir.path(), config(), 0).unwrap();
+    let data = build_simple(
+        BatchSpec {
+            producer_id: 9,
+            attributes: TRANSACTIONAL,
+            ..BatchSpec::default()
+        },
+        2,
+        40,
+    );
+    follower.append_as_follower(&data).unwrap();
+    assert_eq!(follower.open_transactions(), vec![(0, 9)]);
+    let mut m = streamforge_protocol::control::build_marker(9, 0, 1, ControlType::Commit, 10);
+    streamforge_protocol::batch::RecordBatchMut::parse(&mut m)
+        .unwrap()
+        .set_base_offset(2);
+    follower.append_as_follower(&m).unwrap();
+    assert!(
+        follower.open_transactions().is_empty(),
+        "the marker ended it"
+    );
+    assert_eq!(follower.log_end_offset(), 3);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Data(i64),

@@ -47,14 +47,19 @@ pub async fn handle_init_producer_id(state: Arc<BrokerState>, req: RequestFrame)
     if let Some(tid) = transactional_id.as_deref().filter(|t| !t.is_empty()) {
         // The transaction coordinator: epoch bump, fencing, abort of an open transaction.
         let st = state.clone();
-        let tid = tid.to_string();
+        let owned = tid.to_string();
         let result = tokio::task::spawn_blocking(move || {
+            let tid = owned;
             st.txns.run(&st, &tid, |c, now, out| {
                 let mut new_id = || st.producer_ids.init_idempotent().ok().map(|(p, _)| p);
                 c.init_producer_id(now, &tid, timeout_ms, expected, &mut new_id, out)
             })
         })
         .await;
+        let result = match result {
+            Ok(r) => Ok(state.txns.replicated(&state, tid, r).await),
+            Err(e) => Err(e),
+        };
         match result {
             Ok(Ok((producer_id, epoch))) => {
                 resp.producer_id = ProducerId(producer_id);

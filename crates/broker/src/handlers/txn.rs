@@ -60,7 +60,7 @@ fn offsets_partition(state: &BrokerState, group: &str) -> (String, i32) {
 
 /// One transaction of AddPartitionsToTxn: every partition's error. Unknown partitions get
 /// UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka answers.
-fn add_one(
+async fn add_one(
     state: &BrokerState,
     tid: &str,
     pid: i64,
@@ -107,6 +107,7 @@ fn add_one(
         let r = state.txns.run(state, tid, |c, now, out| {
             c.add_partitions(now, tid, pid, epoch, &wanted, out)
         });
+        let r = state.txns.replicated(state, tid, r).await;
         vec![code(r); wanted.len()]
     };
     let mut results: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
@@ -145,7 +146,8 @@ pub async fn handle_add_partitions(state: Arc<BrokerState>, req: RequestFrame) -
             false,
             &request.v3_and_below_topics,
             Some(&access),
-        );
+        )
+        .await;
         for pr in resp
             .results_by_topic_v3_and_below
             .iter_mut()
@@ -169,7 +171,8 @@ pub async fn handle_add_partitions(state: Arc<BrokerState>, req: RequestFrame) -
                 t.verify_only,
                 &t.topics,
                 None,
-            );
+            )
+            .await;
             resp.results_by_transaction.push(r);
         }
     }
@@ -189,20 +192,18 @@ pub async fn handle_add_offsets(state: Arc<BrokerState>, req: RequestFrame) -> H
         return Ok(Some(req.respond(&resp)?));
     }
     let partition = offsets_partition(&state, &request.group_id.0);
-    let result = code(
-        state
-            .txns
-            .run(&state, &request.transactional_id.0, |c, now, out| {
-                c.add_partitions(
-                    now,
-                    &request.transactional_id.0,
-                    request.producer_id.0,
-                    request.producer_epoch,
-                    std::slice::from_ref(&partition),
-                    out,
-                )
-            }),
-    );
+    let tid = &request.transactional_id.0;
+    let added = state.txns.run(&state, tid, |c, now, out| {
+        c.add_partitions(
+            now,
+            tid,
+            request.producer_id.0,
+            request.producer_epoch,
+            std::slice::from_ref(&partition),
+            out,
+        )
+    });
+    let result = code(state.txns.replicated(&state, tid, added).await);
     resp.error_code = fenced_code(req.api_version, PRODUCER_FENCED_SINCE, result);
     Ok(Some(req.respond(&resp)?))
 }
@@ -229,6 +230,8 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
             c.end_txn(now, tid, pid, epoch, request.committed, out)
         }
     });
+    // Answered once the Prepare record is in the ISR (as Kafka); the markers go on meanwhile.
+    let result = state.txns.replicated(&state, tid, result).await;
     metrics::histogram!("streamforge_end_txn_seconds").record(started.elapsed().as_secs_f64());
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
@@ -267,18 +270,22 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     let check = if req.api_version >= 5 {
         // Transaction version 2 sends no AddOffsetsToTxn: the group's offsets partition joins
         // the transaction here (Kafka's group coordinator adds it through AddPartitionsToTxn).
-        code(state.txns.run(&state, tid, |c, now, out| {
+        let added = state.txns.run(&state, tid, |c, now, out| {
             c.add_partitions(now, tid, pid, epoch, std::slice::from_ref(&partition), out)
-        }))
+        });
+        code(state.txns.replicated(&state, tid, added).await)
     } else {
         // The group's offsets partition must be in the producer's open transaction
         // (AddOffsetsToTxn first): otherwise the producer's error (fenced, unknown, not open).
-        state
-            .txns
-            .read_for(tid, |c| {
-                c.verify_partitions(tid, pid, epoch, std::slice::from_ref(&partition))[0]
-            })
-            .unwrap_or_else(|e| e.code())
+        // When the transaction's coordinator is another broker (this one coordinates the
+        // group), the check is the client's AddOffsetsToTxn there, as before KIP-890.
+        match state.txns.read_for(tid, |c| {
+            c.verify_partitions(tid, pid, epoch, std::slice::from_ref(&partition))[0]
+        }) {
+            Ok(code) => code,
+            Err(ResponseError::NotCoordinator) => 0,
+            Err(e) => e.code(),
+        }
     };
     let mut offsets = Vec::new();
     for t in request
@@ -301,6 +308,9 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
         }
     }
     let error = if let Some(code) = denied {
+        code
+    } else if let Err(code) = state.groups.serves(&group) {
+        // Sent to the group's coordinator (FindCoordinator for the group), as Kafka.
         code
     } else if check != 0 {
         check

@@ -114,9 +114,10 @@ pub async fn handle_list(state: Arc<BrokerState>, req: RequestFrame) -> HandlerR
     Ok(Some(req.respond(&resp)?))
 }
 
-/// WriteTxnMarkers (27): markers written on request. Kafka's coordinators send it to partition
-/// leaders; here the coordinator writes its markers in-process, and this serves
-/// `kafka-transactions.sh abort` / `streamforge transactions abort` for a hanging transaction.
+/// WriteTxnMarkers (27): markers written on request, sent by transaction coordinators on other
+/// brokers to this partition leader (`txn_marker_sender.rs`), and by `kafka-transactions.sh
+/// abort` / `streamforge transactions abort` for a hanging transaction. A marker for a
+/// `__consumer_offsets` partition commits (or drops) the transaction's pending offsets here.
 pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     use kafka_protocol::messages::write_txn_markers_response::{
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
@@ -149,13 +150,15 @@ pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) ->
             for &index in &t.partition_indexes {
                 let mut pr = WritableTxnMarkerPartitionResult::default();
                 pr.partition_index = index;
-                pr.error_code = match state.replicas.lookup_partition(&t.name.0, index) {
-                    _ if !allowed => ResponseError::ClusterAuthorizationFailed.code(),
-                    Err(e) => e.kafka_code(),
-                    Ok(p) => p
-                        .write_txn_marker(marker)
-                        .err()
-                        .map_or(0, |e| e.kafka_code()),
+                // Answered once the ISR has the marker; an older coordinator epoch than the
+                // producer's last marker is TRANSACTION_COORDINATOR_FENCED (the log checks).
+                pr.error_code = if allowed {
+                    crate::txn_marker_sender::write_marker_here(
+                        &state, &t.name.0, index, marker, None,
+                    )
+                    .await
+                } else {
+                    ResponseError::ClusterAuthorizationFailed.code()
                 };
                 tr.partitions.push(pr);
             }

@@ -21,8 +21,13 @@ impl Partition {
                 .append_txn_marker(marker, serving.leader_epoch, now_ms())
                 .map_err(PartitionError::Log)?;
             let leo = log.log_end_offset();
-            log.set_high_watermark(leo);
-            Ok((info, leo))
+            // As a data append: alone the high watermark follows the log end; with followers
+            // it moves as they fetch the marker (a marker counts once the ISR has it).
+            match &mut serving.replica {
+                None => log.set_high_watermark(leo),
+                Some(replica) => replica.on_local_append(log, leo),
+            }
+            Ok((info, log.high_watermark()))
         })?;
         if let Err(PartitionError::Log(e)) = &appended
             && matches!(e, LogError::Io(_) | LogError::Corrupted(_))

@@ -12,6 +12,8 @@ impl Log {
     /// (`walk_records`), every record as Kafka's LogValidator does (framing, counts, offset
     /// deltas, compacted keys; compressed records decompressed with a bounded output).
     /// Returns (number of batches, number of records).
+    /// `walk_records`: a leader's append (records checked, control batches refused); a
+    /// follower's takes the leader's batches, markers included.
     fn validate(&self, batches: &[u8], walk_records: bool) -> Result<(usize, u32), LogError> {
         if batches.is_empty() {
             return Err(LogError::InvalidRecord("no record batches".into()));
@@ -33,7 +35,8 @@ impl Log {
                 });
             }
             view.verify_crc().map_err(batch_error)?;
-            if view.is_control() {
+            // A follower copies the leader's markers; a producer may not write one.
+            if view.is_control() && walk_records {
                 return Err(LogError::InvalidRecord(
                     "producers may not write control batches".into(),
                 ));

@@ -37,6 +37,16 @@ impl Log {
             now_ms,
         );
         self.check_producers(&batch, 1)?;
+        // Kafka: a marker from an older coordinator than the last one applied for the
+        // producer is TRANSACTION_COORDINATOR_FENCED (a zombie coordinator after failover).
+        if let Some(entry) = self.producers.get(marker.producer_id)
+            && marker.coordinator_epoch < entry.coordinator_epoch
+        {
+            return Err(LogError::CoordinatorFenced {
+                marker: marker.coordinator_epoch,
+                current: entry.coordinator_epoch,
+            });
+        }
         let first_offset = self.next_offset;
         {
             let mut view = RecordBatchMut::parse(&mut batch).map_err(batch_error)?;

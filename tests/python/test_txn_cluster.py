@@ -1,0 +1,189 @@
+"""Transactions across three real brokers (confluent-kafka): the partitions of one transaction
+are led by different brokers and the transaction coordinator (the leader of the id's
+`__transaction_state` partition) by yet another, so its markers go out as WriteTxnMarkers
+requests. Commit and abort on every partition as read_committed and read_uncommitted see them;
+consume-transform-produce with send_offsets_to_transaction where the group's coordinator is
+another broker than the transaction's; kill -9 of the transaction coordinator's broker in the
+middle of a run of transactions: the producer starts again under the same transactional.id, and
+read_committed holds every committed input exactly once; the killed broker rejoins.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from test_cluster import admin, cluster_view, placement, start_cluster, wait_for
+
+PARTITIONS = 6
+TXN_STATE_PARTITIONS = 50
+OFFSETS_PARTITIONS = 3
+
+
+def java_hash(s: str) -> int:
+    h = 0
+    for c in s.encode("utf-16-be").decode("utf-16-be"):
+        h = (31 * h + ord(c)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(key: str, n: int) -> int:
+    return abs(java_hash(key)) % n
+
+
+def create(b, topic):
+    fs = admin(b).create_topics([NewTopic(topic, PARTITIONS, 3)], operation_timeout=15)
+    for f in fs.values():
+        f.result(20)
+    return wait_for("leaders on every broker", lambda: spread(b, topic))
+
+
+def spread(b, topic):
+    p = placement(b, topic)
+    return p if p and {v[0] for v in p.values()} == {1, 2, 3} else None
+
+
+def leader(b, topic, partition):
+    p = wait_for(f"{topic} placement", lambda: placement(b, topic))
+    return p[partition][0]
+
+
+def producer(bootstrap, tid):
+    p = Producer({
+        "bootstrap.servers": bootstrap,
+        "transactional.id": tid,
+        "transaction.timeout.ms": 10000,
+        "linger.ms": 5,
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    p.init_transactions(30)
+    return p
+
+
+def read(bootstrap, topic, isolation, want=None, timeout_s=20.0):
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"reader-{time.monotonic_ns()}",
+        "isolation.level": isolation,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+    deadline = time.monotonic() + timeout_s
+    idle_since = time.monotonic()
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is None or m.error():
+            total = sum(len(v) for v in got.values())
+            if (want is not None and total >= want) or (
+                want is None and time.monotonic() - idle_since > 3
+            ):
+                break
+            continue
+        idle_since = time.monotonic()
+        got[m.partition()].append(m.value().decode())
+    c.close()
+    return got
+
+
+def setup(broker_factory, topic):
+    brokers = start_cluster(broker_factory)
+    wait_for("the cluster", lambda: cluster_view(brokers[0])[0] == [1, 2, 3])
+    create(brokers[0], topic)
+    return brokers, ",".join(b.bootstrap for b in brokers)
+
+
+def test_commit_and_abort_across_brokers_and_offsets_on_another_group_coordinator(broker_factory):
+    brokers, bootstrap = setup(broker_factory, "txn-out")
+    tid = "cluster-txn"
+    p = producer(bootstrap, tid)
+    coordinator = leader(brokers[0], "__transaction_state", partition_for(tid, TXN_STATE_PARTITIONS))
+    committed, aborted = [], []
+    started = time.monotonic()
+    for round_ in range(6):
+        p.begin_transaction()
+        values = [f"r{round_}-p{part}" for part in range(PARTITIONS)]
+        for part, v in enumerate(values):
+            p.produce("txn-out", v.encode(), partition=part)
+        if round_ % 3 == 2:
+            p.flush(30)  # sent, so read_uncommitted sees them (abort purges what is queued)
+            p.abort_transaction(30)
+            aborted += values
+        else:
+            p.commit_transaction(30)
+            committed += values
+    elapsed = time.monotonic() - started
+    print(f"6 transactions over 6 partitions on 3 leaders (coordinator {coordinator}): {elapsed:.2f} s")
+    got = read(bootstrap, "txn-out", "read_committed", want=len(committed))
+    assert sorted(v for vs in got.values() for v in vs) == sorted(committed)
+    for part in range(PARTITIONS):
+        assert len(got[part]) == 4, f"partition {part}: {got[part]}"
+    everything = read(bootstrap, "txn-out", "read_uncommitted", want=len(committed) + len(aborted))
+    assert sorted(v for vs in everything.values() for v in vs) == sorted(committed + aborted)
+
+    # Consume-transform-produce: a group whose coordinator is not the transaction's.
+    group = next(
+        g for g in (f"ctp-{i}" for i in range(100))
+        if leader(brokers[0], "__consumer_offsets", partition_for(g, OFFSETS_PARTITIONS)) != coordinator
+    )
+    p.begin_transaction()
+    for part in range(PARTITIONS):
+        p.produce("txn-out", f"ctp-{part}".encode(), partition=part)
+    offsets = [TopicPartition("txn-out", part, 3) for part in range(PARTITIONS)]
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
+    before = c.committed([TopicPartition("txn-out", part) for part in range(PARTITIONS)], timeout=10)
+    assert all(tp.offset < 0 for tp in before), f"offsets visible before commit: {before}"
+    p.commit_transaction(30)
+    after = wait_for("the offsets committed", lambda: (lambda tps: tps if all(tp.offset == 3 for tp in tps) else None)(
+        c.committed([TopicPartition("txn-out", part) for part in range(PARTITIONS)], timeout=10)))
+    assert [tp.offset for tp in after] == [3] * PARTITIONS
+    c.close()
+
+
+def test_killing_the_transaction_coordinator_mid_run_keeps_committed_data_exactly_once(broker_factory):
+    brokers, bootstrap = setup(broker_factory, "txn-kill")
+    tid = "cluster-kill"
+    p = producer(bootstrap, tid)
+    coordinator = leader(brokers[0], "__transaction_state", partition_for(tid, TXN_STATE_PARTITIONS))
+    committed: list[str] = []
+    uncertain: list[str] = []  # of transactions whose commit did not answer
+    n = 0
+    killed_at = None
+    restarted = None
+    started = time.monotonic()
+    while len(committed) < 20 * PARTITIONS:
+        values = [f"v{n + i}" for i in range(PARTITIONS)]
+        n += PARTITIONS
+        try:
+            p.begin_transaction()
+            for part, v in enumerate(values):
+                p.produce("txn-kill", v.encode(), partition=part)
+            if len(committed) == 5 * PARTITIONS and killed_at is None:
+                # The transaction is open on every partition: kill its coordinator now.
+                p.flush(10)
+                brokers[coordinator - 1].kill()
+                killed_at = time.monotonic()
+            p.commit_transaction(30)
+            committed += values
+        except KafkaException as e:
+            # The application restarts with the same transactional.id: the new coordinator
+            # aborts (or completes) what was open.
+            print(f"transaction failed ({e}); starting again")
+            uncertain += values
+            p = producer(bootstrap, tid)
+            if restarted is None:
+                restarted = time.monotonic()
+    elapsed = time.monotonic() - started
+    assert killed_at is not None
+    print(f"{len(committed) // PARTITIONS} transactions committed in {elapsed:.1f} s, coordinator {coordinator} killed")
+    brokers[coordinator - 1].start()
+    wait_for("the killed broker rejoined", lambda: cluster_view(brokers[0])[0] == [1, 2, 3])
+    got = read(bootstrap, "txn-kill", "read_committed", want=len(committed), timeout_s=30)
+    values = [v for vs in got.values() for v in vs]
+    assert set(committed) <= set(values), "every committed input is there"
+    assert set(values) <= set(committed) | set(uncertain), "nothing else"
+    assert len(values) == len(set(values)), "and exactly once"
