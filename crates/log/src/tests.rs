@@ -552,3 +552,28 @@ fn log_errors_carry_kafkas_wire_codes() {
         assert_eq!(e.kafka_code(), code, "{e}");
     }
 }
+
+#[test]
+fn truncating_at_the_log_end_drops_an_epoch_that_holds_no_record() {
+    // A replica led epoch 1 from its log end (360) and lost leadership before any append; the
+    // new leader's log has no epoch 1. Its diverging-epoch answer is "epoch 0 ends at 360":
+    // the follower truncates to 360, its log end. Epoch 1 must go, or the follower would send
+    // it as its last fetched epoch, get the same answer, and never fetch again.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), 0).unwrap();
+    for i in 0..3 {
+        log.append_as_leader(&mut batch(120, i * 100), 0, 0)
+            .unwrap();
+    }
+    assert_eq!(log.log_end_offset(), 360);
+    log.assign_epoch_start_offset(1).unwrap();
+    assert_eq!(log.latest_epoch(), Some(1));
+    log.truncate_to(360).unwrap();
+    assert_eq!(log.log_end_offset(), 360);
+    assert_eq!(log.latest_epoch(), Some(0));
+    assert_eq!(log.leader_epochs(), &[(0, 0)]);
+    // An epoch with records stays: truncating at the log end removes no record.
+    log.append_as_leader(&mut batch(2, 0), 2, 0).unwrap();
+    log.truncate_to(362).unwrap();
+    assert_eq!((log.log_end_offset(), log.latest_epoch()), (362, Some(2)));
+}

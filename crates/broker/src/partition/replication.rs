@@ -485,8 +485,10 @@ impl Partition {
             );
             if offset < log.log_end_offset() {
                 tracing::info!(topic = %self.topic, partition = self.index, from = log.log_end_offset(), to = offset, "truncating divergent tail");
-                log.truncate_to(offset)?;
             }
+            // Also at the log end: that drops an epoch this replica began as leader without
+            // appending anything (`Log::truncate_to`).
+            log.truncate_to(offset)?;
             Ok((log.log_end_offset(), done))
         })
     }

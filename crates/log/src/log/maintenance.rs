@@ -52,6 +52,13 @@ impl Log {
     /// Remove everything at and after `offset` (follower truncation).
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
         if offset >= self.next_offset {
+            // Nothing to remove from the log, but the epoch cache may end with an epoch that
+            // began at the log end and holds no record: this replica led it (the entry is
+            // assigned when leadership starts) and another leader was elected before any
+            // append. Left there, the follower would send it as its last fetched epoch
+            // forever, the leader would answer with the same diverging epoch, and the
+            // follower would never fetch again. Kafka's `UnifiedLog.truncateTo` drops it too.
+            self.epochs.truncate_from_end(self.next_offset)?;
             return Ok(());
         }
         if offset <= self.log_start_offset {
