@@ -17,7 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -256,11 +255,6 @@ def test_acks_all_replicates_and_leader_and_controller_kills_lose_nothing(broker
     check_replicas_identical(brokers)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug, docs/REPLICATION.md 'Not built yet': when the paused broker is the active "
-    "controller and resumes after a new controller was elected, its openraft core can panic "
-    "(has_log_id: `Some(log_id) <= self.committed()` in append_entries); its metadata then "
-    "stops and it never rejoins the ISR. Seen in about 1 run in 6 on a loaded 2-core machine"))
 def test_a_paused_leader_is_replaced_and_rejoins_as_a_follower(broker_factory):
     brokers, bootstrap = setup(broker_factory)
     with Checker(bootstrap) as checker:

@@ -171,34 +171,39 @@ impl<E: std::error::Error> From<CallError> for RPCError<NodeId, BasicNode, E> {
 }
 
 impl TcpConnection {
+    /// One request and its response. Cancellation-safe: openraft wraps each call in its own
+    /// timeout and drops this future when it expires, possibly after the request was written
+    /// and before its response was read. The connection is therefore taken out for the
+    /// exchange and put back only after a complete one; a dropped call closes it, so a later
+    /// call can never read the response of an earlier request (a late AppendEntries success
+    /// counted for a request with more entries would let a leader commit what no majority has).
     async fn call(&mut self, request: Request) -> Result<Response, CallError> {
         let deadline = Duration::from_millis(RPC_TIMEOUT_MS);
         let timed_out =
             || std::io::Error::new(std::io::ErrorKind::TimedOut, "quorum rpc timed out");
-        if self.stream.is_none() {
-            let connect = tokio::time::timeout(deadline, TcpStream::connect(&self.addr));
-            let stream = connect
-                .await
-                .map_err(|_| CallError::Unreachable(timed_out()))?;
-            let stream = stream.map_err(CallError::Unreachable)?;
-            stream.set_nodelay(true).map_err(CallError::Unreachable)?;
-            self.stream = Some(stream);
-        }
-        let Some(stream) = self.stream.as_mut() else {
-            unreachable!("connected above")
+        let mut stream = match self.stream.take() {
+            Some(stream) => stream,
+            None => {
+                let connect = tokio::time::timeout(deadline, TcpStream::connect(&self.addr));
+                let stream = connect
+                    .await
+                    .map_err(|_| CallError::Unreachable(timed_out()))?;
+                let stream = stream.map_err(CallError::Unreachable)?;
+                stream.set_nodelay(true).map_err(CallError::Unreachable)?;
+                stream
+            }
         };
         let exchange = async {
-            write_frame(stream, &request).await?;
-            read_frame::<Response>(stream).await
+            write_frame(&mut stream, &request).await?;
+            read_frame::<Response>(&mut stream).await
         };
         let result = match tokio::time::timeout(deadline, exchange).await {
             Ok(result) => result,
             Err(_) => Err(timed_out()),
         };
-        result.map_err(|e| {
-            self.stream = None;
-            CallError::Broken(e)
-        })
+        let response = result.map_err(CallError::Broken)?;
+        self.stream = Some(stream);
+        Ok(response)
     }
 }
 
@@ -244,5 +249,52 @@ impl RaftNetwork<TypeConfig> for TcpConnection {
             Response::Vote(r) => r.map_err(remote(self.target)),
             _ => Err(unexpected().into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::Vote;
+
+    fn vote_request(term: u64) -> Request {
+        Request::Vote(VoteRequest::new(Vote::new(term, 1), None))
+    }
+
+    #[tokio::test]
+    async fn a_dropped_call_never_hands_its_response_to_the_next_one() {
+        // A voter that answers each vote request 100 ms late, naming the request's term.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    while let Ok(Request::Vote(r)) = read_frame::<Request>(&mut stream).await {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let answer = Response::Vote(Ok(VoteResponse::new(r.vote, None, true)));
+                        if write_frame(&mut stream, &answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let mut connection = TcpConnection {
+            target: 2,
+            addr,
+            stream: None,
+        };
+        // Dropped after its request went out, before the answer: openraft's own timeout.
+        let first =
+            tokio::time::timeout(Duration::from_millis(30), connection.call(vote_request(1)));
+        assert!(first.await.is_err(), "the first call is cut off");
+        let Ok(Response::Vote(Ok(answer))) = connection.call(vote_request(2)).await else {
+            panic!("the second call gets a vote answer");
+        };
+        assert_eq!(
+            answer.vote.leader_id().term,
+            2,
+            "its own, not the first call's"
+        );
     }
 }
