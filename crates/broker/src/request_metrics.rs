@@ -119,6 +119,10 @@ pub fn describe() {
         "streamforge_offline_partitions",
         "Partitions whose log could not be opened"
     );
+    describe_gauge!(
+        "streamforge_txn_markers_waiting",
+        "Transaction markers waiting for their partition's leader or queued to it (not in flight)"
+    );
     crate::quota::describe_metrics();
 }
 
