@@ -30,7 +30,8 @@ def fresh_admins():
     _admins.clear()
 
 
-def start_cluster(broker_factory):
+def start_cluster(broker_factory, offsets_partitions=3, extra_args=(), env=None):
+    """Three voters on free ports, started together; `extra_args` and `env` go to each."""
     brokers = [broker_factory(start=False) for _ in range(3)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(3))
     for i, b in enumerate(brokers):
@@ -39,8 +40,10 @@ def start_cluster(broker_factory):
             "--controller-quorum-voters", voters,
             "--broker-session-timeout-ms", "3000",
             "--broker-heartbeat-interval-ms", "500",
-            "--offsets-topic-partitions", "3",
+            "--offsets-topic-partitions", str(offsets_partitions),
+            *extra_args,
         ]
+        b.env.update(env or {})
         b.env["RUST_LOG"] = os.environ.get("SF_RUST_LOG", "info,openraft=error")
     # The voters need each other to elect a controller: start them together.
     with ThreadPoolExecutor(3) as pool:

@@ -17,14 +17,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from harness import free_port
-from test_cluster import admin, cluster_view, placement, wait_for
+from test_cluster import admin, cluster_view, placement, start_cluster, wait_for
 from tiered_store import MotoStore
 
 TOPIC = "tiered-replicated"
@@ -36,22 +34,10 @@ WAIT_S = 60
 
 
 def start_tiered_cluster(broker_factory, store):
-    brokers = [broker_factory(start=False) for _ in range(3)]
-    voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(3))
-    for i, b in enumerate(brokers):
-        b.extra_args += [
-            "--node-id", str(i + 1),
-            "--controller-quorum-voters", voters,
-            "--broker-session-timeout-ms", "3000",
-            "--broker-heartbeat-interval-ms", "500",
-            "--offsets-topic-partitions", "1",
-            "--remote-task-interval-ms", str(TASK_INTERVAL_MS),
-        ] + store.broker_args()
-        b.env.update(store.broker_env())
-        b.env["RUST_LOG"] = "info,openraft=error"
-    with ThreadPoolExecutor(3) as pool:
-        list(pool.map(lambda b: b.start(timeout_s=WAIT_S), brokers))
-    return brokers
+    return start_cluster(
+        broker_factory, offsets_partitions=1,
+        extra_args=["--remote-task-interval-ms", str(TASK_INTERVAL_MS), *store.broker_args()],
+        env=store.broker_env())
 
 
 def message(i: int) -> tuple[bytes, bytes]:
