@@ -35,10 +35,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness import REPO_ROOT
+from test_transactions import read_all
 
 # Bound on every wait for the example to catch up, and on its exit after SIGINT.
 WAIT_S = 120.0
@@ -147,31 +148,8 @@ def produce_inputs(bootstrap: str, topic: str, first: int, count: int) -> None:
 
 def read_committed(bootstrap: str, topic: str, partitions: int, idle_s: float = 2.0) -> list[tuple[str, str]]:
     """Every (key, value) of the topic as a read_committed consumer sees it, until idle."""
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"checker-{time.monotonic_ns()}",
-        "isolation.level": "read_committed",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-    })
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[tuple[str, str]] = []
-    deadline = time.monotonic() + WAIT_S
-    last = time.monotonic()
-    try:
-        while time.monotonic() < deadline and time.monotonic() - last < idle_s:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(m.error())
-            out.append((m.key().decode(), m.value().decode()))
-            last = time.monotonic()
-    finally:
-        c.close()
-    return out
+    return read_all(bootstrap, topic, "read_committed", partitions, idle_s,
+                    item=lambda m: (m.key().decode(), m.value().decode()), wait_s=WAIT_S)
 
 
 class Example:

@@ -30,8 +30,10 @@ def txn_producer(bootstrap: str, tid: str, **extra) -> Producer:
     return p
 
 
-def read_all(bootstrap: str, topic: str, isolation: str, partitions: int = 1, idle_s: float = 3.0) -> list[str]:
-    """Every value a consumer with `isolation` reads from the start, until idle."""
+def read_all(bootstrap: str, topic: str, isolation: str, partitions: int = 1, idle_s: float = 3.0,
+             item=lambda m: m.value().decode(), wait_s: float = WAIT_S) -> list:
+    """`item` of every record a consumer with `isolation` reads from the start (each value by
+    default), until idle or `wait_s`."""
     c = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": f"reader-{topic}-{isolation}-{time.monotonic_ns()}",
@@ -40,20 +42,22 @@ def read_all(bootstrap: str, topic: str, isolation: str, partitions: int = 1, id
         "enable.auto.commit": False,
     })
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[str] = []
-    deadline = time.monotonic() + WAIT_S
+    out = []
+    deadline = time.monotonic() + wait_s
     last = time.monotonic()
-    while time.monotonic() < deadline and time.monotonic() - last < idle_s:
-        m = c.poll(0.2)
-        if m is None:
-            continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
+    try:
+        while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+            m = c.poll(0.2)
+            if m is None:
                 continue
-            raise KafkaException(m.error())
-        out.append(m.value().decode())
-        last = time.monotonic()
-    c.close()
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(m.error())
+            out.append(item(m))
+            last = time.monotonic()
+    finally:
+        c.close()
     return out
 
 
