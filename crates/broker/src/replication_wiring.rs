@@ -14,11 +14,13 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::ResponseError;
 use streamforge_metadata::MetadataImage;
 use streamforge_metadata::controller::{AlterPartition, Reply};
 use tokio::sync::watch;
 
 use crate::BrokerState;
+use crate::partition::replica::IsrChangeOutcome;
 use crate::partition::{AlterPartitionIntent, Partition, PartitionRole};
 
 /// The wiring looks again this often without a metadata change (a fetcher that dropped a
@@ -130,8 +132,9 @@ async fn send_isr_changes(state: Arc<BrokerState>, mut shutdown: watch::Receiver
     }
 }
 
-/// AlterPartition for `intent`; the leader hears the answer (`None` when refused, so it may
-/// propose again).
+/// AlterPartition for `intent`; the leader hears what became of it ([`IsrChangeOutcome`]):
+/// committed, refused, or open (no answer: it may have committed, so the leader keeps counting
+/// it and sends it again).
 fn send_one(state: &BrokerState, intent: AlterPartitionIntent) {
     let Some(partition) = state.replicas.partition(&intent.topic, intent.partition) else {
         return;
@@ -142,7 +145,7 @@ fn send_one(state: &BrokerState, intent: AlterPartitionIntent) {
         .topic_by_name(&intent.topic)
         .map(|t| t.id)
     else {
-        partition.complete_isr_change(None);
+        partition.complete_isr_change(&intent.change, IsrChangeOutcome::Refused);
         return;
     };
     let change = AlterPartition {
@@ -154,25 +157,38 @@ fn send_one(state: &BrokerState, intent: AlterPartitionIntent) {
         partition_epoch: intent.change.partition_epoch,
         new_isr: intent.change.new_isr.clone(),
     };
-    let accepted = match state.replicas.alter_partition(change) {
+    let outcome = match state.replicas.alter_partition(change) {
         Ok(Reply::AlterPartition(Ok(committed))) => {
             tracing::info!(topic = %intent.topic, partition = intent.partition, isr = ?committed.isr, partition_epoch = committed.partition_epoch, "ISR change committed");
-            Some((committed.isr, committed.partition_epoch))
+            IsrChangeOutcome::Committed(committed.isr, committed.partition_epoch)
         }
         Ok(Reply::AlterPartition(Err(code))) => {
             tracing::info!(topic = %intent.topic, partition = intent.partition, ?code, new_isr = ?intent.change.new_isr, "the controller refused an ISR change");
-            None
+            outcome_of_refusal(code)
         }
         Ok(other) => {
             tracing::info!(topic = %intent.topic, partition = intent.partition, reply = ?other, "no controller for an ISR change");
-            None
+            IsrChangeOutcome::Unknown
         }
         Err(error) => {
-            tracing::warn!(topic = %intent.topic, partition = intent.partition, %error, "ISR change not sent");
-            None
+            tracing::warn!(topic = %intent.topic, partition = intent.partition, %error, "ISR change not answered");
+            IsrChangeOutcome::Unknown
         }
     };
-    partition.complete_isr_change(accepted);
+    partition.complete_isr_change(&intent.change, outcome);
+}
+
+/// What a refusal says about the change: a newer epoch at the controller may be this change
+/// committed by an earlier try whose answer was lost (the metadata settles it); NOT_CONTROLLER
+/// says nothing; anything else changed nothing.
+fn outcome_of_refusal(code: ResponseError) -> IsrChangeOutcome {
+    match code {
+        ResponseError::InvalidUpdateVersion | ResponseError::FencedLeaderEpoch => {
+            IsrChangeOutcome::Superseded
+        }
+        ResponseError::NotController | ResponseError::RequestTimedOut => IsrChangeOutcome::Unknown,
+        _ => IsrChangeOutcome::Refused,
+    }
 }
 
 #[cfg(test)]

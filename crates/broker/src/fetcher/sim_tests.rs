@@ -1,8 +1,10 @@
 //! A seeded simulation of one partition replicated on three brokers: real `Partition`s (logs
 //! in temp dirs), the sans-io replica state inside them, a model controller (ISR changes with
-//! partition-epoch checks, elections only from the alive ISR) and a scheduler that picks, per
+//! partition-epoch checks, elections of any alive ISR member) and a scheduler that picks, per
 //! step, a produce, a follower fetch, time passing, an ISR answer, a high-watermark checkpoint
-//! write, a crash or a recovery. A crashed broker's log is dropped without being closed (no
+//! write, a crash, a recovery or the metadata reaching the leader. An ISR answer can be lost
+//! before or after the controller commits (a timeout), and the leader hears of a commit only
+//! through the answer or, later, the metadata. A crashed broker's log is dropped without being closed (no
 //! clean-shutdown marker, as after kill -9) and a recovery reopens it from disk, with its high
 //! watermark from the `replication-offset-checkpoint` it last wrote.
 //! Invariants checked after every step:
@@ -22,7 +24,7 @@ use streamforge_log::LogConfig;
 use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 
 use super::replicate_once;
-use crate::partition::replica::{LeaderAndIsr, ReplicaConfig, Replication};
+use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig, Replication};
 use crate::partition::{
     Acks, AlterPartitionIntent, AppendParams, OpenHighWatermark, Partition, RemoteTier,
 };
@@ -49,6 +51,8 @@ struct Sim {
     leader_epoch: i32,
     partition_epoch: i32,
     isr: Vec<i32>,
+    /// The leader has not yet seen the controller's latest partition epoch.
+    metadata_behind: bool,
     intents: Arc<Mutex<Vec<AlterPartitionIntent>>>,
     // acks=all appends: waiting (end offset, leader epoch) and acknowledged batches.
     pending: Vec<(i64, i32)>,
@@ -88,6 +92,7 @@ impl Sim {
             leader_epoch: 1,
             partition_epoch: 0,
             isr: BROKERS.to_vec(),
+            metadata_behind: false,
             intents: Arc::new(Mutex::new(Vec::new())),
             pending: Vec::new(),
             acked: Vec::new(),
@@ -103,10 +108,7 @@ impl Sim {
         &self.partitions[&id]
     }
 
-    /// Tell every alive broker the controller's leader and epoch.
-    fn install_leader(&mut self) {
-        let sink_target = self.intents.clone();
-        let sink = Arc::new(move |i| sink_target.lock().push(i));
+    fn leader_and_isr(&self) -> (LeaderAndIsr, ReplicaConfig) {
         let state = LeaderAndIsr {
             leader_epoch: self.leader_epoch,
             partition_epoch: self.partition_epoch,
@@ -117,9 +119,21 @@ impl Sim {
             replica_lag_time_max_ms: LAG_MS,
             min_insync_replicas: self.min_isr,
         };
+        (state, config)
+    }
+
+    fn sink(&self) -> crate::partition::IsrChangeSink {
+        let sink_target = self.intents.clone();
+        Arc::new(move |i| sink_target.lock().push(i))
+    }
+
+    /// Tell every alive broker the controller's leader and epoch.
+    fn install_leader(&mut self) {
+        let (state, config) = self.leader_and_isr();
         self.p(self.leader)
-            .make_leader_replicated(self.leader, state, config, sink, self.now_ms)
+            .make_leader_replicated(self.leader, state, config, self.sink(), self.now_ms)
             .unwrap();
+        self.metadata_behind = false;
         for id in BROKERS {
             if id != self.leader && self.alive[&id] {
                 self.p(id)
@@ -162,8 +176,9 @@ impl Sim {
                 }
             }
             75..=81 => self.answer_isr_change(),
-            82..=85 => self.write_checkpoint(),
-            86..=92 => self.crash(),
+            82..=84 => self.write_checkpoint(),
+            85..=86 => self.deliver_metadata(),
+            87..=92 => self.crash(),
             _ => self.recover(),
         }
         self.collect_acks();
@@ -196,22 +211,57 @@ impl Sim {
             .expect("replication step");
     }
 
-    /// The controller answers the oldest ISR change: accepted when its epochs are current.
+    /// The controller answers the oldest ISR change: committed when its epochs are current,
+    /// else INVALID_UPDATE_VERSION / FENCED_LEADER_EPOCH. One answer in four is lost (a
+    /// timeout), after the commit or before the request arrived.
     fn answer_isr_change(&mut self) {
         let Some(intent) = self.intents.lock().pop() else {
             return;
         };
+        let lost = self.rng.random_range(0..4) == 0;
+        if lost && self.rng.random_bool(0.5) {
+            if self.alive[&intent.leader_id] {
+                self.p(intent.leader_id)
+                    .complete_isr_change(&intent.change, IsrChangeOutcome::Unknown);
+            }
+            return;
+        }
         let current = intent.change.leader_epoch == self.leader_epoch
             && intent.change.partition_epoch == self.partition_epoch
             && intent.leader_id == self.leader;
-        let answer = current.then(|| {
+        let outcome = if lost {
+            IsrChangeOutcome::Unknown
+        } else {
+            IsrChangeOutcome::Superseded
+        };
+        let outcome = if current {
             self.partition_epoch += 1;
             self.isr = intent.change.new_isr.clone();
-            (self.isr.clone(), self.partition_epoch)
-        });
+            if lost {
+                self.metadata_behind = true;
+                outcome
+            } else {
+                IsrChangeOutcome::Committed(self.isr.clone(), self.partition_epoch)
+            }
+        } else {
+            outcome
+        };
         if self.alive[&intent.leader_id] {
-            self.p(intent.leader_id).complete_isr_change(answer);
+            self.p(intent.leader_id)
+                .complete_isr_change(&intent.change, outcome);
         }
+    }
+
+    /// The metadata reaches the leader: the controller's ISR and partition epoch.
+    fn deliver_metadata(&mut self) {
+        if !self.metadata_behind || !self.alive[&self.leader] {
+            return;
+        }
+        let (state, config) = self.leader_and_isr();
+        self.p(self.leader)
+            .lead_replicated(self.leader, state, config, self.sink(), self.now_ms)
+            .unwrap();
+        self.metadata_behind = false;
     }
 
     fn crash(&mut self) {
@@ -227,17 +277,23 @@ impl Sim {
         }
         if id == self.leader {
             self.elect();
-        } else if self.alive[&self.leader] {
-            let answer = Some((self.isr.clone(), self.partition_epoch));
-            self.p(self.leader).complete_isr_change(answer);
+        } else {
+            self.metadata_behind = true;
         }
     }
 
-    /// Elect the first alive ISR member (never one outside the ISR).
+    /// Elect any alive ISR member (never one outside the ISR): a controller may pick any.
     fn elect(&mut self) {
-        let Some(&next) = self.isr.iter().find(|&&b| self.alive[&b]) else {
+        let candidates: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|&b| self.alive[&b])
+            .collect();
+        if candidates.is_empty() {
             return; // offline until an ISR member returns
-        };
+        }
+        let next = candidates[self.rng.random_range(0..candidates.len())];
         self.leader = next;
         self.leader_epoch += 1;
         self.partition_epoch += 1;

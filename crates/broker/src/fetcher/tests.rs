@@ -13,7 +13,7 @@ use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 
 use super::*;
 use crate::partition::purgatory::ProducePurgatory;
-use crate::partition::replica::{LeaderAndIsr, ReplicaConfig};
+use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig};
 use crate::partition::{
     Acks, AlterPartitionIntent, AppendParams, IsrChangeSink, Partition, RemoteTier,
 };
@@ -171,7 +171,10 @@ async fn a_lagging_follower_leaves_the_isr_and_comes_back_when_caught_up() {
     assert_eq!(intent.change.new_isr, vec![1]);
     // Until the controller accepts, acks=all is still allowed; once it does, the waiting
     // batch is committed (HW = the leader alone) but with too few replicas.
-    leader.complete_isr_change(Some((intent.change.new_isr, 1)));
+    leader.complete_isr_change(
+        &intent.change,
+        IsrChangeOutcome::Committed(intent.change.new_isr.clone(), 1),
+    );
     let waits = vec![(leader.clone(), end)];
     let r = ProducePurgatory::default()
         .wait(&waits, Duration::from_secs(5))
@@ -194,7 +197,10 @@ async fn a_lagging_follower_leaves_the_isr_and_comes_back_when_caught_up() {
     }
     let intent = intents.lock().pop().unwrap();
     assert_eq!(intent.change.new_isr, vec![1, 2]);
-    leader.complete_isr_change(Some((intent.change.new_isr, 2)));
+    leader.complete_isr_change(
+        &intent.change,
+        IsrChangeOutcome::Committed(intent.change.new_isr.clone(), 2),
+    );
     assert_eq!(leader.replica_status().unwrap().1, vec![1, 2]);
     let batch = &mut build_simple(BatchSpec::default(), 1, 10);
     leader.append(batch, ALL).unwrap();

@@ -16,6 +16,11 @@
 //!   reaches the high watermark (and the start of this leader epoch) is proposed for addition;
 //! - the ISR changes only when the controller accepts the proposal (partition epoch checked
 //!   there); one proposal is in flight at a time;
+//! - a proposal whose fate is unknown (no answer, no controller, a newer partition epoch at the
+//!   controller) stays in the maximal ISR until the metadata or a definite answer settles it:
+//!   the controller may have committed it, and a member it added may then be elected with
+//!   only what it had (Kafka's AlterPartitionManager retries the same way); an unanswered one
+//!   is sent again after the backoff;
 //! - acks=all needs `min.insync.replicas` members in the committed ISR before the append
 //!   (NOT_ENOUGH_REPLICAS) and when the high watermark passes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
 
@@ -79,6 +84,23 @@ pub struct LeaderAndIsr {
     pub isr: Vec<BrokerId>,
 }
 
+/// What became of an ISR change the leader proposed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IsrChangeOutcome {
+    /// The controller committed this ISR with this partition epoch.
+    Committed(Vec<BrokerId>, i32),
+    /// The controller refused it and changed nothing (INELIGIBLE_REPLICA, INVALID_REQUEST):
+    /// propose again after the backoff.
+    Refused,
+    /// The controller holds a newer partition or leader epoch (INVALID_UPDATE_VERSION,
+    /// FENCED_LEADER_EPOCH): possibly this very change, committed by an earlier try. The
+    /// proposal stays in the maximal ISR until the metadata brings that newer epoch.
+    Superseded,
+    /// No answer (no controller, the request timed out): it may have committed. The proposal
+    /// stays in the maximal ISR and is sent again after the backoff.
+    Unknown,
+}
+
 /// An ISR change the leader asks the controller for (AlterPartition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsrChange {
@@ -139,8 +161,12 @@ pub struct LeaderState {
     epoch_start_offset: i64,
     replicas: Vec<BrokerId>,
     isr: Vec<BrokerId>,
-    /// The ISR proposed to the controller and not answered yet.
-    pending_isr: Option<Vec<BrokerId>>,
+    /// The ISR change proposed to the controller and not settled yet (no answer, or one that
+    /// leaves its fate open): its ISR counts in the maximal ISR.
+    pending: Option<IsrChange>,
+    /// How the pending proposal stands: in flight, unanswered (send again), or superseded
+    /// (wait for the metadata).
+    pending_state: PendingState,
     /// The last proposal was refused; the next rule that runs starts the backoff.
     isr_change_refused: bool,
     /// No ISR change is proposed before this time (after a refusal).
@@ -196,7 +222,8 @@ impl LeaderState {
             epoch_start_offset: log_end_offset,
             replicas,
             isr,
-            pending_isr: None,
+            pending: None,
+            pending_state: PendingState::InFlight,
             isr_change_refused: false,
             isr_change_retry_at_ms: 0,
             followers,
@@ -223,7 +250,7 @@ impl LeaderState {
         self.leader_epoch
     }
     pub fn pending_isr(&self) -> Option<&[BrokerId]> {
-        self.pending_isr.as_deref()
+        self.pending.as_ref().map(|c| &c.new_isr[..])
     }
     pub fn follower(&self, id: BrokerId) -> Option<&FollowerState> {
         self.followers.get(&id)
@@ -235,9 +262,9 @@ impl LeaderState {
     /// The committed ISR plus a pending expansion: the replicas the high watermark waits for.
     fn maximal_isr(&self) -> impl Iterator<Item = BrokerId> + '_ {
         let extra = self
-            .pending_isr
+            .pending
             .iter()
-            .flatten()
+            .flat_map(|c| c.new_isr.iter())
             .filter(|r| !self.isr.contains(r));
         self.isr.iter().chain(extra).copied()
     }
@@ -327,7 +354,7 @@ impl LeaderState {
 
     /// Propose adding `id` once its log reaches the high watermark and this epoch's start.
     fn maybe_expand(&mut self, id: BrokerId, now_ms: i64) -> Option<IsrChange> {
-        if self.pending_isr.is_some() || self.isr.contains(&id) || self.backing_off(now_ms) {
+        if self.pending.is_some() || self.isr.contains(&id) || self.backing_off(now_ms) {
             return None;
         }
         let end = self.end_offset_of(id);
@@ -340,8 +367,13 @@ impl LeaderState {
     }
 
     /// Time passed: propose removing ISR members that lag more than `replica.lag.time.max.ms`.
+    /// A proposal whose answer never came is sent again here, after the backoff.
     pub fn maybe_shrink(&mut self, now_ms: i64) -> Option<IsrChange> {
-        if self.pending_isr.is_some() || self.backing_off(now_ms) {
+        if self.pending_state == PendingState::Unanswered && !self.backing_off(now_ms) {
+            self.pending_state = PendingState::InFlight;
+            return self.pending.clone();
+        }
+        if self.pending.is_some() || self.backing_off(now_ms) {
             return None;
         }
         let lag_max = self.config.replica_lag_time_max_ms;
@@ -374,29 +406,61 @@ impl LeaderState {
 
     fn propose(&mut self, new_isr: Vec<BrokerId>) -> IsrChange {
         debug_assert!(new_isr.contains(&self.local_id), "the leader left its ISR");
-        self.pending_isr = Some(new_isr.clone());
-        IsrChange {
+        let change = IsrChange {
             new_isr,
             leader_epoch: self.leader_epoch,
             partition_epoch: self.partition_epoch,
-        }
+        };
+        self.pending = Some(change.clone());
+        self.pending_state = PendingState::InFlight;
+        change
     }
 
-    /// The controller accepted an ISR change (the committed `isr` with its partition epoch),
-    /// or refused it (`None`: propose again later). Returns a high watermark that moved (a
-    /// shrink can let it advance).
-    pub fn on_isr_change_result(&mut self, accepted: Option<(Vec<BrokerId>, i32)>) -> Option<i64> {
-        self.pending_isr = None;
-        let Some((isr, partition_epoch)) = accepted else {
-            self.isr_change_refused = true;
-            return None;
+    /// What became of the proposed ISR change `answered`. An answer that leaves the change's
+    /// fate open keeps it pending; one to an earlier proposal than the pending one changes
+    /// nothing but a committed ISR (checked by its partition epoch). Returns a high watermark
+    /// that moved (a shrink can let it advance).
+    pub fn on_isr_change_result(
+        &mut self,
+        answered: &IsrChange,
+        outcome: IsrChangeOutcome,
+    ) -> Option<i64> {
+        let current = self.pending.as_ref() == Some(answered);
+        let (isr, partition_epoch) = match outcome {
+            IsrChangeOutcome::Committed(isr, epoch) => (isr, epoch),
+            _ if !current => return None,
+            IsrChangeOutcome::Refused => {
+                self.pending = None;
+                self.pending_state = PendingState::InFlight;
+                self.isr_change_refused = true;
+                return None;
+            }
+            IsrChangeOutcome::Superseded => {
+                self.pending_state = PendingState::Superseded;
+                return None;
+            }
+            IsrChangeOutcome::Unknown => {
+                self.pending_state = PendingState::Unanswered;
+                self.isr_change_refused = true;
+                return None;
+            }
         };
-        self.isr_change_refused = false;
-        self.isr_change_retry_at_ms = 0;
+        self.settle(isr, partition_epoch)
+    }
+
+    /// A committed ISR: take it when newer than what this leader knows, and end the pending
+    /// proposal (it named an older epoch, so it is either this commit or can no longer
+    /// commit).
+    fn settle(&mut self, isr: Vec<BrokerId>, partition_epoch: i32) -> Option<i64> {
         if partition_epoch <= self.partition_epoch {
-            // An answer older than what we know: ignore it.
+            // Older than what we know (the metadata brought it first): a proposal pending now
+            // names the current epoch and is not settled by it.
             return None;
         }
+        self.pending = None;
+        self.pending_state = PendingState::InFlight;
+        self.isr_change_refused = false;
+        self.isr_change_retry_at_ms = 0;
         self.isr = isr
             .into_iter()
             .filter(|r| self.replicas.contains(r))
@@ -410,15 +474,26 @@ impl LeaderState {
 
     /// The metadata committed a newer partition epoch for this leadership (an accepted
     /// AlterPartition, or the controller taking a fenced broker out of the ISR): take its ISR.
-    /// A proposal still in flight named the older epoch, so the controller refuses it; it is
-    /// dropped here and the rules propose again from the new ISR. An older or equal epoch
-    /// changes nothing. Returns a high watermark that moved.
+    /// A proposal still pending named the older epoch: the new ISR is either its commit or
+    /// made it moot, so it is dropped here and the rules propose again from the new ISR. An
+    /// older or equal epoch changes nothing. Returns a high watermark that moved.
     pub fn on_metadata_isr(&mut self, isr: Vec<BrokerId>, partition_epoch: i32) -> Option<i64> {
         if partition_epoch <= self.partition_epoch {
             return None;
         }
-        self.on_isr_change_result(Some((isr, partition_epoch)))
+        self.settle(isr, partition_epoch)
     }
+}
+
+/// Where the pending ISR proposal stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PendingState {
+    /// Sent (or none pending): the answer is awaited.
+    InFlight,
+    /// No answer came: send it again after the backoff.
+    Unanswered,
+    /// The controller has a newer epoch: the metadata settles it.
+    Superseded,
 }
 
 /// Where a follower truncates to when the leader says its log diverges: Kafka's

@@ -124,7 +124,7 @@ mod tests {
 
     use super::*;
     use crate::fetcher::replicate_once;
-    use crate::partition::replica::{LeaderAndIsr, ReplicaConfig};
+    use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig};
     use crate::partition::{Acks, AlterPartitionIntent, AppendParams, RemoteTier};
 
     const LAG_MS: i64 = 1_000;
@@ -200,7 +200,7 @@ mod tests {
             IsrChangeCounts::default(),
             "not accepted yet"
         );
-        leader.complete_isr_change(None);
+        leader.complete_isr_change(&shrink.change, IsrChangeOutcome::Refused);
         assert_eq!(
             leader.isr_change_counts(),
             IsrChangeCounts::default(),
@@ -214,7 +214,10 @@ mod tests {
         );
         let shrink_again = intents.lock().pop().unwrap();
         assert_eq!(shrink_again.change.new_isr, shrink.change.new_isr);
-        leader.complete_isr_change(Some((shrink.change.new_isr, 1)));
+        leader.complete_isr_change(
+            &shrink.change,
+            IsrChangeOutcome::Committed(shrink.change.new_isr.clone(), 1),
+        );
         let counts = IsrChangeCounts {
             shrinks: 1,
             expands: 0,
@@ -223,7 +226,7 @@ mod tests {
         let progress = leader.replica_progress(40).unwrap();
         assert!(progress.under_replicated() && !progress.followers[0].in_sync);
         // A stale answer (an older partition epoch) counts nothing.
-        leader.complete_isr_change(Some((vec![1, 2], 1)));
+        leader.complete_isr_change(&shrink.change, IsrChangeOutcome::Committed(vec![1, 2], 1));
         assert_eq!(leader.isr_change_counts(), counts);
 
         // It comes back one batch at a time (the leader, alone in the ISR, committed 20),
@@ -235,7 +238,10 @@ mod tests {
             replicate_once(&leader, &follower, 2, 1 << 20, 2 * LAG_MS + now).unwrap();
         }
         let expand = intents.lock().pop().unwrap();
-        leader.complete_isr_change(Some((expand.change.new_isr, 2)));
+        leader.complete_isr_change(
+            &expand.change,
+            IsrChangeOutcome::Committed(expand.change.new_isr.clone(), 2),
+        );
         let counts = IsrChangeCounts {
             shrinks: 1,
             expands: 1,

@@ -1,5 +1,6 @@
 //! One test per rule of the leader-side replica state, with an explicit clock (`now_ms`).
 
+use super::IsrChangeOutcome::{Committed, Refused, Superseded, Unknown};
 use super::*;
 
 const LAG: i64 = 10_000;
@@ -129,9 +130,9 @@ fn the_isr_changes_only_when_the_controller_accepts() {
     l.on_follower_fetch(2, 20, 20, 1).unwrap();
     assert_eq!(l.high_watermark(), 10, "3 holds it back");
     let change = l.maybe_shrink(LAG + 1).unwrap();
-    // Refused (e.g. INVALID_UPDATE_VERSION): nothing changes; a tick after the backoff
-    // proposes again, none before it.
-    assert_eq!(l.on_isr_change_result(None), None);
+    // Refused (e.g. INELIGIBLE_REPLICA): nothing changes; a tick after the backoff proposes
+    // again, none before it.
+    assert_eq!(l.on_isr_change_result(&change, Refused), None);
     assert_eq!(l.isr(), &[1, 2, 3]);
     assert_eq!(l.maybe_shrink(LAG + 2), None);
     assert_eq!(
@@ -143,11 +144,14 @@ fn the_isr_changes_only_when_the_controller_accepts() {
         Some(change.clone())
     );
     // Accepted with the next partition epoch: the shrink lets the high watermark advance.
-    assert_eq!(l.on_isr_change_result(Some((vec![1, 2], 8))), Some(20));
+    assert_eq!(
+        l.on_isr_change_result(&change, Committed(vec![1, 2], 8)),
+        Some(20)
+    );
     assert_eq!((l.isr(), l.partition_epoch()), (&[1, 2][..], 8));
     // A stale answer (older partition epoch) is ignored.
     l.maybe_shrink(0);
-    assert_eq!(l.on_isr_change_result(Some((vec![1], 8))), None);
+    assert_eq!(l.on_isr_change_result(&change, Committed(vec![1], 8)), None);
     assert_eq!(l.isr(), &[1, 2]);
 }
 
@@ -159,14 +163,15 @@ fn a_replica_that_reaches_the_high_watermark_is_proposed_for_the_isr() {
     let out = l.on_follower_fetch(3, 5, 10, 1).unwrap();
     assert_eq!(out.isr_change, None, "below the high watermark");
     let out = l.on_follower_fetch(3, 10, 10, 2).unwrap();
-    assert_eq!(out.isr_change.unwrap().new_isr, vec![1, 2, 3]);
+    let change = out.isr_change.unwrap();
+    assert_eq!(change.new_isr, vec![1, 2, 3]);
     // Pending expansion counts for the high watermark (maximal ISR).
     l.on_local_append(15);
     l.on_follower_fetch(2, 15, 15, 3).unwrap();
     assert_eq!(l.high_watermark(), 10, "3 is in the maximal ISR");
     l.on_follower_fetch(3, 15, 15, 3).unwrap();
     assert_eq!(l.high_watermark(), 15);
-    l.on_isr_change_result(Some((vec![1, 2, 3], 8)));
+    l.on_isr_change_result(&change, Committed(vec![1, 2, 3], 8));
     assert_eq!(l.isr(), &[1, 2, 3]);
 }
 
@@ -203,8 +208,8 @@ fn min_insync_replicas_is_checked_before_and_after_the_append() {
     l.on_local_append(10);
     assert_eq!(l.replication(10), Replication::Pending);
     // The ISR shrinks to the leader before the follower got the batch.
-    l.maybe_shrink(LAG + 1).unwrap();
-    l.on_isr_change_result(Some((vec![1], 8)));
+    let shrink = l.maybe_shrink(LAG + 1).unwrap();
+    l.on_isr_change_result(&shrink, Committed(vec![1], 8));
     assert_eq!(l.replication(10), Replication::NotEnoughReplicasAfterAppend);
     assert_eq!(
         l.check_enough_replicas(),
@@ -250,7 +255,10 @@ fn a_refused_expansion_is_proposed_again_only_after_the_backoff() {
         first.as_ref().map(|c| c.new_isr.clone()),
         Some(vec![1, 2, 3])
     );
-    assert_eq!(l.on_isr_change_result(None), None);
+    assert_eq!(
+        l.on_isr_change_result(first.as_ref().unwrap(), Refused),
+        None
+    );
     // Its fetches keep coming every few milliseconds: none re-sends the refused change.
     for t in [101, 150, 100 + ISR_CHANGE_RETRY_BACKOFF_MS] {
         assert_eq!(
@@ -263,4 +271,87 @@ fn a_refused_expansion_is_proposed_again_only_after_the_backoff() {
         .on_follower_fetch(3, 10, 10, 101 + ISR_CHANGE_RETRY_BACKOFF_MS)
         .unwrap();
     assert_eq!(again.isr_change, first);
+}
+
+/// Leader 1 with ISR [1, 2] proposes adding 3 (caught up at 10), and the answer is lost.
+fn expansion_with_a_lost_answer() -> (LeaderState, IsrChange) {
+    let mut l = leader(&[1, 2], 10, 1);
+    l.on_follower_fetch(2, 10, 10, 1).unwrap();
+    let change = l
+        .on_follower_fetch(3, 10, 10, 1)
+        .unwrap()
+        .isr_change
+        .unwrap();
+    assert_eq!(change.new_isr, vec![1, 2, 3]);
+    (l, change)
+}
+
+#[test]
+fn an_expansion_whose_answer_was_lost_still_holds_the_high_watermark() {
+    // The controller may have committed [1, 2, 3]: 3 could be elected with only what it has,
+    // so what 3 lacks must not count as committed until the metadata says which it is.
+    let (mut l, change) = expansion_with_a_lost_answer();
+    assert_eq!(l.on_isr_change_result(&change, Unknown), None);
+    assert_eq!(l.pending_isr(), Some(&[1, 2, 3][..]));
+    l.on_local_append(20);
+    l.on_follower_fetch(2, 20, 20, 2).unwrap();
+    assert_eq!(l.high_watermark(), 10, "3 still counts");
+    // The same proposal goes out again after the backoff, not before.
+    assert_eq!(l.maybe_shrink(3), None);
+    assert_eq!(l.maybe_shrink(3 + ISR_CHANGE_RETRY_BACKOFF_MS - 1), None);
+    assert_eq!(
+        l.maybe_shrink(3 + ISR_CHANGE_RETRY_BACKOFF_MS),
+        Some(change.clone())
+    );
+    // The retry finds a newer epoch (the first try had committed): wait for the metadata.
+    assert_eq!(l.on_isr_change_result(&change, Superseded), None);
+    assert_eq!(
+        l.maybe_shrink(10 * ISR_CHANGE_RETRY_BACKOFF_MS),
+        None,
+        "not re-sent"
+    );
+    l.on_follower_fetch(2, 20, 20, 4).unwrap();
+    assert_eq!(l.high_watermark(), 10, "3 still counts");
+    // The metadata brings the commit: 3 is in the ISR for good.
+    l.on_metadata_isr(vec![1, 2, 3], 8);
+    assert_eq!((l.isr(), l.pending_isr()), (&[1, 2, 3][..], None));
+    l.on_follower_fetch(3, 20, 20, 5).unwrap();
+    assert_eq!(l.high_watermark(), 20);
+}
+
+#[test]
+fn metadata_without_the_expansion_ends_it() {
+    // The controller never took it (another change came first): the new ISR is the truth,
+    // and 3 is proposed again from there.
+    let (mut l, change) = expansion_with_a_lost_answer();
+    l.on_isr_change_result(&change, Superseded);
+    l.on_local_append(20);
+    l.on_follower_fetch(2, 20, 20, 2).unwrap();
+    assert_eq!(l.high_watermark(), 10);
+    assert_eq!(l.on_metadata_isr(vec![1, 2], 8), Some(20));
+    assert_eq!(l.pending_isr(), None);
+    let again = l
+        .on_follower_fetch(3, 20, 20, 3)
+        .unwrap()
+        .isr_change
+        .unwrap();
+    assert_eq!((again.new_isr, again.partition_epoch), (vec![1, 2, 3], 8));
+}
+
+#[test]
+fn a_late_answer_to_an_earlier_proposal_leaves_the_pending_one_alone() {
+    let (mut l, first) = expansion_with_a_lost_answer();
+    l.on_metadata_isr(vec![1, 2], 8);
+    let second = l
+        .on_follower_fetch(3, 10, 10, 2)
+        .unwrap()
+        .isr_change
+        .unwrap();
+    assert_ne!(first, second);
+    for late in [Refused, Unknown, Superseded, Committed(vec![1, 2], 8)] {
+        l.on_isr_change_result(&first, late);
+        assert_eq!(l.pending_isr(), Some(&[1, 2, 3][..]));
+    }
+    l.on_isr_change_result(&second, Committed(vec![1, 2, 3], 9));
+    assert_eq!((l.isr(), l.pending_isr()), (&[1, 2, 3][..], None));
 }

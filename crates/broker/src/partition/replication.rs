@@ -5,15 +5,17 @@
 //!
 //! Contract with the controller wiring: an [`AlterPartitionIntent`] goes to the
 //! [`IsrChangeSink`] given to `make_leader_replicated`; whoever sends it answers with
-//! [`Partition::complete_isr_change`] (the committed ISR and partition epoch, or `None` when it
-//! was refused). The ISR a leader uses changes only then.
+//! [`Partition::complete_isr_change`] (an [`IsrChangeOutcome`]: committed, refused, or
+//! left open). The ISR a leader uses changes only on a commit (or the metadata's), and a
+//! change whose fate is open keeps counting for the high watermark.
 
 use std::sync::Arc;
 
 use streamforge_log::{Log, ReadInfo};
 
 use super::replica::{
-    BrokerId, IsrChange, LeaderAndIsr, LeaderState, ReplicaConfig, Replication, truncation_offset,
+    BrokerId, IsrChange, IsrChangeOutcome, LeaderAndIsr, LeaderState, ReplicaConfig, Replication,
+    truncation_offset,
 };
 use super::replica_progress::{FollowerProgress, ReplicaProgress};
 use super::replica_selector::ReplicaCandidate;
@@ -186,15 +188,15 @@ impl Partition {
         }
     }
 
-    /// The controller answered this leader's ISR change.
-    pub fn complete_isr_change(&self, accepted: Option<(Vec<BrokerId>, i32)>) {
+    /// What became of this leader's ISR change `answered`.
+    pub fn complete_isr_change(&self, answered: &IsrChange, outcome: IsrChangeOutcome) {
         let hw = self.with_state(|serving, log| {
             let replica = serving.replica.as_mut()?;
             let (before, epoch) = (
                 replica.leader.isr().to_vec(),
                 replica.leader.partition_epoch(),
             );
-            let hw = replica.leader.on_isr_change_result(accepted);
+            let hw = replica.leader.on_isr_change_result(answered, outcome);
             if replica.leader.partition_epoch() != epoch {
                 self.replication_counters
                     .count_isr_change(&before, replica.leader.isr());

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use streamforge_broker::partition::replica::LeaderAndIsr;
+use streamforge_broker::partition::replica::{IsrChangeOutcome, LeaderAndIsr};
 use streamforge_broker::partition::{AlterPartitionIntent, IsrChangeSink, PartitionOffsets};
 use streamforge_broker::{Broker, BrokerConfig, BrokerHandle, BrokerState};
 use streamforge_metadata::controller::{BrokerHeartbeat, BrokerRegistration, Event, Reply};
@@ -123,7 +123,8 @@ pub fn controller(leader: Arc<BrokerState>, partition_epoch: i32) -> IsrChangeSi
                     .replicas
                     .partition(&intent.topic, intent.partition)
                     .unwrap();
-                p.complete_isr_change(Some((intent.change.new_isr, *e)));
+                let committed = IsrChangeOutcome::Committed(intent.change.new_isr.clone(), *e);
+                p.complete_isr_change(&intent.change, committed);
             }
         });
     })

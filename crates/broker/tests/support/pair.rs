@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use streamforge_broker::partition::replica::LeaderAndIsr;
+use streamforge_broker::partition::replica::{IsrChangeOutcome, LeaderAndIsr};
 use streamforge_broker::partition::{AlterPartitionIntent, IsrChangeSink};
 use streamforge_broker::{Broker, BrokerConfig, BrokerHandle, BrokerState};
 
@@ -46,7 +46,8 @@ pub fn accept_isr_changes(leader: Arc<BrokerState>) -> IsrChangeSink {
         let (state, e) = (leader.clone(), *current);
         tokio::spawn(async move {
             if let Some(p) = state.replicas.partition(&intent.topic, intent.partition) {
-                p.complete_isr_change(Some((intent.change.new_isr, e)));
+                let committed = IsrChangeOutcome::Committed(intent.change.new_isr.clone(), e);
+                p.complete_isr_change(&intent.change, committed);
             }
         });
     })
