@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness import free_port
@@ -69,6 +69,25 @@ def wait_for(what, f, timeout_s=WAIT_S):
             return v
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
+
+
+# What a client retries after a leader change: the new leader's high watermark lags the start
+# of its epoch (OFFSET_NOT_AVAILABLE, as Kafka answers), or the leader moved.
+RETRIABLE_LIST_OFFSETS = {KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                          KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+                          KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError._TRANSPORT}
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s=WAIT_S) -> tuple[int, int]:
+    """(low, high) of `tp`, asked of its leader, retrying what Kafka clients retry."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        except KafkaException as e:
+            if e.args[0].code() not in RETRIABLE_LIST_OFFSETS or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def cluster_view(b):

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import wire
-from test_cluster import admin, cluster_view, start_cluster, wait_for
+from test_cluster import admin, cluster_view, start_cluster, wait_for, watermarks
 
 TOPIC = "replicated"
 PARTITIONS = 3
@@ -130,8 +130,7 @@ def read_all(bootstrap: str) -> dict[int, list[tuple[int, int]]]:
     """Every (offset, value) of each partition, from the start to its high watermark."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{time.monotonic_ns()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=20)[1]
-            for p in range(PARTITIONS)}
+    ends = {p: watermarks(consumer, TopicPartition(TOPIC, p))[1] for p in range(PARTITIONS)}
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
     got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
     deadline = time.monotonic() + WAIT_S

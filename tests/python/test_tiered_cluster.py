@@ -22,7 +22,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from test_cluster import admin, cluster_view, placement, start_cluster, wait_for
+from test_cluster import admin, cluster_view, placement, start_cluster, wait_for, watermarks
 from tiered_store import MotoStore
 
 TOPIC = "tiered-replicated"
@@ -157,7 +157,7 @@ def consume_all(bootstrap: str, count: int) -> list[tuple[int, bytes, bytes]]:
                 continue
             assert m.error() is None, m.error()
             out.append((m.offset(), m.key(), m.value()))
-        low, _ = c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10, cached=False)
+        low, _ = watermarks(c, TopicPartition(TOPIC, 0))
         return out, low
     finally:
         c.close()

@@ -132,6 +132,15 @@ pub enum PartitionError {
     /// local log start.
     #[error("offset {offset} is below the local log start {local_log_start}: in tiered storage")]
     OffsetMovedToTieredStorage { offset: i64, local_log_start: i64 },
+    /// ListOffsets on a new leader whose high watermark is still below the start of its
+    /// epoch (retriable: the followers' next fetches move it).
+    #[error(
+        "the high watermark {high_watermark} lags the start {epoch_start} of this leader's epoch"
+    )]
+    OffsetNotAvailable {
+        high_watermark: i64,
+        epoch_start: i64,
+    },
     #[error("{0}")]
     InvalidRequest(String),
     /// acks=all before the append: the ISR is smaller than `min.insync.replicas`.
@@ -172,6 +181,7 @@ impl PartitionError {
                 ResponseError::OffsetMovedToTieredStorage.code()
             }
             PartitionError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
+            PartitionError::OffsetNotAvailable { .. } => ResponseError::OffsetNotAvailable.code(),
             PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas.code(),
             PartitionError::NotEnoughReplicasAfterAppend => {
                 ResponseError::NotEnoughReplicasAfterAppend.code()

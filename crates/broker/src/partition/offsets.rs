@@ -71,11 +71,18 @@ impl Partition {
         spec: OffsetSpec,
         current_leader_epoch: i32,
     ) -> Result<FoundOffset, PartitionError> {
-        let (local, local_start, leader_epoch) = self
-            .with_leader_log_epoch(current_leader_epoch, |log, epoch| {
-                (local_offset(log, spec), log.log_start_offset(), epoch)
+        let (local, local_start, leader_epoch, fetchable) =
+            self.with_leader_log_epoch(current_leader_epoch, |log, epoch| {
+                let fetchable = Fetchable::of(log, epoch, spec);
+                (
+                    local_offset(log, spec),
+                    log.log_start_offset(),
+                    epoch,
+                    fetchable,
+                )
             })?;
         let (timestamp, offset) = self.remote_offset(spec, local, local_start).await?;
+        let (timestamp, offset) = fetchable.check(spec, timestamp, offset)?;
         Ok(FoundOffset {
             timestamp,
             offset,
@@ -200,6 +207,67 @@ impl Partition {
                     .then(|| (current, log.log_end_offset()))
             })
         })
+    }
+}
+
+/// What a client may be told of a leader's log (Kafka's `lastFetchableOffset` rule): offsets at
+/// or past the high watermark (the last stable offset for read_committed) are not named. A
+/// leader elected with a high watermark below the start of its epoch (it lags the previous
+/// leader's until the followers fetch again) answers OFFSET_NOT_AVAILABLE, retriable, for
+/// "latest" and for a lookup past it: telling a client an end below what was committed would
+/// hide records it was told were written.
+#[derive(Debug, Clone, Copy)]
+struct Fetchable {
+    last_fetchable: i64,
+    lagging: Option<(i64, i64)>,
+}
+
+impl Fetchable {
+    fn of(log: &Log, epoch: i32, spec: OffsetSpec) -> Fetchable {
+        let hw = log.high_watermark();
+        let last_fetchable = match spec {
+            OffsetSpec::LastStable => log.last_stable_offset(),
+            _ => hw,
+        };
+        let epoch_start = log
+            .leader_epochs()
+            .iter()
+            .find(|(e, _)| *e == epoch)
+            .map(|&(_, start)| start);
+        Fetchable {
+            last_fetchable,
+            lagging: epoch_start
+                .filter(|&start| start > hw)
+                .map(|start| (hw, start)),
+        }
+    }
+
+    /// The answer to give for `spec` found at `(timestamp, offset)`.
+    fn check(
+        self,
+        spec: OffsetSpec,
+        timestamp: i64,
+        offset: i64,
+    ) -> Result<(i64, i64), PartitionError> {
+        let not_available = |(high_watermark, epoch_start)| PartitionError::OffsetNotAvailable {
+            high_watermark,
+            epoch_start,
+        };
+        match spec {
+            OffsetSpec::Latest | OffsetSpec::LastStable => match self.lagging {
+                Some(l) => Err(not_available(l)),
+                None => Ok((timestamp, offset)),
+            },
+            OffsetSpec::Timestamp(_) | OffsetSpec::MaxTimestamp
+                if offset >= self.last_fetchable =>
+            {
+                match self.lagging {
+                    Some(l) => Err(not_available(l)),
+                    None => Ok((-1, -1)),
+                }
+            }
+            _ => Ok((timestamp, offset)),
+        }
     }
 }
 

@@ -384,3 +384,83 @@ fn a_reopened_log_starts_its_high_watermark_at_min_of_checkpoint_and_log_end() {
     );
     assert_eq!(OpenHighWatermark::LogEnd.resolve(5, 9), 9);
 }
+
+#[tokio::test]
+async fn a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_not_available() {
+    use super::replica::{LeaderAndIsr, ReplicaConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), RemoteTier::default());
+    append(&p, 3, 1_000); // offsets 0..30 committed alone, timestamps 1000..=1029
+    let lead = |leader_epoch| {
+        let state = LeaderAndIsr {
+            leader_epoch,
+            partition_epoch: leader_epoch,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+        };
+        let sink: IsrChangeSink = Arc::new(|_| {});
+        p.make_leader_replicated(1, state, ReplicaConfig::default(), sink, 0)
+            .unwrap();
+    };
+    // Leader with a follower: 30..40 (timestamps 2000..) wait for it.
+    lead(1);
+    let spec = BatchSpec {
+        base_timestamp: 2_000,
+        ..BatchSpec::default()
+    };
+    p.append(
+        &mut build_simple(spec, 10, 100),
+        AppendParams { acks: Acks::Leader },
+    )
+    .unwrap();
+    let latest = p.list_offsets(OffsetSpec::Latest, -1).await.unwrap();
+    assert_eq!(latest.offset, 30, "the HW, not the log end");
+    // A record past the HW is not named, even by its time.
+    let past = p
+        .list_offsets(OffsetSpec::Timestamp(2_000), -1)
+        .await
+        .unwrap();
+    assert_eq!((past.timestamp, past.offset), (-1, -1));
+    // Elected again (epoch 2 starts at 40) before the follower fetched: its HW 30 may lag
+    // what the previous leader had committed, so "latest" is not available yet.
+    lead(2);
+    let not_available = code(ResponseError::OffsetNotAvailable);
+    for spec in [
+        OffsetSpec::Latest,
+        OffsetSpec::LastStable,
+        OffsetSpec::Timestamp(2_000),
+        OffsetSpec::MaxTimestamp,
+    ] {
+        let e = p.list_offsets(spec, -1).await.unwrap_err();
+        assert_eq!(e.kafka_code(), not_available, "{spec:?}");
+    }
+    // What lies below the HW is still answered.
+    assert_eq!(
+        p.list_offsets(OffsetSpec::Earliest, -1)
+            .await
+            .unwrap()
+            .offset,
+        0
+    );
+    let old = p
+        .list_offsets(OffsetSpec::Timestamp(1_015), -1)
+        .await
+        .unwrap();
+    assert_eq!(old.offset, 15);
+    // The follower fetches up to the log end: the HW reaches the epoch start.
+    let follower = FollowerFetch {
+        replica_id: 2,
+        current_leader_epoch: 2,
+        last_fetched_epoch: 1,
+    };
+    let mut params = fetch(40);
+    params.replica_id = 2;
+    p.read_for_follower(params, follower, 1).unwrap();
+    let latest = p.list_offsets(OffsetSpec::Latest, -1).await.unwrap();
+    assert_eq!(latest.offset, 40);
+    let by_time = p
+        .list_offsets(OffsetSpec::Timestamp(2_000), -1)
+        .await
+        .unwrap();
+    assert_eq!(by_time.offset, 30);
+}
