@@ -164,9 +164,9 @@ pub struct LeaderState {
     /// The ISR change proposed to the controller and not settled yet (no answer, or one that
     /// leaves its fate open): its ISR counts in the maximal ISR.
     pending: Option<IsrChange>,
-    /// How the pending proposal stands: in flight, unanswered (send again), or superseded
-    /// (wait for the metadata).
-    pending_state: PendingState,
+    /// The pending proposal got no answer: send it again after the backoff (otherwise it
+    /// waits for its answer or the metadata).
+    pending_unanswered: bool,
     /// The last proposal was refused; the next rule that runs starts the backoff.
     isr_change_refused: bool,
     /// No ISR change is proposed before this time (after a refusal).
@@ -223,7 +223,7 @@ impl LeaderState {
             replicas,
             isr,
             pending: None,
-            pending_state: PendingState::InFlight,
+            pending_unanswered: false,
             isr_change_refused: false,
             isr_change_retry_at_ms: 0,
             followers,
@@ -369,8 +369,8 @@ impl LeaderState {
     /// Time passed: propose removing ISR members that lag more than `replica.lag.time.max.ms`.
     /// A proposal whose answer never came is sent again here, after the backoff.
     pub fn maybe_shrink(&mut self, now_ms: i64) -> Option<IsrChange> {
-        if self.pending_state == PendingState::Unanswered && !self.backing_off(now_ms) {
-            self.pending_state = PendingState::InFlight;
+        if self.pending_unanswered && !self.backing_off(now_ms) {
+            self.pending_unanswered = false;
             return self.pending.clone();
         }
         if self.pending.is_some() || self.backing_off(now_ms) {
@@ -412,7 +412,7 @@ impl LeaderState {
             partition_epoch: self.partition_epoch,
         };
         self.pending = Some(change.clone());
-        self.pending_state = PendingState::InFlight;
+        self.pending_unanswered = false;
         change
     }
 
@@ -431,16 +431,17 @@ impl LeaderState {
             _ if !current => return None,
             IsrChangeOutcome::Refused => {
                 self.pending = None;
-                self.pending_state = PendingState::InFlight;
+                self.pending_unanswered = false;
                 self.isr_change_refused = true;
                 return None;
             }
+            // Kept pending, not sent again: the metadata's newer epoch settles it.
             IsrChangeOutcome::Superseded => {
-                self.pending_state = PendingState::Superseded;
+                self.pending_unanswered = false;
                 return None;
             }
             IsrChangeOutcome::Unknown => {
-                self.pending_state = PendingState::Unanswered;
+                self.pending_unanswered = true;
                 self.isr_change_refused = true;
                 return None;
             }
@@ -458,7 +459,7 @@ impl LeaderState {
             return None;
         }
         self.pending = None;
-        self.pending_state = PendingState::InFlight;
+        self.pending_unanswered = false;
         self.isr_change_refused = false;
         self.isr_change_retry_at_ms = 0;
         self.isr = isr
@@ -483,17 +484,6 @@ impl LeaderState {
         }
         self.settle(isr, partition_epoch)
     }
-}
-
-/// Where the pending ISR proposal stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PendingState {
-    /// Sent (or none pending): the answer is awaited.
-    InFlight,
-    /// No answer came: send it again after the backoff.
-    Unanswered,
-    /// The controller has a newer epoch: the metadata settles it.
-    Superseded,
 }
 
 /// Where a follower truncates to when the leader says its log diverges: Kafka's
