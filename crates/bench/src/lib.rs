@@ -201,6 +201,9 @@ pub struct Recovery {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Workload {
     pub brokers: usize,
+    /// Replicas of each partition of the benchmark topic (0 when unknown).
+    #[serde(default)]
+    pub replication_factor: usize,
     pub partitions: i32,
     pub messages: u64,
     pub message_size: usize,

@@ -61,6 +61,13 @@ pub async fn run(
         Err(e) => return Err(e.into()),
     };
     let brokers = admin.describe_cluster().await?.brokers.len();
+    // What the topic really got (a `-1` request takes the broker's default).
+    let replication_factor = admin
+        .describe_topics(std::slice::from_ref(&topic))
+        .await?
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map_or(0, |p| p.replicas.len());
     let mut acknowledged = 0u64;
 
     info!(topic, messages = params.messages, "produce phase");
@@ -144,6 +151,7 @@ pub async fn run(
     Ok(BenchResult {
         workload: Workload {
             brokers,
+            replication_factor,
             partitions: params.partitions,
             messages: params.messages,
             message_size: params.message_size,

@@ -35,7 +35,14 @@ fn cpu_note(t: &crate::Throughput, embedded: bool) -> String {
 
 /// Where the broker ran, said plainly: every figure depends on it.
 fn broker_line(w: &crate::Workload) -> String {
-    if w.embedded {
+    if w.embedded && w.brokers > 1 {
+        format!(
+            "Brokers             : a cluster of {} embedded in this process (same CPUs as the \
+             clients; each broker its own runtime and data dir); clients reach them over \
+             loopback TCP {}\n",
+            w.brokers, w.bootstrap
+        )
+    } else if w.embedded {
         format!(
             "Broker              : embedded in this process (same CPUs as the clients); clients \
              reach it over loopback TCP {}\n",
@@ -55,10 +62,13 @@ pub fn table(r: &BenchResult) -> String {
     let w = &r.workload;
     let mut s = String::new();
     s.push_str(&format!(
-        "Target Workload     : {} Broker{} | {} Partitions | {} Messages | {} B\n",
+        "Target Workload     : {} Broker{} | {} Partitions x {} Replica{} | acks {} | {} Messages | {} B\n",
         w.brokers,
         if w.brokers == 1 { "" } else { "s" },
         w.partitions,
+        w.replication_factor,
+        if w.replication_factor == 1 { "" } else { "s" },
+        if w.acks == -1 { "all".to_string() } else { w.acks.to_string() },
         thousands(w.messages),
         w.message_size
     ));
@@ -95,6 +105,9 @@ pub fn table(r: &BenchResult) -> String {
             rec.ms,
             thousands(rec.validated_messages)
         )),
+        None if w.embedded && w.brokers > 1 => {
+            s.push_str("Crash Recovery Time : not measured (an embedded cluster)\n")
+        }
         None if w.embedded => s.push_str("Crash Recovery Time : not measured (--no-recovery)\n"),
         None => s.push_str("Crash Recovery Time : not measured (needs the embedded broker)\n"),
     }

@@ -12,6 +12,8 @@ use parking_lot::Mutex;
 use streamforge_bench::{BenchParams, CrashControl, Phase, Progress, ProgressFn};
 use streamforge_broker::{Broker, BrokerConfig};
 
+use crate::bench_cluster::{ClusterSettings, EmbeddedCluster};
+
 /// How long the crash-recovery restart may keep retrying the bind of the old address.
 const RESTART_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between those retries.
@@ -22,14 +24,19 @@ pub struct Args {
     /// Benchmark this broker instead of an embedded one (no crash-recovery phase then).
     #[arg(long)]
     bootstrap: Option<String>,
+    /// Brokers of the embedded cluster: with more than 1, that many brokers of one cluster
+    /// (each a metadata quorum voter) run in this process, so `--replication-factor` and
+    /// `--acks all` measure replication (no crash-recovery phase then).
+    #[arg(long, default_value_t = 1, conflicts_with = "bootstrap")]
+    brokers: usize,
     /// Messages in each throughput phase.
     #[arg(long, default_value_t = 1_000_000)]
     messages: u64,
     /// Partitions of the benchmark topic.
     #[arg(long, default_value_t = 10)]
     partitions: i32,
-    /// Replication factor of the benchmark topic (with --bootstrap to a cluster; -1 = the
-    /// broker's default).
+    /// Replication factor of the benchmark topic (with --brokers N or --bootstrap to a cluster;
+    /// -1 = the broker's default, which is min(3, N) in an embedded cluster).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     replication_factor: i16,
     /// Messages per produce batch.
@@ -110,6 +117,7 @@ fn runtime_threads(args: &Args) -> (usize, usize) {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.brokers >= 1, "--brokers must be at least 1");
     let acks = match args.acks.as_str() {
         "0" => 0,
         "1" => 1,
@@ -150,6 +158,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if r.workload.topic_created && !args.keep_topic {
                 rt.block_on(delete_topic(b, &r.workload.topic))?;
             }
+            r
+        }
+        None if args.brokers > 1 => {
+            let tmp = tempfile::tempdir()?;
+            let data_root = args.data_dir.clone().unwrap_or_else(|| tmp.path().join("data"));
+            let mut cluster = EmbeddedCluster::start(&ClusterSettings {
+                brokers: args.brokers,
+                data_root,
+                worker_threads: broker_threads.div_ceil(args.brokers).max(1),
+                flush_background_ms: args.broker_flush_background_ms,
+                default_replication_factor: args.brokers.min(3) as i16,
+            })?;
+            let bootstrap = cluster.bootstrap();
+            let r = rt.block_on(streamforge_bench::run(&bootstrap, &params, progress, None));
+            cluster.stop();
+            let mut r = r?;
+            r.workload.embedded = true;
             r
         }
         None => {

@@ -2,6 +2,7 @@
 use clap::{Parser, Subcommand};
 
 mod acls_cmd;
+mod bench_cluster;
 mod bench_cmd;
 mod broker_cmd;
 mod client_common;

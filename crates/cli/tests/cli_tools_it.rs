@@ -434,6 +434,53 @@ fn small_bench_reports_sane_json() {
     assert_eq!(v["workload"]["embedded"], true, "{v}");
 }
 
+/// `bench --brokers 3`: three brokers of one cluster in the bench's process; the topic gets
+/// three replicas, every acks=all message is produced and consumed, and there is no recovery
+/// phase (it crashes one broker).
+#[test]
+fn bench_runs_an_embedded_three_broker_cluster_with_replication() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(
+        &[
+            "bench",
+            "--brokers",
+            "3",
+            "--replication-factor",
+            "3",
+            "--acks",
+            "all",
+            "--messages",
+            "10000",
+            "--partitions",
+            "3",
+            "--batch-size",
+            "500",
+            "--latency-messages",
+            "0",
+            "--latency-rate",
+            "0",
+            "--json",
+            "--quiet",
+            "--data-dir",
+            dir.path().join("cluster").to_str().unwrap(),
+        ],
+        None,
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["workload"]["brokers"], 3, "{v}");
+    assert_eq!(v["workload"]["replication_factor"], 3, "{v}");
+    assert_eq!(v["workload"]["embedded"], true, "{v}");
+    assert_eq!(v["producer"]["messages"], 10000, "{v}");
+    assert_eq!(v["consumer"]["messages"], 10000, "{v}");
+    assert!(v["recovery"].is_null(), "{v}");
+    // Each broker kept its own data dir.
+    for id in 1..=3 {
+        assert!(dir.path().join(format!("cluster/broker-{id}")).is_dir());
+    }
+    let (success, _, err) = sf(&["bench", "--brokers", "0"], None);
+    assert!(!success && err.contains("at least 1"), "{err}");
+}
+
 /// An idempotent producer must put a partition's batches on the wire in sequence order: when
 /// requests raced each other, a later sequence could reach a new producer id first and the
 /// earlier batch was then refused (OUT_OF_ORDER_SEQUENCE_NUMBER) until its retries ran out.
