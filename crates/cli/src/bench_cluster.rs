@@ -112,7 +112,11 @@ impl EmbeddedCluster {
                 })
             });
             if formed {
-                tracing::info!(brokers = n, ms = started.elapsed().as_millis() as u64, "embedded cluster formed");
+                tracing::info!(
+                    brokers = n,
+                    ms = started.elapsed().as_millis() as u64,
+                    "embedded cluster formed"
+                );
                 return Ok(());
             }
             anyhow::ensure!(

@@ -162,7 +162,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None if args.brokers > 1 => {
             let tmp = tempfile::tempdir()?;
-            let data_root = args.data_dir.clone().unwrap_or_else(|| tmp.path().join("data"));
+            let data_root = args
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| tmp.path().join("data"));
             let mut cluster = EmbeddedCluster::start(&ClusterSettings {
                 brokers: args.brokers,
                 data_root,
