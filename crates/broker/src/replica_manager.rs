@@ -8,6 +8,7 @@ mod apply;
 mod hosted;
 pub(crate) mod hw_checkpoint;
 mod lifecycle;
+mod reassignments;
 mod roles;
 #[cfg(test)]
 pub(crate) mod test_cluster;

@@ -13,7 +13,7 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 use crate::BrokerState;
 use crate::handlers::{
     acls, admin, api_versions, client_quotas, cluster, configs, describe_quorum, fetch,
-    group_protocol, groups, groups_admin, log_dirs, metadata, offsets, produce, producer,
+    group_protocol, groups, groups_admin, log_dirs, metadata, offsets, produce, producer, reassign,
     scram_users, txn, txn_admin,
 };
 
@@ -89,6 +89,19 @@ pub static ROUTES: &[Route] = &[
     route!(DescribeConfigs, 1, 4, configs::handle_describe_configs),
     route!(AlterConfigs, 0, 2, configs::handle_alter_configs),
     route!(CreatePartitions, 0, 3, admin::handle_create_partitions),
+    // KIP-455 through the controller; v1 carries KIP-860's AllowReplicationFactorChange.
+    route!(
+        AlterPartitionReassignments,
+        0,
+        1,
+        reassign::handle_alter_partition_reassignments
+    ),
+    route!(
+        ListPartitionReassignments,
+        0,
+        0,
+        reassign::handle_list_partition_reassignments
+    ),
     route!(
         IncrementalAlterConfigs,
         0,

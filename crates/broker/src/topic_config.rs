@@ -92,11 +92,25 @@ pub static TOPIC_CONFIGS: &[ConfigDef] = &[
         "Force an fsync after this much time.",
     ),
     def(
+        "follower.replication.throttled.replicas",
+        Str,
+        None,
+        &[],
+        "Replicas throttled on the follower side during a reassignment (accepted; throttles are not applied yet).",
+    ),
+    def(
         "index.interval.bytes",
         Int,
         Some(0),
         &[],
         "Bytes between offset index entries.",
+    ),
+    def(
+        "leader.replication.throttled.replicas",
+        Str,
+        None,
+        &[],
+        "Replicas throttled on the leader side during a reassignment (accepted; throttles are not applied yet).",
     ),
     def(
         "local.retention.bytes",

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use crate::delta::MetadataDelta;
 use crate::records::{
-    BrokerId, ConfigRecord, ConfigResource, Endpoint, NO_LEADER, PartitionChange, PartitionRecord,
-    ProducerIdsRecord, Record, RegisterBroker, TopicRecord,
+    BrokerId, ConfigRecord, ConfigResource, Endpoint, NO_LEADER, PartitionChange,
+    PartitionReassignment, PartitionRecord, ProducerIdsRecord, Record, RegisterBroker, TopicRecord,
 };
 
 /// Where a record sits in the metadata log: its offset and the quorum epoch (Raft term) that
@@ -48,11 +48,43 @@ pub struct PartitionState {
     pub leader_epoch: i32,
     /// Bumped on every change; AlterPartition must name the current one.
     pub partition_epoch: i32,
+    /// A reassignment in progress (KIP-455): replicas it adds (they leave `adding` when it
+    /// completes) ...
+    #[serde(default)]
+    pub adding_replicas: Vec<BrokerId>,
+    /// ... and replicas it removes when it completes. Both empty when none is in progress.
+    #[serde(default)]
+    pub removing_replicas: Vec<BrokerId>,
 }
 
 impl PartitionState {
     pub fn preferred_leader(&self) -> BrokerId {
         self.replicas.first().copied().unwrap_or(NO_LEADER)
+    }
+
+    /// Whether a reassignment is in progress.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas before the reassignment in progress: what cancelling it restores.
+    pub fn original_replicas(&self) -> Vec<BrokerId> {
+        let adding = &self.adding_replicas;
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !adding.contains(r))
+            .collect()
+    }
+
+    /// The replicas once the reassignment in progress completes.
+    pub fn target_replicas(&self) -> Vec<BrokerId> {
+        let removing = &self.removing_replicas;
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !removing.contains(r))
+            .collect()
     }
 }
 
@@ -250,6 +282,7 @@ impl MetadataImage {
                 self.producer_ids = Some(p.clone());
             }
             Record::RemoveTopic { topic_id } => self.remove_topic(*topic_id, delta)?,
+            Record::PartitionReassignment(r) => self.set_reassignment(r, delta)?,
         }
         self.position = at;
         Ok(())
@@ -337,6 +370,8 @@ impl MetadataImage {
             leader: p.leader,
             leader_epoch: p.leader_epoch,
             partition_epoch: p.partition_epoch,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         };
         validate_partition(&state)?;
         let topic = self.topic_mut(p.topic_id)?;
@@ -361,22 +396,57 @@ impl MetadataImage {
             .get(&c.partition)
             .ok_or(ApplyError::UnknownPartition(c.topic_id, c.partition))?;
         let mut new = old.clone();
+        // A new assignment ends the reassignment in progress; a PartitionReassignment record
+        // right after this one (same batch) starts the next.
+        let mut replica_left = false;
         if let Some(replicas) = &c.replicas {
+            replica_left = old.replicas.iter().any(|r| !replicas.contains(r));
             new.replicas = replicas.clone();
+            new.adding_replicas.clear();
+            new.removing_replicas.clear();
         }
         if let Some(isr) = &c.isr {
             new.isr = isr.clone();
         }
-        if let Some(leader) = c.leader
-            && leader != old.leader
-        {
+        let leader_changed = c.leader.is_some_and(|l| l != old.leader);
+        if let Some(leader) = c.leader {
             new.leader = leader;
+        }
+        // A replica leaving the assignment bumps the leader epoch even when the leader stays
+        // (Kafka's `triggerLeaderEpochBumpForReplicaReassignmentIfNeeded`): the removed
+        // replica's fetches are fenced, and the leader starts over with the new replica set.
+        if leader_changed || replica_left {
             new.leader_epoch = old.leader_epoch.saturating_add(1);
         }
         new.partition_epoch = old.partition_epoch.saturating_add(1);
         validate_partition(&new)?;
         let old = topic.partitions.insert(c.partition, new.clone());
         delta.note_partition(c.topic_id, &name, c.partition, old, Some(new));
+        Ok(())
+    }
+
+    fn set_reassignment(
+        &mut self,
+        r: &PartitionReassignment,
+        delta: &mut MetadataDelta,
+    ) -> Result<(), ApplyError> {
+        let topic = self.topic_mut(r.topic_id)?;
+        let name = topic.name.clone();
+        let old = topic
+            .partitions
+            .get(&r.partition)
+            .ok_or(ApplyError::UnknownPartition(r.topic_id, r.partition))?;
+        if old.adding_replicas == r.adding && old.removing_replicas == r.removing {
+            return Ok(());
+        }
+        let mut new = old.clone();
+        new.adding_replicas = r.adding.clone();
+        new.removing_replicas = r.removing.clone();
+        // No epoch of its own: the controller writes it right after the PartitionChange that
+        // bumped them, and a snapshot right after the Partition record that carries them.
+        validate_partition(&new)?;
+        let old = topic.partitions.insert(r.partition, new.clone());
+        delta.note_partition(r.topic_id, &name, r.partition, old, Some(new));
         Ok(())
     }
 
@@ -419,7 +489,9 @@ impl MetadataImage {
 }
 
 /// The rules every partition state obeys: a non-empty assignment without duplicates, an ISR
-/// inside it, a leader (when there is one) inside the ISR, non-negative epochs.
+/// inside it, a leader (when there is one) inside the ISR, non-negative epochs, and a
+/// reassignment's adding and removing replicas disjoint, inside the assignment, and leaving
+/// at least one replica.
 fn validate_partition(p: &PartitionState) -> Result<(), ApplyError> {
     let has_duplicates = |ids: &[BrokerId]| {
         let mut sorted = ids.to_vec();
@@ -441,6 +513,18 @@ fn validate_partition(p: &PartitionState) -> Result<(), ApplyError> {
     }
     if p.leader_epoch < 0 || p.partition_epoch < 0 {
         return Err(ApplyError::InvalidPartition("negative epoch"));
+    }
+    let (adding, removing) = (&p.adding_replicas, &p.removing_replicas);
+    let outside = |ids: &[BrokerId]| ids.iter().any(|id| !p.replicas.contains(id));
+    if has_duplicates(adding) || has_duplicates(removing) || outside(adding) || outside(removing) {
+        return Err(ApplyError::InvalidPartition(
+            "reassignment lists duplicated or outside the replicas",
+        ));
+    }
+    if adding.iter().any(|id| removing.contains(id)) || removing.len() >= p.replicas.len() {
+        return Err(ApplyError::InvalidPartition(
+            "a reassignment adds a replica it removes, or removes every replica",
+        ));
     }
     Ok(())
 }

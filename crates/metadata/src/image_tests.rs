@@ -271,3 +271,103 @@ proptest! {
         }
     }
 }
+
+fn reassignment(p: i32, adding: &[BrokerId], removing: &[BrokerId]) -> Record {
+    Record::PartitionReassignment(crate::records::PartitionReassignment {
+        topic_id: T,
+        partition: p,
+        adding: adding.to_vec(),
+        removing: removing.to_vec(),
+    })
+}
+
+fn assign(
+    p: i32,
+    replicas: &[BrokerId],
+    isr: Option<&[BrokerId]>,
+    leader: Option<BrokerId>,
+) -> Record {
+    Record::PartitionChange(PartitionChange {
+        topic_id: T,
+        partition: p,
+        leader,
+        isr: isr.map(<[BrokerId]>::to_vec),
+        replicas: Some(replicas.to_vec()),
+    })
+}
+
+#[test]
+fn a_reassignment_record_sets_adding_and_removing_and_a_new_assignment_ends_it() {
+    let mut records = cluster();
+    records.push(broker(4, 4));
+    // Move partition 0 from [1, 2, 3] to [4, 2, 3]: 4 joins as a follower, 1 leaves later.
+    records.push(assign(0, &[4, 2, 3, 1], None, None));
+    records.push(reassignment(0, &[4], &[1]));
+    let image = build(&records);
+    let p = image.partition(T, 0).unwrap();
+    assert_eq!(p.replicas, vec![4, 2, 3, 1]);
+    assert_eq!(
+        (p.adding_replicas.clone(), p.removing_replicas.clone()),
+        (vec![4], vec![1])
+    );
+    assert_eq!(
+        (p.leader_epoch, p.partition_epoch),
+        (0, 1),
+        "growing keeps the leader epoch"
+    );
+    assert_eq!(p.original_replicas(), vec![2, 3, 1]);
+    assert_eq!(p.target_replicas(), vec![4, 2, 3]);
+    // The snapshot carries the reassignment after the partition.
+    assert_eq!(MetadataImage::load(&image.snapshot()).unwrap(), image);
+
+    // Completion: a replica leaves, so the leader epoch moves even though the leader (2 after
+    // the election) is new anyway; the lists clear with the new assignment.
+    let (image, delta) = image
+        .apply_all([
+            (
+                &assign(0, &[4, 2, 3], Some(&[2, 3, 4]), Some(2)),
+                next(&image),
+            ),
+            (
+                &reassignment(0, &[], &[]),
+                LogPosition {
+                    offset: next(&image).offset + 1,
+                    epoch: 1,
+                },
+            ),
+        ])
+        .unwrap();
+    let p = image.partition(T, 0).unwrap();
+    assert!(!p.is_reassigning());
+    assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (2, 1, 2));
+    assert_eq!(
+        delta.local_changes(1).deletes.len(),
+        1,
+        "the removed replica deletes its copy"
+    );
+}
+
+#[test]
+fn a_replica_leaving_bumps_the_leader_epoch_with_the_same_leader() {
+    let image = build(&cluster());
+    let (image, _) = image
+        .apply(&assign(0, &[1, 2], Some(&[1, 2]), None), next(&image))
+        .unwrap();
+    let p = image.partition(T, 0).unwrap();
+    assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 1, 1));
+}
+
+#[test]
+fn reassignment_lists_outside_the_replicas_or_overlapping_are_refused() {
+    let image = build(&cluster());
+    let at = next(&image);
+    for bad in [
+        reassignment(0, &[4], &[]),       // not a replica
+        reassignment(0, &[2], &[2]),      // added and removed
+        reassignment(0, &[], &[1, 2, 3]), // removes every replica
+        reassignment(0, &[2, 2], &[]),    // duplicated
+        reassignment(7, &[], &[1]),       // unknown partition
+    ] {
+        assert!(image.apply(&bad, at).is_err(), "{bad:?} applied");
+    }
+}

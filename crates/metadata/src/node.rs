@@ -250,7 +250,11 @@ pub fn not_controller(reply: &Reply) -> Reply {
         Reply::ElectLeaders(r) => {
             Reply::ElectLeaders(r.iter().map(|(p, _)| (p.clone(), Err(e))).collect())
         }
-        Reply::NotController => Reply::NotController,
+        Reply::AlterPartitionReassignments(r) => {
+            Reply::AlterPartitionReassignments(r.iter().map(|(p, _)| (p.clone(), Err(e))).collect())
+        }
+        // A list has no per-item error: the whole answer is NOT_CONTROLLER.
+        Reply::ListPartitionReassignments(_) | Reply::NotController => Reply::NotController,
     }
 }
 

@@ -80,6 +80,18 @@ pub struct PartitionChange {
     pub replicas: Option<Vec<BrokerId>>,
 }
 
+/// The replicas a partition's reassignment adds and removes (Kafka's `addingReplicas` and
+/// `removingReplicas` of `PartitionRecord` / `PartitionChangeRecord`, here a record of its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionReassignment {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    /// In the replicas, not yet in the ISR when the reassignment started.
+    pub adding: Vec<BrokerId>,
+    /// In the replicas until the reassignment completes.
+    pub removing: Vec<BrokerId>,
+}
+
 /// What a config entry belongs to.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
@@ -126,6 +138,10 @@ pub enum Record {
     RemoveTopic {
         topic_id: Uuid,
     },
+    /// A partition's reassignment (KIP-455) as of the record before it in the same batch (or
+    /// its `Partition` record in a snapshot): the replicas being added and removed. Empty lists
+    /// mean none is in progress.
+    PartitionReassignment(PartitionReassignment),
 }
 
 /// Why bytes are not a record.
@@ -161,6 +177,7 @@ mod kind {
     pub const CONFIG: u8 = 6;
     pub const PRODUCER_IDS: u8 = 7;
     pub const REMOVE_TOPIC: u8 = 8;
+    pub const PARTITION_REASSIGNMENT: u8 = 9;
 }
 
 impl Record {
@@ -175,6 +192,7 @@ impl Record {
             Record::Config(_) => kind::CONFIG,
             Record::ProducerIds(_) => kind::PRODUCER_IDS,
             Record::RemoveTopic { .. } => kind::REMOVE_TOPIC,
+            Record::PartitionReassignment(_) => kind::PARTITION_REASSIGNMENT,
         }
     }
 
@@ -258,6 +276,12 @@ impl Record {
                 out.put_i64(p.next_producer_id);
             }
             Record::RemoveTopic { topic_id } => out.put_slice(topic_id.as_bytes()),
+            Record::PartitionReassignment(r) => {
+                out.put_slice(r.topic_id.as_bytes());
+                out.put_i32(r.partition);
+                put_ids(out, &r.adding)?;
+                put_ids(out, &r.removing)?;
+            }
         }
         Ok(())
     }
@@ -268,7 +292,7 @@ impl Record {
         let mut r = Reader(bytes);
         let kind = r.u8()?;
         let version = r.u8()?;
-        if kind > kind::REMOVE_TOPIC {
+        if kind > kind::PARTITION_REASSIGNMENT {
             return Err(RecordError::UnknownType(kind));
         }
         if version > RECORD_VERSION {
@@ -348,9 +372,16 @@ fn decode_body(kind: u8, r: &mut Reader<'_>) -> Result<Record, RecordError> {
             broker_epoch: r.i64()?,
             next_producer_id: r.i64()?,
         }),
-        _ => Record::RemoveTopic {
+        kind::REMOVE_TOPIC => Record::RemoveTopic {
             topic_id: r.uuid()?,
         },
+        kind::PARTITION_REASSIGNMENT => Record::PartitionReassignment(PartitionReassignment {
+            topic_id: r.uuid()?,
+            partition: r.i32()?,
+            adding: r.ids()?,
+            removing: r.ids()?,
+        }),
+        _ => return Err(RecordError::UnknownType(kind)),
     })
 }
 

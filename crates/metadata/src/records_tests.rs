@@ -109,6 +109,14 @@ fn record() -> impl Strategy<Value = Record> {
             }
         ),
         uuid().prop_map(|topic_id| Record::RemoveTopic { topic_id }),
+        (uuid(), any::<i32>(), ids(), ids()).prop_map(|(topic_id, partition, adding, removing)| {
+            Record::PartitionReassignment(PartitionReassignment {
+                topic_id,
+                partition,
+                adding,
+                removing,
+            })
+        }),
     ]
 }
 
@@ -170,4 +178,25 @@ fn over_long_lists_are_refused_before_allocating() {
         partition_epoch: 0,
     });
     assert!(too_many.encode().is_err());
+}
+
+#[test]
+fn a_partition_reassignment_is_kind_9_and_the_kinds_before_it_keep_their_encoding() {
+    let r = Record::PartitionReassignment(PartitionReassignment {
+        topic_id: Uuid::from_u128(1),
+        partition: 2,
+        adding: vec![3],
+        removing: vec![4, 5],
+    });
+    let bytes = r.encode().unwrap();
+    let mut expected = vec![9, RECORD_VERSION];
+    expected.extend_from_slice(Uuid::from_u128(1).as_bytes());
+    expected.extend_from_slice(&2i32.to_be_bytes());
+    expected.extend_from_slice(&[0, 1, 0, 0, 0, 3]);
+    expected.extend_from_slice(&[0, 2, 0, 0, 0, 4, 0, 0, 0, 5]);
+    assert_eq!(bytes, expected);
+    let remove = Record::RemoveTopic {
+        topic_id: Uuid::nil(),
+    };
+    assert_eq!(remove.encode().unwrap()[0], 8);
 }

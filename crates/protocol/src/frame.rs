@@ -290,6 +290,8 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::DescribeConfigs => "DescribeConfigs",
         ApiKey::AlterConfigs => "AlterConfigs",
         ApiKey::CreatePartitions => "CreatePartitions",
+        ApiKey::AlterPartitionReassignments => "AlterPartitionReassignments",
+        ApiKey::ListPartitionReassignments => "ListPartitionReassignments",
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
         ApiKey::OffsetDelete => "OffsetDelete",

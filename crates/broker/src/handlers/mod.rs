@@ -21,6 +21,7 @@ pub mod offsets;
 pub mod produce;
 pub mod produce_txn;
 pub mod producer;
+pub mod reassign;
 pub mod scram_users;
 pub mod txn;
 pub mod txn_admin;

@@ -473,6 +473,34 @@ impl LeaderState {
         self.advance_high_watermark()
     }
 
+    /// The metadata changed the assignment within this leadership (a reassignment added
+    /// replicas, KIP-455): an added replica is a follower outside the ISR, unknown until it
+    /// fetches, and joins the ISR by the usual rule once caught up; a replica that left is
+    /// forgotten (that also bumps the leader epoch, so it normally comes as a new leadership).
+    /// Returns a high watermark that moved.
+    pub fn on_metadata_replicas(&mut self, replicas: &[BrokerId]) -> Option<i64> {
+        let mut replicas = replicas.to_vec();
+        replicas.truncate(REPLICAS_MAX);
+        if !replicas.contains(&self.local_id) {
+            replicas.push(self.local_id);
+        }
+        if replicas == self.replicas {
+            return None;
+        }
+        self.followers.retain(|id, _| replicas.contains(id));
+        for &r in replicas.iter().filter(|&&r| r != self.local_id) {
+            self.followers.entry(r).or_insert(FollowerState {
+                log_end_offset: -1,
+                last_caught_up_ms: 0,
+                last_fetch_ms: 0,
+                leader_end_at_last_fetch: -1,
+            });
+        }
+        self.isr.retain(|r| replicas.contains(r));
+        self.replicas = replicas;
+        self.advance_high_watermark()
+    }
+
     /// The metadata committed a newer partition epoch for this leadership (an accepted
     /// AlterPartition, or the controller taking a fenced broker out of the ISR): take its ISR.
     /// A proposal still pending named the older epoch: the new ISR is either its commit or

@@ -355,3 +355,40 @@ fn a_late_answer_to_an_earlier_proposal_leaves_the_pending_one_alone() {
     l.on_isr_change_result(&second, Committed(vec![1, 2, 3], 9));
     assert_eq!((l.isr(), l.pending_isr()), (&[1, 2, 3][..], None));
 }
+
+#[test]
+fn a_replica_added_within_the_leadership_is_tracked_and_joins_the_isr_once_caught_up() {
+    // A reassignment (KIP-455) adds 4 without a new leader epoch.
+    let mut l = leader(&[1, 2, 3], 10, 1);
+    assert_eq!(
+        l.on_follower_fetch(4, 0, 10, 1),
+        Err(ReplicaError::NotAReplica(4))
+    );
+    l.on_metadata_replicas(&[1, 2, 3, 4]);
+    assert_eq!(l.replicas(), &[1, 2, 3, 4]);
+    assert_eq!(
+        l.isr(),
+        &[1, 2, 3],
+        "an added replica starts outside the ISR"
+    );
+    let out = l.on_follower_fetch(4, 4, 10, 1).unwrap();
+    assert_eq!(out.isr_change, None, "behind the high watermark");
+    l.on_follower_fetch(2, 10, 10, 1).unwrap();
+    l.on_follower_fetch(3, 10, 10, 1).unwrap();
+    let out = l.on_follower_fetch(4, 10, 10, 2).unwrap();
+    assert_eq!(out.isr_change.map(|c| c.new_isr), Some(vec![1, 2, 3, 4]));
+}
+
+#[test]
+fn a_replica_that_left_the_assignment_no_longer_holds_the_high_watermark() {
+    let mut l = leader(&[1, 2, 3], 0, 1);
+    l.on_local_append(10);
+    l.on_follower_fetch(2, 10, 10, 1).unwrap();
+    assert_eq!(l.high_watermark(), 0, "3 has nothing yet");
+    assert_eq!(l.on_metadata_replicas(&[1, 2]), Some(10));
+    assert_eq!(l.isr(), &[1, 2]);
+    assert_eq!(
+        l.on_follower_fetch(3, 10, 10, 2),
+        Err(ReplicaError::NotAReplica(3))
+    );
+}

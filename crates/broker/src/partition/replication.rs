@@ -157,8 +157,8 @@ impl Partition {
     }
 
     /// Lead as the metadata says, with followers: the same leadership (epoch) already led
-    /// with followers takes the committed ISR in place, keeping what it knows of its
-    /// followers; any other becomes a new leadership ([`Self::make_leader_replicated`]).
+    /// with followers takes the committed assignment (a reassignment adds replicas within a
+    /// leadership) and ISR in place, keeping what it knows of its followers; any other becomes a new leadership ([`Self::make_leader_replicated`]).
     pub fn lead_replicated(
         &self,
         local_id: BrokerId,
@@ -171,10 +171,12 @@ impl Partition {
             let same =
                 serving.role == PartitionRole::Leader && serving.leader_epoch == state.leader_epoch;
             let replica = serving.replica.as_mut().filter(|_| same)?;
-            if let Some(hw) = replica
+            // Replicas first: the committed ISR is read against the new assignment.
+            let moved = replica.leader.on_metadata_replicas(&state.replicas);
+            let settled = replica
                 .leader
-                .on_metadata_isr(state.isr.clone(), state.partition_epoch)
-            {
+                .on_metadata_isr(state.isr.clone(), state.partition_epoch);
+            if let Some(hw) = settled.or(moved) {
                 log.set_high_watermark(hw);
             }
             Some(log.high_watermark())

@@ -237,11 +237,8 @@ impl Controller {
     /// partition epoch, then the new ISR itself.
     pub(super) fn alter_partition(&mut self, a: AlterPartition, fx: &mut Effects) -> Reply {
         let result = self.check_alter_partition(&a).map(|()| {
-            let change = Change {
-                leader: None,
-                isr: Some(a.new_isr.clone()),
-            };
-            self.emit_partition_change(a.topic_id, a.partition, change, fx);
+            // An ISR that now holds every target replica completes a reassignment.
+            self.emit_isr_change(a.topic_id, a.partition, a.new_isr.clone(), fx);
             self.image
                 .partition(a.topic_id, a.partition)
                 .cloned()

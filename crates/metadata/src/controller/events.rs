@@ -85,6 +85,26 @@ pub struct AlterPartition {
     pub new_isr: Vec<BrokerId>,
 }
 
+/// One partition of AlterPartitionReassignments: move it to `replicas`, or cancel the
+/// reassignment in progress (`None`, the request's null list).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReassignPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub replicas: Option<Vec<BrokerId>>,
+}
+
+/// A reassignment in progress, as ListPartitionReassignments shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OngoingReassignment {
+    pub topic: String,
+    pub partition: i32,
+    /// Every replica: the target ones first, then those being removed.
+    pub replicas: Vec<BrokerId>,
+    pub adding: Vec<BrokerId>,
+    pub removing: Vec<BrokerId>,
+}
+
 /// Everything the controller reacts to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
@@ -107,6 +127,14 @@ pub enum Event {
         partitions: Option<Vec<(String, i32)>>,
     },
     AlterPartition(AlterPartition),
+    /// KIP-455. `allow_replication_factor_change: false` (KIP-860, v1) refuses a target whose
+    /// size differs from the current assignment.
+    AlterPartitionReassignments {
+        partitions: Vec<ReassignPartition>,
+        allow_replication_factor_change: bool,
+    },
+    /// `None`: every reassignment in progress; else those of the named topics and partitions.
+    ListPartitionReassignments(Option<Vec<(String, Vec<i32>)>>),
     /// Time passed: fence silent brokers, rebalance leaders.
     Tick,
 }
@@ -151,6 +179,8 @@ pub enum ReplyOf<E> {
     AllocateProducerIds(Result<ProducerIdBlock, E>),
     ElectLeaders(Vec<((String, i32), Result<BrokerId, E>)>),
     AlterPartition(Result<PartitionState, E>),
+    AlterPartitionReassignments(Vec<((String, i32), Result<(), E>)>),
+    ListPartitionReassignments(Vec<OngoingReassignment>),
     /// The controller is not active: every request gets NOT_CONTROLLER.
     NotController,
 }
@@ -177,6 +207,10 @@ impl<E> ReplyOf<E> {
             ReplyOf::AllocateProducerIds(r) => ReplyOf::AllocateProducerIds(r.map_err(f)),
             ReplyOf::ElectLeaders(v) => ReplyOf::ElectLeaders(each(v, &f)),
             ReplyOf::AlterPartition(r) => ReplyOf::AlterPartition(r.map_err(f)),
+            ReplyOf::AlterPartitionReassignments(v) => {
+                ReplyOf::AlterPartitionReassignments(each(v, &f))
+            }
+            ReplyOf::ListPartitionReassignments(v) => ReplyOf::ListPartitionReassignments(v),
             ReplyOf::NotController => ReplyOf::NotController,
         }
     }
@@ -213,6 +247,8 @@ impl Reply {
             ReplyOf::DeleteTopics(v) => any(v),
             ReplyOf::AlterConfigs(v) => any(v),
             ReplyOf::ElectLeaders(v) => any(v),
+            ReplyOf::AlterPartitionReassignments(v) => any(v),
+            ReplyOf::ListPartitionReassignments(_) => false,
             ReplyOf::NotController => true,
         }
     }

@@ -19,6 +19,7 @@ mod brokers;
 mod election;
 mod events;
 mod placement;
+mod reassign;
 mod topics;
 
 #[cfg(test)]
@@ -239,6 +240,15 @@ impl Controller {
                 partitions,
             } => Some(self.elect_leaders(election, partitions, &mut fx)),
             Event::AlterPartition(a) => Some(self.alter_partition(a, &mut fx)),
+            Event::AlterPartitionReassignments {
+                partitions,
+                allow_replication_factor_change,
+            } => {
+                Some(self.alter_reassignments(partitions, allow_replication_factor_change, &mut fx))
+            }
+            Event::ListPartitionReassignments(topics) => {
+                Some(self.list_reassignments(topics.as_deref()))
+            }
             Event::Tick => {
                 self.tick(now_ms, &mut fx);
                 None

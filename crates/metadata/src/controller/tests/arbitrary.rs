@@ -74,6 +74,22 @@ fn event() -> impl Strategy<Value = (Event, u64)> {
             },
             partitions: None,
         }),
+        (
+            topic.clone(),
+            -1..3i32,
+            prop::option::of(prop::collection::vec(id(), 0..4)),
+            any::<bool>()
+        )
+            .prop_map(|(topic, partition, replicas, allow)| {
+                Event::AlterPartitionReassignments {
+                    partitions: vec![ReassignPartition {
+                        topic,
+                        partition,
+                        replicas,
+                    }],
+                    allow_replication_factor_change: allow,
+                }
+            }),
         Just(Event::Tick),
     ];
     (e, 0..20_000u64)
@@ -105,6 +121,32 @@ proptest! {
             let broker_epoch = h.epochs.get(&broker_id).copied().unwrap_or(0);
             let a = AlterPartition { broker_id, broker_epoch, topic_id, partition, leader_epoch, partition_epoch, new_isr };
             let _ = h.run(Event::AlterPartition(a), 1);
+        }
+    }
+
+    /// Reassignments, cancels and AlterPartitions with arbitrary contents interleaved on a live
+    /// topic: every record applies, and a partition's lists stay inside its replicas.
+    #[test]
+    fn arbitrary_reassignments_and_isr_changes_never_panic(
+        steps in prop::collection::vec((any::<bool>(), 0..2i32, prop::option::of(prop::collection::vec(id(), 0..4)), prop::collection::vec(id(), 0..5)), 1..30)
+    ) {
+        let mut h = cluster(4);
+        h.create("t", 2, 2).unwrap();
+        let topic_id = h.c.committed().topic_by_name("t").unwrap().id;
+        for (reassign, partition, replicas, new_isr) in steps {
+            if reassign {
+                let r = ReassignPartition { topic: "t".into(), partition, replicas };
+                let event = Event::AlterPartitionReassignments { partitions: vec![r], allow_replication_factor_change: true };
+                let _ = h.run(event, 1);
+            } else {
+                let p = h.partition("t", partition);
+                let leader = p.leader;
+                let broker_epoch = h.epochs.get(&leader).copied().unwrap_or(0);
+                let a = AlterPartition { broker_id: leader, broker_epoch, topic_id, partition, leader_epoch: p.leader_epoch, partition_epoch: p.partition_epoch, new_isr };
+                let _ = h.run(Event::AlterPartition(a), 1);
+            }
+            let p = h.partition("t", partition);
+            prop_assert!(p.adding_replicas.iter().chain(&p.removing_replicas).all(|r| p.replicas.contains(r)));
         }
     }
 }

@@ -50,7 +50,7 @@ class NotServedTest {
     void replicaManagement() {
         TopicPartition tp = new TopicPartition(Util.unique("x"), 0);
         assertUnsupported("ElectLeaders", () -> A.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all());
-        assertUnsupported("ListPartitionReassignments", () -> A.listPartitionReassignments().reassignments());
+        // ListPartitionReassignments is served now (tests/python/test_reassign_cluster.py).
     }
 
     @Test
