@@ -382,7 +382,7 @@ def test_read_committed_of_remote_only_transactions(broker_factory, store, topic
             p.commit_transaction(30)
             committed += values
         everything += values
-    del p  # the brokers restarts below: no client left reconnecting
+    del p  # the broker restarts below: no client left reconnecting
     m = wait_tiered(b, store, topic_name, 1 << 30)
     assert sum(s.get("txn_index_entries", 0) for s in m["segments"]) == aborts, m
     assert sum("txn_index" in s["objects"] for s in m["segments"]) >= 2, "aborts in several segments"
