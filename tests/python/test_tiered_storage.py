@@ -353,3 +353,41 @@ def test_compacted_topics_cannot_tier(broker_factory, store, topic_name):
     assert e.value.args[0].code() == 40, e.value  # INVALID_CONFIG
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     assert topic_name not in admin.list_topics(timeout=10).topics
+
+
+def test_read_committed_of_remote_only_transactions(broker_factory, store, topic_name):
+    """Issue 17: a transactional topic whose old segments (and ABORT markers) moved to object
+    storage. Each upload carries the segment's transaction index, so a read_committed
+    consumer from the beginning sees exactly the committed records (the broker returns the
+    aborted transactions of remote data) and a read_uncommitted one sees everything."""
+    from test_transactions import read_all, txn_producer
+
+    b = start_broker(broker_factory, store)
+    create_topic(b, topic_name)
+    p = txn_producer(b.bootstrap, f"tx-{topic_name}")
+    committed: list[str] = []
+    everything: list[str] = []
+    aborts = 0
+    # About 10 KB per transaction, 16 KB segments: the markers spread over many segments.
+    for t in range(16):
+        values = [f"t{t}-{i}-" + "x" * 1000 for i in range(10)]
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic_name, v.encode(), partition=0)
+        p.flush(30)  # aborted records must reach the log before their marker
+        if t % 3 == 1 and t < 12:
+            p.abort_transaction(30)
+            aborts += 1
+        else:
+            p.commit_transaction(30)
+            committed += values
+        everything += values
+    del p  # the broker restarts below: no client left reconnecting
+    m = wait_tiered(b, store, topic_name, 1 << 30)
+    assert sum(s.get("txn_index_entries", 0) for s in m["segments"]) == aborts, m
+    assert sum("txn_index" in s["objects"] for s in m["segments"]) >= 2, "aborts in several segments"
+    prefix = partition_prefix(store, topic_name)
+    assert any(k.startswith(prefix) and k.endswith(".txnindex") for k in store.keys())
+    b.restart()  # cold cache: the indexes come from the store
+    assert read_all(b.bootstrap, topic_name, "read_committed") == committed
+    assert read_all(b.bootstrap, topic_name, "read_uncommitted") == everything

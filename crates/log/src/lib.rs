@@ -39,7 +39,10 @@ pub use crate::producer_state::{BATCHES_TO_RETAIN, BatchMetadata, NO_TXN, Produc
 pub use crate::runtime::LogRuntime;
 pub use crate::scrub::{SealedSegment, verify_segment};
 pub use crate::segment::{BadBatch, file_stem};
-pub use crate::txn_index::AbortedTxn;
+pub use crate::txn_index::{
+    AbortedTxn, ENTRY_BYTES as TXN_INDEX_ENTRY_BYTES, decode as decode_txn_index,
+    encode_entries as encode_txn_index,
+};
 
 /// `message.timestamp.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -47,6 +47,15 @@ fn encode(e: &AbortedTxn, out: &mut Vec<u8>) {
     out.extend_from_slice(&e.last_stable_offset.to_be_bytes());
 }
 
+/// The file bytes of `entries` (the format of a whole `.txnindex` file).
+pub fn encode_entries(entries: &[AbortedTxn]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(entries.len() * ENTRY_BYTES);
+    for e in entries {
+        encode(e, &mut buf);
+    }
+    buf
+}
+
 fn be_i64(b: &[u8]) -> i64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[..8]);
@@ -106,10 +115,7 @@ pub fn rewrite(dir: &Path, base: i64, entries: &[AbortedTxn]) -> io::Result<()> 
             _ => Ok(()),
         };
     }
-    let mut buf = Vec::with_capacity(entries.len() * ENTRY_BYTES);
-    for e in entries {
-        encode(e, &mut buf);
-    }
+    let buf = encode_entries(entries);
     let tmp = path.with_extension("txnindex.tmp");
     {
         let mut f = fs::File::create(&tmp)?;
@@ -127,10 +133,7 @@ pub fn swap_path(dir: &Path, base: i64) -> PathBuf {
 
 /// Write segment `base`'s swap index (possibly empty) and fsync it.
 pub fn write_swap(dir: &Path, base: i64, entries: &[AbortedTxn]) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(entries.len() * ENTRY_BYTES);
-    for e in entries {
-        encode(e, &mut buf);
-    }
+    let buf = encode_entries(entries);
     let mut f = fs::File::create(swap_path(dir, base))?;
     f.write_all(&buf)?;
     f.sync_data()

@@ -47,6 +47,15 @@ pub enum TieredError {
     /// A newer partition leader has claimed the manifest: this broker must not write it.
     #[error("remote manifest is owned by leader epoch {stored}, ours is {ours}")]
     Fenced { stored: i32, ours: i32 },
+    /// A read_committed read would consult more remote transaction indexes than allowed (a
+    /// transaction stayed open across that many segments with aborts): refused, not served
+    /// without its aborted transactions.
+    #[error("aborted transactions of [{start}, {upper}) span more than {indexes} remote indexes")]
+    TxnIndexWalkTooLong {
+        start: i64,
+        upper: i64,
+        indexes: usize,
+    },
     /// The tiering service is shutting down.
     #[error("tiered storage is shutting down")]
     ShuttingDown,

@@ -54,16 +54,21 @@ pub enum ObjectKind {
     ProducerSnapshot,
     /// The partition's leader-epoch checkpoint at upload time.
     LeaderEpochCheckpoint,
+    /// The aborted-transaction index of the segment (`<base>.txnindex`, the log's format),
+    /// uploaded only when the segment holds ABORT markers (KIP-405's
+    /// `LogSegmentData.transactionIndex`).
+    TxnIndex,
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 6] = [
+    pub const ALL: [ObjectKind; 7] = [
         ObjectKind::Log,
         ObjectKind::RemoteIndex,
         ObjectKind::OffsetIndex,
         ObjectKind::TimeIndex,
         ObjectKind::ProducerSnapshot,
         ObjectKind::LeaderEpochCheckpoint,
+        ObjectKind::TxnIndex,
     ];
 
     /// The object name suffix.
@@ -75,6 +80,7 @@ impl ObjectKind {
             ObjectKind::TimeIndex => "timeindex",
             ObjectKind::ProducerSnapshot => "snapshot",
             ObjectKind::LeaderEpochCheckpoint => "leader-epoch-checkpoint",
+            ObjectKind::TxnIndex => "txnindex",
         }
     }
 

@@ -2,8 +2,8 @@
 //! Azure, or a local directory), read back transparently.
 //!
 //! The shape is Kafka's KIP-405: only sealed segments are uploaded (their `.log`, indexes,
-//! producer snapshot and leader-epoch checkpoint, plus a remote index we build while
-//! uploading); a per-partition manifest lists what is remote; local retention may delete a
+//! aborted-transaction index, producer snapshot and leader-epoch checkpoint, plus a remote
+//! index we build while uploading); a per-partition manifest lists what is remote; local retention may delete a
 //! local segment only once the manifest records it; reads below the local log start are
 //! served from the store with ranged GETs through a bounded chunk cache.
 //!
@@ -29,6 +29,9 @@ pub mod stats;
 #[cfg(test)]
 mod suite_tests;
 pub mod tiering;
+pub mod txn_index;
+#[cfg(test)]
+mod txn_index_tests;
 mod uploader;
 
 use std::collections::HashMap;
@@ -46,6 +49,7 @@ pub use manifest::{PartitionManifest, RemoteSegment};
 pub use replica_rules::TierRole;
 pub use stats::StatsSnapshot;
 pub use tiering::{LocalLog, PartitionSizes, TierPolicy, TieringManager};
+pub use txn_index::RemoteAborted;
 
 use cache::Lru;
 use remote_index::RemoteIndex;
@@ -65,6 +69,8 @@ pub(crate) struct Shared {
     pub(crate) stats: TieredStats,
     pub(crate) chunks: parking_lot::Mutex<Lru<ChunkKey, Bytes>>,
     pub(crate) indexes: parking_lot::Mutex<Lru<Arc<str>, Arc<RemoteIndex>>>,
+    /// Decoded remote transaction indexes by segment id (`txn_index`).
+    pub(crate) txn_indexes: parking_lot::Mutex<Lru<Arc<str>, Arc<[streamforge_log::AbortedTxn]>>>,
     pub(crate) in_flight: parking_lot::Mutex<HashMap<ChunkKey, InFlight>>,
     pub(crate) upload_permits: tokio::sync::Semaphore,
     pub(crate) prefetch_permits: Arc<tokio::sync::Semaphore>,
@@ -153,6 +159,7 @@ impl TieredStorage {
             stats: TieredStats::default(),
             chunks: parking_lot::Mutex::new(Lru::new(config.cache_bytes)),
             indexes: parking_lot::Mutex::new(Lru::new(INDEX_CACHE_BYTES_MAX)),
+            txn_indexes: parking_lot::Mutex::new(Lru::new(txn_index::TXN_INDEX_CACHE_BYTES_MAX)),
             in_flight: parking_lot::Mutex::new(HashMap::new()),
             upload_permits: tokio::sync::Semaphore::new(config.upload_concurrency.max(1)),
             prefetch_permits: Arc::new(tokio::sync::Semaphore::new(
@@ -186,6 +193,7 @@ impl TieredStorage {
     pub fn clear_cache(&self) {
         self.shared.chunks.lock().retain(|_| false);
         self.shared.indexes.lock().retain(|_| false);
+        self.shared.txn_indexes.lock().retain(|_| false);
     }
 
     /// A partition already opened.
@@ -274,6 +282,19 @@ impl TieredStorage {
             min_one_message,
         )
         .await
+    }
+
+    /// The aborted transactions a read_committed read of remote data `[start, upper)` must
+    /// report, from the remote transaction indexes of the segment holding `start` onward
+    /// (Kafka's `collectAbortedTransactions`). When not `complete`, the local log's index
+    /// (markers past the remote end) must be consulted too.
+    pub async fn aborted_transactions(
+        &self,
+        part: &RemotePartition,
+        start: i64,
+        upper: i64,
+    ) -> Result<RemoteAborted> {
+        txn_index::collect(&self.shared, part, start, upper).await
     }
 
     /// ListOffsets by time over remote data: the first record with timestamp `>= timestamp_ms`

@@ -32,6 +32,7 @@ impl LocalSegment {
             ObjectKind::TimeIndex => Some(dir.join(format!("{base}.timeindex"))),
             ObjectKind::ProducerSnapshot => Some(dir.join(format!("{base}.snapshot"))),
             ObjectKind::LeaderEpochCheckpoint => Some(dir.join("leader-epoch-checkpoint")),
+            ObjectKind::TxnIndex => Some(dir.join(format!("{base}.txnindex"))),
         }
     }
 }

@@ -18,6 +18,11 @@ pub const MANIFEST_FORMAT_VERSION: u32 = 1;
 /// A manifest larger than this is rejected as corrupt (bounds memory on load).
 pub const MANIFEST_BYTES_MAX: usize = 64 << 20;
 
+/// Entries one segment's remote transaction index may hold (34 bytes each: about 8.5 MiB).
+/// An ABORT marker is a batch of about 70 bytes, so a segment needs some 18 MiB of nothing
+/// but aborts to reach it.
+pub const TXN_INDEX_ENTRIES_MAX: u32 = 1 << 18;
+
 /// The leader epoch of a manifest no leader has claimed yet.
 pub const NO_LEADER_EPOCH: i32 = -1;
 
@@ -44,6 +49,12 @@ pub struct RemoteSegment {
     pub objects: Vec<ObjectKind>,
     /// Wall-clock time of the upload.
     pub uploaded_at_ms: i64,
+    /// Entries of the segment's aborted-transaction index: `Some(0)` when the segment ends no
+    /// aborted transaction (no `TxnIndex` object), `Some(n)` for a `TxnIndex` object of `n`
+    /// entries. `None` (absent) in entries written before transaction indexes were uploaded:
+    /// unknown, read as none (docs/TIERED.md, "Transactions").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txn_index_entries: Option<u32>,
 }
 
 impl RemoteSegment {
@@ -154,6 +165,7 @@ impl PartitionManifest {
             {
                 return Err(format!("segment {} lacks log or index", s.segment_id));
             }
+            validate_txn_index(s)?;
         }
         Ok(())
     }
@@ -180,6 +192,24 @@ impl PartitionManifest {
             reason,
         })?;
         Ok(m)
+    }
+}
+
+/// A `TxnIndex` object is named exactly when the entry counts one or more aborted
+/// transactions, and never more than `TXN_INDEX_ENTRIES_MAX`.
+fn validate_txn_index(s: &RemoteSegment) -> std::result::Result<(), String> {
+    let has_object = s.objects.contains(&ObjectKind::TxnIndex);
+    let consistent = match s.txn_index_entries {
+        None | Some(0) => !has_object,
+        Some(n) => has_object && n <= TXN_INDEX_ENTRIES_MAX,
+    };
+    if consistent {
+        Ok(())
+    } else {
+        Err(format!(
+            "segment {}: transaction index of {:?} entries, object listed: {has_object}",
+            s.segment_id, s.txn_index_entries
+        ))
     }
 }
 
@@ -217,6 +247,7 @@ mod tests {
             batch_count: 1,
             objects: vec![ObjectKind::Log, ObjectKind::RemoteIndex],
             uploaded_at_ms: 0,
+            txn_index_entries: Some(0),
         }
     }
 
@@ -254,5 +285,43 @@ mod tests {
         assert!(PartitionManifest::decode("k", b"").is_err());
         m.segments = vec![seg("a", 0, i64::MAX), seg("b", i64::MAX, i64::MAX)];
         assert!(PartitionManifest::decode("k", &m.encode()).is_err());
+    }
+
+    #[test]
+    fn a_txn_index_object_is_listed_exactly_when_entries_are_counted() {
+        let p = PartitionId::new("t", "id", 0);
+        let mut m = PartitionManifest::empty(&p);
+        let mut with = seg("a", 0, 9);
+        with.txn_index_entries = Some(2);
+        with.objects.push(ObjectKind::TxnIndex);
+        m.segments = vec![with.clone()];
+        assert_eq!(PartitionManifest::decode("k", &m.encode()).unwrap(), m);
+        m.segments[0].objects.pop(); // counted, not listed
+        assert!(PartitionManifest::decode("k", &m.encode()).is_err());
+        m.segments[0] = seg("a", 0, 9);
+        m.segments[0].objects.push(ObjectKind::TxnIndex); // listed, none counted
+        assert!(PartitionManifest::decode("k", &m.encode()).is_err());
+        with.txn_index_entries = Some(TXN_INDEX_ENTRIES_MAX + 1);
+        m.segments = vec![with];
+        assert!(PartitionManifest::decode("k", &m.encode()).is_err());
+    }
+
+    #[test]
+    fn a_segment_entry_from_before_txn_indexes_reads_as_unknown() {
+        // A manifest entry as written before the field existed: no `txn_index_entries`.
+        let json = br#"{"format_version":1,"topic":"t","topic_id":"id","partition":0,
+            "generation":3,"leader_epoch":2,"log_start_offset":0,"segments":[
+            {"segment_id":"a","base_offset":0,"last_offset":9,"size_bytes":100,
+             "max_timestamp_ms":9,"max_timestamp_offset":9,"batch_count":1,
+             "objects":["log","remote_index"],"uploaded_at_ms":0}]}"#;
+        let m = PartitionManifest::decode("k", json).unwrap();
+        assert_eq!(m.segments[0].txn_index_entries, None);
+        // Written back, it stays unknown (no field), so its meaning never changes.
+        let back = String::from_utf8(m.encode()).unwrap();
+        assert!(!back.contains("txn_index_entries"), "{back}");
+        let mut known = m.clone();
+        known.segments[0].txn_index_entries = Some(0);
+        let text = String::from_utf8(known.encode()).unwrap();
+        assert!(text.contains("\"txn_index_entries\": 0"), "{text}");
     }
 }

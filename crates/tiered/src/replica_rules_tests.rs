@@ -19,6 +19,7 @@ fn segment(max_timestamp_ms: i64, uploaded_at_ms: i64) -> RemoteSegment {
         batch_count: 1,
         objects: Vec::new(),
         uploaded_at_ms,
+        txn_index_entries: Some(0),
     }
 }
 
@@ -69,6 +70,7 @@ fn remote(base: i64, last: i64) -> RemoteSegment {
         batch_count: 1,
         objects: vec![ObjectKind::Log, ObjectKind::RemoteIndex],
         uploaded_at_ms: 1,
+        txn_index_entries: Some(0),
     }
 }
 

@@ -17,6 +17,7 @@ use crate::local::LocalSegment;
 use crate::manifest::{self, NO_LEADER_EPOCH, PartitionManifest, RemoteSegment};
 use crate::remote_index::RemoteIndexBuilder;
 use crate::stats::{self, add};
+use crate::txn_index;
 use crate::{RemotePartition, Shared};
 
 /// Multipart parts in flight per upload (bounds memory to `upload_part_bytes` x this).
@@ -171,6 +172,18 @@ async fn upload_objects(
             .await?;
         objects.push(kind);
     }
+    let aborted = txn_index::upload(
+        sh,
+        seg,
+        from_offset,
+        scanned.last_offset,
+        key(ObjectKind::TxnIndex),
+        written,
+    )
+    .await?;
+    if aborted > 0 {
+        objects.push(ObjectKind::TxnIndex);
+    }
     Ok(RemoteSegment {
         segment_id: segment_id.to_string(),
         base_offset: match from_offset {
@@ -184,6 +197,7 @@ async fn upload_objects(
         batch_count: scanned.batch_count,
         objects,
         uploaded_at_ms: now_ms,
+        txn_index_entries: Some(aborted),
     })
 }
 
@@ -533,6 +547,7 @@ async fn delete_segment_objects(sh: &Shared, part: &RemotePartition, seg: &Remot
     let id: std::sync::Arc<str> = seg.segment_id.as_str().into();
     sh.chunks.lock().retain(|k| k.0 != id);
     sh.indexes.lock().remove(&id);
+    sh.txn_indexes.lock().remove(&id);
 }
 
 /// Delete objects under the partition's prefix that the manifest does not name.

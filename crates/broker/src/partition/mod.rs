@@ -22,6 +22,8 @@ mod replication;
 #[cfg(test)]
 mod tests;
 mod txn;
+#[cfg(test)]
+mod txn_tiered_tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,8 +1,9 @@
 //! Reads: whole batches from the local log, and from remote storage below the local log start
 //! of a tiered partition (KIP-405), bounded by what the reader may see (its isolation).
 
-use streamforge_log::ReadInfo;
-use streamforge_tiered::TieredError;
+use streamforge_log::{AbortedTxn, ReadInfo};
+use streamforge_protocol::batch::BatchIter;
+use streamforge_tiered::{RemotePartition, TieredError, TieredStorage};
 
 use super::{
     Partition, PartitionError, PartitionOffsets, PartitionRole, State, check_leader_epoch,
@@ -113,8 +114,9 @@ impl Partition {
             && e.is_offset_out_of_range()
         {
             let max_offset = params.isolation.max_offset(&result.offsets);
-            if let Some(remote) = self.read_remote(params, max_offset).await {
-                result.records = remote;
+            if let Some((records, aborted)) = self.read_remote(params, max_offset).await {
+                result.records = records;
+                result.aborted = aborted;
             }
         }
         Ok(result)
@@ -188,21 +190,18 @@ impl Partition {
         }
     }
 
-    /// A read below the local log start: from remote storage. `None` when the partition is
-    /// not tiered (the local OFFSET_OUT_OF_RANGE stands).
-    async fn read_remote(
-        &self,
-        params: FetchParams,
-        max_offset: i64,
-    ) -> Option<Result<ReadInfo, PartitionError>> {
+    /// A read below the local log start: from remote storage, with the aborted transactions
+    /// a read_committed reader must drop. `None` when the partition is not tiered (the local
+    /// OFFSET_OUT_OF_RANGE stands).
+    async fn read_remote(&self, params: FetchParams, max_offset: i64) -> Option<RemoteRead> {
         let Some(remote) = self.remote() else {
             return self
                 .remote_enabled()
-                .then_some(Err(PartitionError::RemoteNotLoaded));
+                .then_some((Err(PartitionError::RemoteNotLoaded), Vec::new()));
         };
         let tiering = self.tiering()?;
-        let read = tiering
-            .storage()
+        let storage = tiering.storage();
+        let read = storage
             .read(
                 &remote,
                 params.fetch_offset,
@@ -211,17 +210,77 @@ impl Partition {
                 params.min_one_message,
             )
             .await;
-        Some(match read {
-            Ok(bytes) => Ok(ReadInfo {
-                bytes: bytes.len(),
-                slices: vec![bytes],
-            }),
+        let aborted = match (&read, params.isolation) {
+            (Ok(bytes), FetchIsolation::TxnCommitted) => {
+                self.remote_aborted(storage, &remote, bytes).await
+            }
+            _ => Ok(Vec::new()),
+        };
+        Some(match read.and_then(|bytes| Ok((bytes, aborted?))) {
+            Ok((bytes, aborted)) => (
+                Ok(ReadInfo {
+                    bytes: bytes.len(),
+                    slices: vec![bytes],
+                }),
+                aborted,
+            ),
             Err(e) => {
                 if !matches!(e, TieredError::OffsetNotRemote { .. }) {
                     tracing::warn!(topic = %self.topic, partition = self.index, offset = params.fetch_offset, error = %e, "remote fetch failed");
                 }
-                Err(PartitionError::Remote(e))
+                (Err(PartitionError::Remote(e)), Vec::new())
             }
         })
     }
+
+    /// Kafka's `addAbortedTransactions` for a remote read: the transactions aborted at or after
+    /// the first batch read and begun before the end of the last, from the remote indexes of
+    /// the segment read and every later one, and from the local log's index (markers not
+    /// uploaded yet). The local index is read first: local retention drops entries only of
+    /// segments the manifest already holds, so the remote walk, which starts afterwards,
+    /// covers whatever the local index lost meanwhile.
+    async fn remote_aborted(
+        &self,
+        storage: &TieredStorage,
+        remote: &RemotePartition,
+        bytes: &[u8],
+    ) -> Result<Vec<AbortedTxn>, TieredError> {
+        let Some((start, upper)) = offset_range(bytes) else {
+            return Ok(Vec::new());
+        };
+        let mut aborted = self
+            .with_log(|log| log.aborted_transactions(start, upper))
+            .unwrap_or_default();
+        let found = storage.aborted_transactions(remote, start, upper).await?;
+        aborted.extend(found.aborted);
+        // A segment still local after its upload is in both indexes: one entry each, as
+        // Kafka's set of aborted transactions.
+        aborted.sort_by_key(|e| (e.last_offset, e.producer_id));
+        aborted.dedup();
+        assert!(
+            aborted
+                .iter()
+                .all(|e| e.last_offset >= start && e.first_offset < upper),
+            "aborted transactions overlap the range read"
+        );
+        Ok(aborted)
+    }
+}
+
+/// What a remote read returns: its batches, and the aborted transactions overlapping them.
+type RemoteRead = (Result<ReadInfo, PartitionError>, Vec<AbortedTxn>);
+
+/// `[first batch's base offset, last batch's last offset + 1)` of the batches read (`None`
+/// when there are none). The remote reader verified every batch; should one still not parse,
+/// the range stays open-ended, which reports more aborted transactions, never fewer.
+fn offset_range(bytes: &[u8]) -> Option<(i64, i64)> {
+    let mut range: Option<(i64, i64)> = None;
+    for batch in BatchIter::new(bytes) {
+        let Ok((_, batch)) = batch else {
+            return range.map(|(start, _)| (start, i64::MAX));
+        };
+        let start = range.map_or(batch.base_offset(), |r| r.0);
+        range = Some((start, batch.last_offset().saturating_add(1)));
+    }
+    range
 }
