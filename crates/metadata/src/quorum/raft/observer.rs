@@ -211,12 +211,9 @@ impl RaftQuorum {
 
     /// Whether this node is a voter of the membership it knows (an observer never is).
     pub fn is_voter(&self) -> bool {
-        let metrics = self.raft.metrics().borrow().clone();
-        let voter = metrics
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|v| v == self.id);
-        voter
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let mut voters = metrics.membership_config.membership().voter_ids();
+        voters.any(|v| v == self.id)
     }
 }
