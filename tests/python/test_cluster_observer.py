@@ -17,6 +17,7 @@ from confluent_kafka.admin import NewTopic
 
 from harness import find_binary
 from test_cluster import admin, cluster_view, placement, start_cluster, wait_for
+from test_cluster import fresh_admins  # noqa: F401  (autouse: one admin client per test)
 
 TOPIC = "observed"
 PARTITIONS = 8
