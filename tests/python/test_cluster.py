@@ -30,9 +30,11 @@ def fresh_admins():
     _admins.clear()
 
 
-def start_cluster(broker_factory, offsets_partitions=3, extra_args=(), env=None):
-    """Three voters on free ports, started together; `extra_args` and `env` go to each."""
-    brokers = [broker_factory(start=False) for _ in range(3)]
+def start_cluster(broker_factory, offsets_partitions=3, extra_args=(), env=None, observers=0):
+    """Three voters on free ports, started together, and `observers` broker-only nodes (node ids
+    4, 5, ...: `--process-roles broker`, each with its own controller listener); `extra_args`
+    and `env` go to each."""
+    brokers = [broker_factory(start=False) for _ in range(3 + observers)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(3))
     for i, b in enumerate(brokers):
         b.extra_args += [
@@ -43,10 +45,12 @@ def start_cluster(broker_factory, offsets_partitions=3, extra_args=(), env=None)
             "--offsets-topic-partitions", str(offsets_partitions),
             *extra_args,
         ]
+        if i >= 3:
+            b.extra_args += ["--process-roles", "broker", "--controller-listen", f"127.0.0.1:{free_port()}"]
         b.env.update(env or {})
         b.env["RUST_LOG"] = os.environ.get("SF_RUST_LOG", "info,openraft=error")
     # The voters need each other to elect a controller: start them together.
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(len(brokers)) as pool:
         list(pool.map(lambda b: b.start(timeout_s=WAIT_S), brokers))
     return brokers
 

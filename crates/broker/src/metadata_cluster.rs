@@ -1,10 +1,9 @@
 //! Cluster mode of the metadata service: with `--controller-quorum-voters`, this broker is one
 //! voter of a Raft quorum ([`RaftQuorum`] over TCP on its controller listener) and, when it is
-//! the quorum leader, the active controller (Kafka's combined mode). Without voters it is the
-//! one-voter [`DurableQuorum`] of itself, as before; both sit behind [`BrokerQuorum`].
-//!
-//! The Raft log of a cluster voter is in memory for now: a restarted voter comes back empty
-//! (it loses its vote and its log, and catches up from the leader).
+//! the quorum leader, the active controller (Kafka's combined mode), or, when its node id is
+//! not a voter (`process.roles=broker`), an observer: a learner that follows the committed log
+//! on its own controller listener and never votes or leads. Without voters it is the one-voter
+//! [`DurableQuorum`] of itself, as before; all sit behind [`BrokerQuorum`].
 
 use std::collections::BTreeMap;
 use std::sync::Weak;
@@ -30,8 +29,47 @@ use crate::metadata_service::{MetadataError, MetadataService};
 pub struct ClusterOptions {
     /// Voter id → its controller listener (`host:port`).
     pub voters: BTreeMap<NodeId, String>,
-    /// Where this voter listens for Raft RPCs and forwarded controller events.
+    /// Where this node listens for Raft RPCs and forwarded controller events. For a broker-only
+    /// node it is also the address the leader sends the metadata log to.
     pub listen: String,
+    /// What this node is in the cluster (`process.roles`).
+    pub roles: ProcessRoles,
+}
+
+/// Kafka's `process.roles` in a cluster: a voter and controller that is also a broker
+/// (`broker,controller`, combined mode), or a broker only (an observer of the metadata quorum).
+/// A controller-only node is not supported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessRoles {
+    Combined,
+    Broker,
+}
+
+impl ProcessRoles {
+    /// `process.roles` as Kafka writes it: `broker`, `controller,broker` or `broker,controller`.
+    pub fn parse(text: &str) -> Result<ProcessRoles, String> {
+        let mut roles: Vec<&str> = text.split(',').map(str::trim).collect();
+        roles.sort_unstable();
+        match roles.as_slice() {
+            ["broker"] => Ok(ProcessRoles::Broker),
+            ["broker", "controller"] => Ok(ProcessRoles::Combined),
+            ["controller"] => Err(
+                "process.roles=controller (a controller that is not a broker) is not supported; \
+                 use broker,controller (combined) or broker"
+                    .into(),
+            ),
+            _ => Err(format!(
+                "process.roles '{text}' is not broker, controller,broker or broker,controller"
+            )),
+        }
+    }
+
+    pub fn as_kafka(self) -> &'static str {
+        match self {
+            ProcessRoles::Combined => "broker,controller",
+            ProcessRoles::Broker => "broker",
+        }
+    }
 }
 
 /// The metadata log of this broker: one voter of itself, or a voter of a Raft quorum.
@@ -76,6 +114,66 @@ impl MetadataQuorum for BrokerQuorum {
     fn voters(&self) -> Vec<VoterStatus> {
         each!(self, q => q.voters())
     }
+    fn observers(&self) -> Vec<VoterStatus> {
+        each!(self, q => q.observers())
+    }
+}
+
+/// Start this node's member of the metadata quorum: a voter, or an observer for a broker-only
+/// node. Blocking: call from a blocking thread inside the runtime.
+pub fn start_member(
+    node_id: i32,
+    cluster: &ClusterOptions,
+    dir: &std::path::Path,
+) -> std::io::Result<RaftQuorum> {
+    match cluster.roles {
+        ProcessRoles::Combined => start_voter(node_id, cluster, dir),
+        ProcessRoles::Broker => start_observer(node_id, cluster, dir),
+    }
+}
+
+/// How long a starting broker-only node asks the voters to add it as an observer (they may
+/// start after it), as long as a voter's registration waits for a controller.
+pub const OBSERVER_JOIN_WAIT_MS: u64 = 120_000;
+
+/// Start this broker-only node as an observer: its Raft member (log, vote and snapshot in
+/// `<dir>/raft/`, as a voter's) on its controller listener, added as a learner by the quorum
+/// leader, which then sends it every committed batch. It never initializes a membership and
+/// never stands for election. Blocking: call from a blocking thread inside the runtime.
+pub fn start_observer(
+    node_id: i32,
+    cluster: &ClusterOptions,
+    dir: &std::path::Path,
+) -> std::io::Result<RaftQuorum> {
+    let id = NodeId::try_from(node_id)
+        .map_err(|_| std::io::Error::other("a broker's node id must not be negative"))?;
+    if cluster.voters.contains_key(&id) {
+        return Err(std::io::Error::other(format!(
+            "node {node_id} is in --controller-quorum-voters: a voter is not a broker-only node"
+        )));
+    }
+    block_on(async {
+        let listener = bind_controller_listener(&cluster.listen).await?;
+        let quorum = RaftQuorum::start_tcp_durable(id, RaftTiming::default(), listener, dir)
+            .await
+            .map_err(std::io::Error::other)?;
+        let wait = Duration::from_millis(OBSERVER_JOIN_WAIT_MS);
+        if let Err(error) = quorum
+            .join_as_observer(&cluster.voters, &cluster.listen, wait)
+            .await
+        {
+            quorum.shutdown().await;
+            return Err(std::io::Error::other(error));
+        }
+        tracing::info!(node_id, listen = %cluster.listen, voters = ?cluster.voters, "broker-only node following the metadata quorum as an observer");
+        Ok(quorum)
+    })
+}
+
+async fn bind_controller_listener(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("controller listener {addr}: {e}")))
 }
 
 /// Start this node's voter on its controller listener and form the static quorum. Every voter
@@ -96,14 +194,7 @@ pub fn start_voter(
         )));
     }
     block_on(async {
-        let listener = tokio::net::TcpListener::bind(&cluster.listen)
-            .await
-            .map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("controller listener {}: {e}", cluster.listen),
-                )
-            })?;
+        let listener = bind_controller_listener(&cluster.listen).await?;
         let quorum = RaftQuorum::start_tcp_durable(id, RaftTiming::default(), listener, dir)
             .await
             .map_err(std::io::Error::other)?;
@@ -325,6 +416,11 @@ impl MetadataService {
         }
     }
 
+    /// The quorum's observers (broker-only nodes), with their lag as the leader sees it.
+    pub fn quorum_observers(&self) -> Vec<VoterStatus> {
+        self.node.lock().quorum().observers()
+    }
+
     /// The number of voters in a cluster; `None` for the one-voter quorum of itself.
     pub fn voter_count(&self) -> Option<usize> {
         self.raft.as_ref().map(|r| r.voters().len())
@@ -403,5 +499,25 @@ mod tests {
         assert_eq!(id.len(), 22);
         assert_eq!(id, derived_cluster_id(&voters(9093)));
         assert_ne!(id, derived_cluster_id(&voters(9094)));
+    }
+
+    #[test]
+    fn process_roles_parse_as_kafka_writes_them() {
+        assert_eq!(ProcessRoles::parse("broker"), Ok(ProcessRoles::Broker));
+        for combined in [
+            "broker,controller",
+            "controller,broker",
+            " controller , broker",
+        ] {
+            assert_eq!(ProcessRoles::parse(combined), Ok(ProcessRoles::Combined));
+        }
+        let controller_only = ProcessRoles::parse("controller").unwrap_err();
+        assert!(
+            controller_only.contains("not supported"),
+            "{controller_only}"
+        );
+        for bad in ["", "brokers", "broker,broker", "broker,controller,x"] {
+            assert!(ProcessRoles::parse(bad).is_err(), "{bad}");
+        }
     }
 }

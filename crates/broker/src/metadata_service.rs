@@ -94,7 +94,7 @@ impl MetadataService {
             None => (BrokerQuorum::Durable(open_durable(&start, import)?), None),
             Some(cluster) => {
                 let dir = start.data_dir.join(METADATA_DIR);
-                let raft = crate::metadata_cluster::start_voter(start.node_id, cluster, &dir)?;
+                let raft = crate::metadata_cluster::start_member(start.node_id, cluster, &dir)?;
                 (BrokerQuorum::Raft(raft.clone()), Some(raft))
             }
         };
@@ -121,7 +121,7 @@ impl MetadataService {
         Ok(service)
     }
 
-    /// Whether this broker is a voter of a multi-node quorum.
+    /// Whether this broker is a member (voter or observer) of a multi-node quorum.
     pub fn is_cluster(&self) -> bool {
         self.raft.is_some()
     }

@@ -92,6 +92,12 @@ pub struct Args {
     /// The controller listener (Raft and forwarded controller requests) [default: this node's voter address].
     #[arg(long, env = "STREAMFORGE_CONTROLLER_LISTEN")]
     pub controller_listen: Option<String>,
+    /// This node's roles in a cluster (`process.roles`): `broker,controller` (a voter and
+    /// controller, combined mode) or `broker` (a broker-only node that follows the metadata
+    /// quorum without voting; needs --controller-listen) [default: broker,controller when
+    /// --node-id is in --controller-quorum-voters, else broker].
+    #[arg(long, env = "STREAMFORGE_PROCESS_ROLES")]
+    pub process_roles: Option<String>,
     /// The cluster id a fresh data dir gets [default: random; in a cluster, derived from the voters].
     #[arg(long, env = "STREAMFORGE_CLUSTER_ID")]
     pub cluster_id: Option<String>,
@@ -266,6 +272,7 @@ struct FileConfig {
     node_id: Option<i32>,
     controller_quorum_voters: Option<String>,
     controller_listen: Option<String>,
+    process_roles: Option<String>,
     cluster_id: Option<String>,
     num_partitions: Option<i32>,
     default_replication_factor: Option<i16>,
@@ -370,6 +377,9 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         args.controller_listen
             .as_deref()
             .or(file.controller_listen.as_deref()),
+        args.process_roles
+            .as_deref()
+            .or(file.process_roles.as_deref()),
         c.node_id,
     )?;
     c.cluster_id = args.cluster_id.clone().or(file.cluster_id.clone());

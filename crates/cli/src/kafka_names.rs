@@ -53,6 +53,7 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ("node.id", "node_id"),
     ("broker.id", "node_id"),
     ("controller.quorum.voters", "controller_quorum_voters"),
+    ("process.roles", "process_roles"),
     ("num.partitions", "num_partitions"),
     ("default.replication.factor", "default_replication_factor"),
     ("broker.session.timeout.ms", "broker_session_timeout_ms"),
@@ -256,6 +257,10 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
             "controller_listen",
             toml::Value::String(cluster.listen.clone()),
         );
+        put(
+            "process_roles",
+            toml::Value::String(cluster.roles.as_kafka().to_string()),
+        );
     }
     if let Some(id) = &c.cluster_id {
         put("cluster_id", toml::Value::String(id.clone()));
@@ -350,6 +355,11 @@ mod tests {
         assert_eq!(
             out["controller_quorum_voters"].as_str(),
             Some("1@127.0.0.1:9093")
+        );
+        let table: toml::Table = toml::from_str("process.roles = \"broker\"\n").unwrap();
+        assert_eq!(
+            normalize(table).unwrap()["process_roles"].as_str(),
+            Some("broker")
         );
     }
 

@@ -4,9 +4,9 @@
 //! Only the quorum leader knows how far each voter's log is (it replicates to them). Kafka's
 //! brokers therefore forward DescribeQuorum to the active controller (`KafkaApis`:
 //! `forwardToController`), and a controller that does not lead answers NOT_LEADER_OR_FOLLOWER.
-//! Here every broker is also a voter (combined mode): the leader answers from its own quorum
-//! state, and any other broker forwards the request to the leader's client listener and passes
-//! its answer on. If the leader cannot be reached, this node answers with what it knows
+//! Here the leader (a combined broker and voter) answers from its own quorum state, listing
+//! broker-only nodes (openraft learners) as observers, and any other broker, voter or observer,
+//! forwards the request to the leader's client listener and passes its answer on. If the leader cannot be reached, this node answers with what it knows
 //! (leader, epoch, voters; log ends and fetch times unknown: -1) rather than fail the tool.
 
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use streamforge_metadata::quorum::VoterStatus;
 use streamforge_protocol::{RequestFrame, ResponseError};
 
 use crate::BrokerState;
@@ -143,20 +144,21 @@ fn local_view(state: &BrokerState) -> DescribeQuorumResponse {
     partition.leader_id = BrokerId(leader.leader.map_or(-1, |id| id as i32));
     partition.leader_epoch = leader.epoch;
     partition.high_watermark = high_watermark;
-    partition.current_voters = voters
-        .iter()
-        .map(|v| {
-            let mut r = ReplicaState::default();
-            r.replica_id = BrokerId(v.id as i32);
-            r.log_end_offset = v
-                .lag_entries
-                .map_or(-1, |lag| (high_watermark - lag as i64).max(0));
-            let caught_up = v.lag_entries == Some(0) || v.id as i32 == me;
-            r.last_fetch_timestamp = if caught_up { now_ms } else { -1 };
-            r.last_caught_up_timestamp = if caught_up { now_ms } else { -1 };
-            r
-        })
-        .collect();
+    let replica = |v: &VoterStatus| {
+        let mut r = ReplicaState::default();
+        r.replica_id = BrokerId(v.id as i32);
+        r.log_end_offset = v
+            .lag_entries
+            .map_or(-1, |lag| (high_watermark - lag as i64).max(0));
+        let caught_up = v.lag_entries == Some(0) || v.id as i32 == me;
+        r.last_fetch_timestamp = if caught_up { now_ms } else { -1 };
+        r.last_caught_up_timestamp = if caught_up { now_ms } else { -1 };
+        r
+    };
+    partition.current_voters = voters.iter().map(replica).collect();
+    // Broker-only nodes follow the log as learners (Kafka's observers).
+    let observers = state.replicas.metadata().quorum_observers();
+    partition.observers = observers.iter().map(replica).collect();
     let mut topic = TopicData::default();
     topic.topic_name = TopicName(StrBytes::from_static_str(METADATA_TOPIC));
     topic.partitions = vec![partition];

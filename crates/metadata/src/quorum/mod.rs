@@ -87,4 +87,10 @@ pub trait MetadataQuorum {
     fn is_ready_leader(&self) -> bool;
 
     fn voters(&self) -> Vec<VoterStatus>;
+
+    /// Nodes that follow the log without voting (Kafka's observers), with their lag as the
+    /// leader sees it. A quorum without observers has none.
+    fn observers(&self) -> Vec<VoterStatus> {
+        Vec::new()
+    }
 }

@@ -13,6 +13,7 @@
 pub mod forward;
 pub mod log_file;
 mod network;
+pub mod observer;
 mod store;
 pub mod tcp;
 
@@ -20,6 +21,8 @@ pub mod tcp;
 mod crash_tests;
 #[cfg(test)]
 mod forward_tests;
+#[cfg(test)]
+mod observer_tests;
 #[cfg(test)]
 mod restart_tests;
 #[cfg(test)]
@@ -484,5 +487,9 @@ impl MetadataQuorum for RaftQuorum {
                 VoterStatus { id, lag_entries }
             })
             .collect()
+    }
+
+    fn observers(&self) -> Vec<VoterStatus> {
+        self.learners()
     }
 }

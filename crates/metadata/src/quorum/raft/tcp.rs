@@ -6,8 +6,9 @@
 //! Frames are bounded (`RPC_FRAME_BYTES_MAX`), every call has a deadline (`RPC_TIMEOUT_MS`) and
 //! the listener serves at most `QUORUM_CONNECTIONS_MAX` connections at once.
 //!
-//! The same listener answers one more RPC next to Raft's: `Forward`, a controller event sent by
-//! a broker that is not the active controller (see [`super::forward`]).
+//! The same listener answers two more RPCs next to Raft's: `Forward`, a controller event sent by
+//! a broker that is not the active controller (see [`super::forward`]), and `Join`, an observer
+//! asking to follow the log as a learner (see [`super::observer`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use tokio::sync::Semaphore;
 
 use super::TypeConfig;
 use super::forward::{ForwardSlot, Forwarded};
+use super::observer::{JoinAnswer, JoinRequest};
 use crate::controller::Event;
 use crate::quorum::NodeId;
 
@@ -43,6 +45,7 @@ pub(super) enum Request {
     Vote(VoteRequest<NodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
     Forward(Event),
+    Join(JoinRequest),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -51,6 +54,7 @@ pub(super) enum Response {
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
     Forward(Forwarded),
+    Join(JoinAnswer),
 }
 
 pub(super) async fn write_frame<T: Serialize>(
@@ -121,6 +125,9 @@ pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>, forward: Forwa
                     Request::Vote(r) => Response::Vote(raft.vote(r).await),
                     Request::Snapshot(r) => Response::Snapshot(raft.install_snapshot(r).await),
                     Request::Forward(event) => Response::Forward(forward.answer(event).await),
+                    Request::Join(r) => {
+                        Response::Join(super::observer::answer_join(&raft, r).await)
+                    }
                 };
                 if let Err(error) = write_frame(&mut stream, &response).await {
                     tracing::debug!(%error, %peer, "quorum connection closed");
