@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use streamforge_broker::metadata_cluster::ClusterOptions;
+use streamforge_broker::metadata_cluster::{ClusterOptions, ProcessRoles};
 use streamforge_broker::{Broker, BrokerConfig, BrokerHandle};
 
 /// Most brokers an embedded cluster may have: each takes a runtime, a quorum voter and its
@@ -166,6 +166,7 @@ fn broker_config(
         cluster: Some(ClusterOptions {
             voters: voters.clone(),
             listen,
+            roles: ProcessRoles::Combined,
         }),
         ..defaults
     }
