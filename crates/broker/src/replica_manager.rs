@@ -11,7 +11,7 @@ mod lifecycle;
 mod roles;
 #[cfg(test)]
 pub(crate) mod test_cluster;
-mod topics;
+pub(crate) mod topics;
 pub use hosted::{LookupError, Topic};
 pub use hw_checkpoint::HW_CHECKPOINT_INTERVAL_MS_DEFAULT;
 pub use lifecycle::CLOSE_THREADS_MAX;

@@ -12,8 +12,8 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    acls, admin, api_versions, client_quotas, cluster, configs, describe_quorum, fetch,
-    group_protocol, groups, groups_admin, log_dirs, metadata, offsets, produce, producer,
+    acls, admin, api_versions, client_quotas, cluster, configs, describe_quorum, elect_leaders,
+    fetch, group_protocol, groups, groups_admin, log_dirs, metadata, offsets, produce, producer,
     scram_users, txn, txn_admin,
 };
 
@@ -89,6 +89,7 @@ pub static ROUTES: &[Route] = &[
     route!(DescribeConfigs, 1, 4, configs::handle_describe_configs),
     route!(AlterConfigs, 0, 2, configs::handle_alter_configs),
     route!(CreatePartitions, 0, 3, admin::handle_create_partitions),
+    route!(ElectLeaders, 0, 2, elect_leaders::handle_elect_leaders),
     route!(
         IncrementalAlterConfigs,
         0,

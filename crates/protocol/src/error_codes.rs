@@ -65,6 +65,9 @@ codes!(DescribeConfigsResponse, r => r.results.iter().map(|c| c.error_code));
 codes!(AlterConfigsResponse, r => r.responses.iter().map(|c| c.error_code));
 codes!(IncrementalAlterConfigsResponse, r => r.responses.iter().map(|c| c.error_code));
 codes!(CreatePartitionsResponse, r => r.results.iter().map(|t| t.error_code));
+codes!(ElectLeadersResponse, r => std::iter::once(r.error_code).chain(
+    r.replica_election_results.iter().flat_map(|t| t.partition_result.iter().map(|p| p.error_code))
+));
 codes!(DescribeQuorumResponse, r => std::iter::once(r.error_code).chain(r.topics.iter().flat_map(|t| {
     t.partitions.iter().map(|p| p.error_code)
 })));

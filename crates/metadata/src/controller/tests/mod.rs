@@ -10,6 +10,7 @@ use super::*;
 
 mod brokers;
 mod partitions;
+mod rebalance;
 mod topics;
 use crate::image::{LogPosition, PartitionState};
 use crate::records::Endpoint;
