@@ -465,4 +465,18 @@ mod tests {
         o.insert("min.insync.replicas".to_string(), "0".to_string());
         assert_eq!(log_config(&defaults, &o).min_insync_replicas, 1);
     }
+
+    #[test]
+    fn the_brokers_unclean_leader_election_default_is_the_default_a_topic_overrides() {
+        let name = "unclean.leader.election.enable";
+        assert_eq!(default_value(name, &LogConfig::default()), "false");
+        let defaults = LogConfig {
+            unclean_leader_election_enable: true,
+            ..LogConfig::default()
+        };
+        assert_eq!(default_value(name, &defaults), "true");
+        let mut o = BTreeMap::new();
+        o.insert(name.to_string(), "false".to_string());
+        assert!(!log_config(&defaults, &o).unclean_leader_election_enable);
+    }
 }
