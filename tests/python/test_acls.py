@@ -188,6 +188,28 @@ def test_only_principals_allowed_alter_on_the_cluster_change_acls(acl_broker):
     assert describe_acls(acl_broker, any_filter(name=binding.name), user="bob") == [binding]
 
 
+def test_elect_leaders_needs_alter_on_the_cluster(acl_broker):
+    from confluent_kafka import ElectionType, TopicPartition
+    topic = unique("elect")
+    create_topic(acl_broker, topic)
+    tps = [TopicPartition(topic, 0)]
+
+    def elect(user):
+        """Each partition's error code, or the whole request's."""
+        admin = acl_broker.admin(user)
+        try:
+            answer = admin.elect_leaders(ElectionType.PREFERRED, tps).result(TIMEOUT_S)
+        except KafkaException as e:
+            return {e.args[0].code()}
+        # Each value is None or a KafkaError.
+        return {None if r is None else r.code() for r in answer.values()}
+
+    assert elect("alice") == {KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+    create_acls(acl_broker, [allow(ResourceType.BROKER, "kafka-cluster", "User:bob",
+                                   AclOperation.ALTER)])
+    assert elect("bob") == {KafkaError.ELECTION_NOT_NEEDED}
+
+
 def test_produce_needs_write_on_the_topic(acl_broker):
     topic = unique("prod")
     create_topic(acl_broker, topic)

@@ -108,6 +108,13 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: u64,
     /// Kafka's `broker.heartbeat.interval.ms`.
     pub broker_heartbeat_interval_ms: u64,
+    /// Kafka's `auto.leader.rebalance.enable`: the active controller moves leadership back to
+    /// preferred replicas every `leader_imbalance_check_interval_seconds`.
+    pub auto_leader_rebalance_enable: bool,
+    /// Kafka's `leader.imbalance.check.interval.seconds`.
+    pub leader_imbalance_check_interval_seconds: u64,
+    /// Kafka's `leader.imbalance.per.broker.percentage` (its ZooKeeper controller's rule).
+    pub leader_imbalance_per_broker_percentage: u32,
     /// `quota.window.num` / `quota.window.size.seconds`: the client-quota sensors' windows.
     pub quota_window: crate::quota::rate::RateConfig,
     /// `controller.quorum.voters`: `Some` makes this broker a voter of that static quorum
@@ -163,6 +170,11 @@ impl Default for BrokerConfig {
             broker_session_timeout_ms: streamforge_metadata::controller::BROKER_SESSION_TIMEOUT_MS,
             broker_heartbeat_interval_ms:
                 streamforge_metadata::controller::BROKER_HEARTBEAT_INTERVAL_MS,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_seconds:
+                streamforge_metadata::controller::LEADER_IMBALANCE_CHECK_INTERVAL_MS / 1000,
+            leader_imbalance_per_broker_percentage:
+                streamforge_metadata::controller::LEADER_IMBALANCE_PER_BROKER_PERCENTAGE,
             quota_window: Default::default(),
             cluster: None,
             cluster_id: None,

@@ -490,6 +490,12 @@ fn metadata_options(
             broker_session_timeout_ms: config.broker_session_timeout_ms,
             default_num_partitions: config.num_partitions,
             default_replication_factor: config.default_replication_factor,
+            auto_leader_rebalance_enable: config.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_ms: config
+                .leader_imbalance_check_interval_seconds
+                .saturating_mul(1000),
+            leader_imbalance_per_broker_percentage: config.leader_imbalance_per_broker_percentage,
+            unclean_leader_election_enable: config.log_defaults.unclean_leader_election_enable,
             ..ControllerConfig::default()
         },
         heartbeat_interval_ms: config.broker_heartbeat_interval_ms,

@@ -12,7 +12,7 @@ mod reassignments;
 mod roles;
 #[cfg(test)]
 pub(crate) mod test_cluster;
-mod topics;
+pub(crate) mod topics;
 pub use hosted::{LookupError, Topic};
 pub use hw_checkpoint::HW_CHECKPOINT_INTERVAL_MS_DEFAULT;
 pub use lifecycle::CLOSE_THREADS_MAX;

@@ -12,9 +12,9 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    acls, admin, api_versions, client_quotas, cluster, configs, describe_quorum, fetch,
-    group_protocol, groups, groups_admin, log_dirs, metadata, offsets, produce, producer, reassign,
-    scram_users, txn, txn_admin,
+    acls, admin, api_versions, client_quotas, cluster, configs, describe_quorum, elect_leaders,
+    fetch, group_protocol, groups, groups_admin, log_dirs, metadata, offsets, produce, producer,
+    reassign, scram_users, txn, txn_admin,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -102,6 +102,7 @@ pub static ROUTES: &[Route] = &[
         0,
         reassign::handle_list_partition_reassignments
     ),
+    route!(ElectLeaders, 0, 2, elect_leaders::handle_elect_leaders),
     route!(
         IncrementalAlterConfigs,
         0,

@@ -268,9 +268,8 @@ pub fn default_value(name: &str, d: &LogConfig) -> String {
         "min.cleanable.dirty.ratio" => "0.5".into(),
         "min.compaction.lag.ms" => "0".into(),
         "min.insync.replicas" => d.min_insync_replicas.to_string(),
-        "preallocate" | "remote.storage.enable" | "unclean.leader.election.enable" => {
-            "false".into()
-        }
+        "preallocate" | "remote.storage.enable" => "false".into(),
+        "unclean.leader.election.enable" => d.unclean_leader_election_enable.to_string(),
         "retention.bytes" => d.retention_bytes.to_string(),
         "retention.ms" => d.retention_ms.to_string(),
         "segment.bytes" => d.segment_bytes.to_string(),
@@ -385,6 +384,9 @@ pub fn log_config(defaults: &LogConfig, overrides: &BTreeMap<String, String>) ->
             }
             "delete.retention.ms" => c.delete_retention_ms = num(v),
             "min.insync.replicas" => c.min_insync_replicas = num(v).max(1) as usize,
+            "unclean.leader.election.enable" => {
+                c.unclean_leader_election_enable = v.trim().eq_ignore_ascii_case("true")
+            }
             "min.compaction.lag.ms" => c.min_compaction_lag_ms = num(v),
             "max.compaction.lag.ms" => c.max_compaction_lag_ms = num(v),
             "min.cleanable.dirty.ratio" => {
@@ -476,5 +478,19 @@ mod tests {
         assert_eq!(log_config(&defaults, &o).min_insync_replicas, 3);
         o.insert("min.insync.replicas".to_string(), "0".to_string());
         assert_eq!(log_config(&defaults, &o).min_insync_replicas, 1);
+    }
+
+    #[test]
+    fn the_brokers_unclean_leader_election_default_is_the_default_a_topic_overrides() {
+        let name = "unclean.leader.election.enable";
+        assert_eq!(default_value(name, &LogConfig::default()), "false");
+        let defaults = LogConfig {
+            unclean_leader_election_enable: true,
+            ..LogConfig::default()
+        };
+        assert_eq!(default_value(name, &defaults), "true");
+        let mut o = BTreeMap::new();
+        o.insert(name.to_string(), "false".to_string());
+        assert!(!log_config(&defaults, &o).unclean_leader_election_enable);
     }
 }

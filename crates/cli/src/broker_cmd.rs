@@ -116,6 +116,18 @@ pub struct Args {
     /// How often this broker heartbeats to the controller (`broker.heartbeat.interval.ms`; Kafka's default is 2000) [default: 500].
     #[arg(long, env = "STREAMFORGE_BROKER_HEARTBEAT_INTERVAL_MS")]
     pub broker_heartbeat_interval_ms: Option<u64>,
+    /// The active controller moves leadership back to preferred replicas periodically (`auto.leader.rebalance.enable`) [default: true].
+    #[arg(long, env = "STREAMFORGE_AUTO_LEADER_REBALANCE_ENABLE")]
+    pub auto_leader_rebalance_enable: Option<bool>,
+    /// How often the controller checks for leaders away from their preferred replica (`leader.imbalance.check.interval.seconds`) [default: 300].
+    #[arg(long, env = "STREAMFORGE_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS")]
+    pub leader_imbalance_check_interval_seconds: Option<u64>,
+    /// A broker gets its preferred leaderships back only when more than this percentage of them is led elsewhere (`leader.imbalance.per.broker.percentage`; 0 = any) [default: 10].
+    #[arg(long, env = "STREAMFORGE_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE")]
+    pub leader_imbalance_per_broker_percentage: Option<u32>,
+    /// Topics without their own setting may elect a leader outside the ISR, losing data (`unclean.leader.election.enable`) [default: false].
+    #[arg(long, env = "STREAMFORGE_UNCLEAN_LEADER_ELECTION_ENABLE")]
+    pub unclean_leader_election_enable: Option<bool>,
     /// Create topics on first Metadata request (`auto.create.topics.enable`) [default: true].
     #[arg(long, env = "STREAMFORGE_AUTO_CREATE_TOPICS")]
     pub auto_create_topics: Option<bool>,
@@ -279,6 +291,10 @@ struct FileConfig {
     min_insync_replicas: Option<usize>,
     broker_session_timeout_ms: Option<u64>,
     broker_heartbeat_interval_ms: Option<u64>,
+    auto_leader_rebalance_enable: Option<bool>,
+    leader_imbalance_check_interval_seconds: Option<u64>,
+    leader_imbalance_per_broker_percentage: Option<u32>,
+    unclean_leader_election_enable: Option<bool>,
     auto_create_topics: Option<bool>,
     retention_ms: Option<i64>,
     retention_bytes: Option<i64>,
@@ -388,6 +404,10 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(min_insync_replicas => c.log_defaults.min_insync_replicas);
     set!(broker_session_timeout_ms);
     set!(broker_heartbeat_interval_ms);
+    set!(auto_leader_rebalance_enable);
+    set!(leader_imbalance_check_interval_seconds);
+    set!(leader_imbalance_per_broker_percentage);
+    set!(unclean_leader_election_enable => c.log_defaults.unclean_leader_election_enable);
     set!(auto_create_topics);
     set!(retention_ms => c.log_defaults.retention_ms);
     set!(retention_bytes => c.log_defaults.retention_bytes);
@@ -484,6 +504,14 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         c.broker_heartbeat_interval_ms > 0
             && c.broker_heartbeat_interval_ms < c.broker_session_timeout_ms,
         "broker-heartbeat-interval-ms must be above 0 and below broker-session-timeout-ms"
+    );
+    anyhow::ensure!(
+        c.leader_imbalance_check_interval_seconds > 0,
+        "leader-imbalance-check-interval-seconds must be at least 1"
+    );
+    anyhow::ensure!(
+        c.leader_imbalance_per_broker_percentage <= 100,
+        "leader-imbalance-per-broker-percentage must be between 0 and 100"
     );
     anyhow::ensure!(
         c.log_defaults.segment_bytes >= 14,

@@ -61,6 +61,22 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
         "broker.heartbeat.interval.ms",
         "broker_heartbeat_interval_ms",
     ),
+    (
+        "auto.leader.rebalance.enable",
+        "auto_leader_rebalance_enable",
+    ),
+    (
+        "leader.imbalance.check.interval.seconds",
+        "leader_imbalance_check_interval_seconds",
+    ),
+    (
+        "leader.imbalance.per.broker.percentage",
+        "leader_imbalance_per_broker_percentage",
+    ),
+    (
+        "unclean.leader.election.enable",
+        "unclean_leader_election_enable",
+    ),
     ("auto.create.topics.enable", "auto_create_topics"),
     ("log.retention.ms", "retention_ms"),
     ("log.retention.bytes", "retention_bytes"),
@@ -284,6 +300,22 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
         uint(c.broker_heartbeat_interval_ms),
     );
     put(
+        "auto_leader_rebalance_enable",
+        toml::Value::Boolean(c.auto_leader_rebalance_enable),
+    );
+    put(
+        "leader_imbalance_check_interval_seconds",
+        uint(c.leader_imbalance_check_interval_seconds),
+    );
+    put(
+        "leader_imbalance_per_broker_percentage",
+        uint(c.leader_imbalance_per_broker_percentage.into()),
+    );
+    put(
+        "unclean_leader_election_enable",
+        toml::Value::Boolean(l.unclean_leader_election_enable),
+    );
+    put(
         "auto_create_topics",
         toml::Value::Boolean(c.auto_create_topics),
     );
@@ -375,6 +407,21 @@ mod tests {
         assert_eq!(out["listeners"].as_str(), Some("PLAINTEXT://:9092"));
         assert_eq!(out["node_id"].as_integer(), Some(4));
         assert!(out["tiered"].is_table());
+    }
+
+    #[test]
+    fn leader_balance_and_unclean_election_settings_map_to_ours() {
+        let table: toml::Table = toml::from_str(
+            "auto.leader.rebalance.enable = false\n\"leader.imbalance.check.interval.seconds\" = 2\nleader.imbalance.per.broker.percentage = 0\nunclean.leader.election.enable = true\n",
+        )
+        .unwrap();
+        let out = normalize(table).unwrap();
+        assert_eq!(out["auto_leader_rebalance_enable"].as_bool(), Some(false));
+        let interval = &out["leader_imbalance_check_interval_seconds"];
+        assert_eq!(interval.as_integer(), Some(2));
+        let percentage = &out["leader_imbalance_per_broker_percentage"];
+        assert_eq!(percentage.as_integer(), Some(0));
+        assert_eq!(out["unclean_leader_election_enable"].as_bool(), Some(true));
     }
 
     #[test]

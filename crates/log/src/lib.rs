@@ -94,6 +94,10 @@ pub struct LogConfig {
     /// `min.insync.replicas` (default 1): ISR members an acks=all write needs. Not used by the
     /// log itself; it rides here as the other topic-config defaults do.
     pub min_insync_replicas: usize,
+    /// `unclean.leader.election.enable` (default false): a partition whose ISR is gone may
+    /// elect a replica outside it. Not used by the log; the controller reads the broker-wide
+    /// default, and it rides here so DescribeConfigs reports it as a topic's default.
+    pub unclean_leader_election_enable: bool,
     /// `min.compaction.lag.ms` (default 0): a segment with a record newer than this stays dirty.
     pub min_compaction_lag_ms: i64,
     /// `max.compaction.lag.ms` (default i64::MAX): a dirty segment older than this is cleaned
@@ -133,6 +137,7 @@ impl Default for LogConfig {
             delete_retention_ms: 24 * 3600 * 1000,
             min_cleanable_dirty_ratio: 0.5,
             min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             producer_id_expiration_ms: 24 * 3600 * 1000,

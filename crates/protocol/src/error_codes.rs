@@ -69,6 +69,9 @@ codes!(AlterPartitionReassignmentsResponse, r => std::iter::once(r.error_code).c
     t.partitions.iter().map(|p| p.error_code)
 })));
 codes!(ListPartitionReassignmentsResponse, r => [r.error_code]);
+codes!(ElectLeadersResponse, r => std::iter::once(r.error_code).chain(
+    r.replica_election_results.iter().flat_map(|t| t.partition_result.iter().map(|p| p.error_code))
+));
 codes!(DescribeQuorumResponse, r => std::iter::once(r.error_code).chain(r.topics.iter().flat_map(|t| {
     t.partitions.iter().map(|p| p.error_code)
 })));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 use streamforge_metadata::controller::{
-    AlterConfig, CreatePartitions, CreateTopic, Event, Reply, TopicRef,
+    AlterConfig, CreatePartitions, CreateTopic, ElectionType, Event, Reply, TopicRef,
 };
 use streamforge_metadata::records::ConfigResource;
 use uuid::Uuid;
@@ -19,6 +19,9 @@ use super::{
 };
 use crate::partition_create::colliding_topic;
 use crate::topic_config;
+
+/// ElectLeaders' answer: per partition, its new leader or why not.
+pub type ElectionResults = Vec<((String, i32), Result<i32, ResponseError>)>;
 
 /// A controller error for topic `name` as a [`TopicError`] (Kafka's messages where we have them).
 fn controller_error(name: &str, e: ResponseError) -> TopicError {
@@ -247,5 +250,23 @@ impl ReplicaManager {
         }
         tracing::info!(topic = name, "altered topic configs");
         Ok(())
+    }
+
+    /// ElectLeaders (`partitions: None` = all): the controller's answer per partition, once
+    /// what it wrote has committed and been applied to the partitions hosted here.
+    pub fn elect_leaders(
+        &self,
+        election: ElectionType,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Result<ElectionResults, TopicError> {
+        let _admin = self.admin.lock();
+        let event = Event::ElectLeaders {
+            election,
+            partitions,
+        };
+        match self.request(event)?.0 {
+            Reply::ElectLeaders(results) => Ok(results),
+            _ => Err(controller_error("", ResponseError::NotController)),
+        }
     }
 }

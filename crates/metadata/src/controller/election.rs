@@ -1,6 +1,6 @@
 //! Partition leadership: elections (preferred replica first, only from the ISR unless unclean
-//! election is enabled for the topic), ElectLeaders, the preferred-leader rebalance, and ISR
-//! changes proposed by leaders (AlterPartition).
+//! election is enabled for the topic), ElectLeaders, and ISR changes proposed by leaders
+//! (AlterPartition). The periodic rebalance is in `rebalance.rs`.
 
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -160,11 +160,6 @@ impl Controller {
         }
     }
 
-    /// Move leadership back to preferred replicas where they are eligible (auto rebalance).
-    pub(super) fn rebalance_preferred_leaders(&mut self, fx: &mut Effects) {
-        let _ = self.elect(ElectionType::Preferred, None, fx);
-    }
-
     /// ElectLeaders: for named partitions, an answer each; for all (`None`), every answer but
     /// ELECTION_NOT_NEEDED, as Kafka does.
     pub(super) fn elect_leaders(
@@ -200,7 +195,7 @@ impl Controller {
         results
     }
 
-    fn elect_one(
+    pub(super) fn elect_one(
         &mut self,
         topic: &str,
         partition: i32,

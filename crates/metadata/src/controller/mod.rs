@@ -20,6 +20,7 @@ mod election;
 mod events;
 mod placement;
 mod reassign;
+mod rebalance;
 mod topics;
 
 #[cfg(test)]
@@ -45,6 +46,9 @@ pub const BROKER_SESSION_TIMEOUT_MS: u64 = 2_000;
 pub const BROKER_HEARTBEAT_INTERVAL_MS: u64 = 500;
 /// Kafka's `leader.imbalance.check.interval.seconds` default, in ms.
 pub const LEADER_IMBALANCE_CHECK_INTERVAL_MS: u64 = 300_000;
+/// `leader.imbalance.per.broker.percentage` default (Kafka's ZooKeeper controller's; its KRaft
+/// controller has no such setting and behaves as 0).
+pub const LEADER_IMBALANCE_PER_BROKER_PERCENTAGE: u32 = 10;
 /// Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 /// Bound on records emitted and not yet replayed; past it, requests wait (NOT_CONTROLLER-free
@@ -61,6 +65,9 @@ pub struct ControllerConfig {
     pub default_replication_factor: i16,
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_ms: u64,
+    /// A broker gets its preferred leaderships back only when more than this share (in
+    /// percent) of them is led elsewhere.
+    pub leader_imbalance_per_broker_percentage: u32,
     /// The cluster-wide default of `unclean.leader.election.enable`.
     pub unclean_leader_election_enable: bool,
     pub producer_id_block_size: i64,
@@ -77,6 +84,7 @@ impl Default for ControllerConfig {
             default_replication_factor: 1,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_ms: LEADER_IMBALANCE_CHECK_INTERVAL_MS,
+            leader_imbalance_per_broker_percentage: LEADER_IMBALANCE_PER_BROKER_PERCENTAGE,
             unclean_leader_election_enable: false,
             producer_id_block_size: PRODUCER_ID_BLOCK_SIZE,
             id_seed: rand::random(),

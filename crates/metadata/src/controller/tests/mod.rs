@@ -11,6 +11,7 @@ use super::*;
 mod brokers;
 mod partitions;
 mod reassign;
+mod rebalance;
 mod topics;
 use crate::image::{LogPosition, PartitionState};
 use crate::records::Endpoint;

@@ -44,7 +44,7 @@ fn every_leader_change_bumps_the_leader_epoch_and_the_partition_epoch() {
     assert_eq!((after.leader_epoch, after.partition_epoch), (1, 1));
 }
 
-fn lose_everyone_but(h: &mut Harness, topic: &str, survivor: BrokerId, now: u64) {
+pub(super) fn lose_everyone_but(h: &mut Harness, topic: &str, survivor: BrokerId, now: u64) {
     // Shrink the ISR to the leader, then fence the leader, leaving only `survivor` alive.
     let p = h.partition(topic, 0);
     let a = AlterPartition {

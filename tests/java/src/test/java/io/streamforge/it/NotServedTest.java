@@ -4,14 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
-import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.KafkaFuture;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Test;
@@ -46,12 +43,8 @@ class NotServedTest {
         assertUnsupported("DescribeDelegationToken", () -> A.describeDelegationToken().delegationTokens());
     }
 
-    @Test
-    void replicaManagement() {
-        TopicPartition tp = new TopicPartition(Util.unique("x"), 0);
-        assertUnsupported("ElectLeaders", () -> A.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all());
-        // ListPartitionReassignments is served now (tests/python/test_reassign_cluster.py).
-    }
+    // ElectLeaders (ToolsTest#leaderElectionCommand) and AlterPartitionReassignments /
+    // ListPartitionReassignments (tests/python/test_reassign_cluster.py) are served now.
 
     @Test
     void brokerStillServesAfterUnservedCalls() throws Exception {

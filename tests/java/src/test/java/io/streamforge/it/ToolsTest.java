@@ -1,6 +1,7 @@
 package io.streamforge.it;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.file.Files;
@@ -38,6 +39,7 @@ class ToolsTest {
     static final String PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance";
     static final String CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance";
     static final String METADATA_QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand";
+    static final String LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand";
 
     @Test
     void topicsCommand() {
@@ -159,6 +161,31 @@ class ToolsTest {
         String replication = Tool.ok(METADATA_QUORUM, null, "--bootstrap-server", BS, "describe", "--replication")
                 .out();
         assertTrue(replication.lines().anyMatch(l -> l.matches("^1\\s.*Leader\\s*$")), replication);
+    }
+
+    @Test
+    void leaderElectionCommand() {
+        // kafka-leader-election (ElectLeaders): on one broker every partition is led by its
+        // preferred replica. Asked for all partitions, Kafka 4 leaves those out of the answer,
+        // so the tool has nothing to print and exits 0.
+        String t = Util.unique("cli-election");
+        Util.createTopic(B, t, 2);
+        Tool.Result all = Tool.ok(LEADER_ELECTION, null, "--bootstrap-server", BS,
+                "--election-type", "preferred", "--all-topic-partitions");
+        assertFalse(all.out().contains("Error"), all.toString());
+        // Named partitions are each answered: ELECTION_NOT_NEEDED is "Valid replica already elected".
+        String preferred = Tool.ok(LEADER_ELECTION, null, "--bootstrap-server", BS,
+                "--election-type", "preferred", "--topic", t, "--partition", "0").out();
+        assertTrue(preferred.contains("Valid replica already elected for partitions " + t + "-0"), preferred);
+        // Unclean: the partition has a leader, nothing to do either.
+        String unclean = Tool.ok(LEADER_ELECTION, null, "--bootstrap-server", BS,
+                "--election-type", "unclean", "--topic", t, "--partition", "1").out();
+        assertTrue(unclean.contains("Valid replica already elected for partitions " + t + "-1"), unclean);
+        // A partition that does not exist fails the tool with Kafka's error.
+        Tool.Result unknown = Tool.run(LEADER_ELECTION, null, "--bootstrap-server", BS,
+                "--election-type", "preferred", "--topic", t, "--partition", "7");
+        assertEquals(1, unknown.exit(), unknown.toString());
+        assertTrue((unknown.out() + unknown.err()).contains("UnknownTopicOrPartitionException"), unknown.toString());
     }
 
     @Test
