@@ -490,6 +490,9 @@ fn metadata_options(
             broker_session_timeout_ms: config.broker_session_timeout_ms,
             default_num_partitions: config.num_partitions,
             default_replication_factor: config.default_replication_factor,
+            // The broker's `min.insync.replicas`: the ELR's threshold for topics without one.
+            min_insync_replicas: i32::try_from(config.log_defaults.min_insync_replicas)
+                .unwrap_or(i32::MAX),
             ..ControllerConfig::default()
         },
         heartbeat_interval_ms: config.broker_heartbeat_interval_ms,

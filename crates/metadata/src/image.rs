@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use crate::delta::MetadataDelta;
 use crate::records::{
-    BrokerId, ConfigRecord, ConfigResource, Endpoint, NO_LEADER, PartitionChange, PartitionRecord,
-    ProducerIdsRecord, Record, RegisterBroker, TopicRecord,
+    BrokerId, ConfigRecord, ConfigResource, Endpoint, NO_LEADER, PartitionChange, PartitionElr,
+    PartitionRecord, ProducerIdsRecord, Record, RegisterBroker, TopicRecord,
 };
 
 /// Where a record sits in the metadata log: its offset and the quorum epoch (Raft term) that
@@ -48,6 +48,15 @@ pub struct PartitionState {
     pub leader_epoch: i32,
     /// Bumped on every change; AlterPartition must name the current one.
     pub partition_epoch: i32,
+    /// KIP-966 eligible leader replicas: outside the ISR, yet holding every committed record
+    /// (they left the ISR while it was below `min.insync.replicas`). Electable when the ISR
+    /// is empty. Never overlaps the ISR.
+    #[serde(default)]
+    pub elr: Vec<BrokerId>,
+    /// KIP-966 `LastKnownElr`: the last leader, kept when the ISR became empty; elected (an
+    /// unclean election) only when the ISR and the ELR are both empty.
+    #[serde(default)]
+    pub last_known_elr: Vec<BrokerId>,
 }
 
 impl PartitionState {
@@ -250,6 +259,7 @@ impl MetadataImage {
                 self.producer_ids = Some(p.clone());
             }
             Record::RemoveTopic { topic_id } => self.remove_topic(*topic_id, delta)?,
+            Record::PartitionElr(e) => self.set_partition_elr(e, delta)?,
         }
         self.position = at;
         Ok(())
@@ -337,6 +347,8 @@ impl MetadataImage {
             leader: p.leader,
             leader_epoch: p.leader_epoch,
             partition_epoch: p.partition_epoch,
+            elr: Vec::new(),
+            last_known_elr: Vec::new(),
         };
         validate_partition(&state)?;
         let topic = self.topic_mut(p.topic_id)?;
@@ -367,6 +379,11 @@ impl MetadataImage {
         if let Some(isr) = &c.isr {
             new.isr = isr.clone();
         }
+        // The ELR never overlaps the ISR and stays inside the replicas, whatever writes the
+        // change: a `PartitionElr` that follows in the batch sets the rest.
+        let (isr, replicas) = (&new.isr, &new.replicas);
+        new.elr.retain(|r| !isr.contains(r) && replicas.contains(r));
+        new.last_known_elr.retain(|r| replicas.contains(r));
         if let Some(leader) = c.leader
             && leader != old.leader
         {
@@ -377,6 +394,39 @@ impl MetadataImage {
         validate_partition(&new)?;
         let old = topic.partitions.insert(c.partition, new.clone());
         delta.note_partition(c.topic_id, &name, c.partition, old, Some(new));
+        Ok(())
+    }
+
+    /// KIP-966 state of one partition: ELR members must be replicas outside the ISR, the last
+    /// known ELR replicas; neither list has duplicates. Epochs are unchanged (the
+    /// `PartitionChange` before it in the batch bumped them).
+    fn set_partition_elr(
+        &mut self,
+        e: &PartitionElr,
+        delta: &mut MetadataDelta,
+    ) -> Result<(), ApplyError> {
+        let topic = self.topic_mut(e.topic_id)?;
+        let name = topic.name.clone();
+        let old = topic
+            .partitions
+            .get(&e.partition)
+            .ok_or(ApplyError::UnknownPartition(e.topic_id, e.partition))?;
+        let in_replicas = |ids: &[BrokerId]| ids.iter().all(|r| old.replicas.contains(r));
+        if has_duplicates(&e.elr)
+            || has_duplicates(&e.last_known_elr)
+            || !in_replicas(&e.elr)
+            || !in_replicas(&e.last_known_elr)
+            || e.elr.iter().any(|r| old.isr.contains(r))
+        {
+            return Err(ApplyError::InvalidPartition(
+                "ELR duplicated, outside the replicas or inside the ISR",
+            ));
+        }
+        let mut new = old.clone();
+        new.elr = e.elr.clone();
+        new.last_known_elr = e.last_known_elr.clone();
+        let old = topic.partitions.insert(e.partition, new.clone());
+        delta.note_partition(e.topic_id, &name, e.partition, old, Some(new));
         Ok(())
     }
 
@@ -420,12 +470,13 @@ impl MetadataImage {
 
 /// The rules every partition state obeys: a non-empty assignment without duplicates, an ISR
 /// inside it, a leader (when there is one) inside the ISR, non-negative epochs.
+fn has_duplicates(ids: &[BrokerId]) -> bool {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).any(|w| w[0] == w[1])
+}
+
 fn validate_partition(p: &PartitionState) -> Result<(), ApplyError> {
-    let has_duplicates = |ids: &[BrokerId]| {
-        let mut sorted = ids.to_vec();
-        sorted.sort_unstable();
-        sorted.windows(2).any(|w| w[0] == w[1])
-    };
     if p.replicas.is_empty() || has_duplicates(&p.replicas) || p.replicas.iter().any(|&r| r < 0) {
         return Err(ApplyError::InvalidPartition(
             "replicas empty, duplicated or negative",

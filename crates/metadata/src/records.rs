@@ -80,6 +80,22 @@ pub struct PartitionChange {
     pub replicas: Option<Vec<BrokerId>>,
 }
 
+/// KIP-966: a partition's eligible leader replicas and its last known leader, as a whole.
+/// Written in the same batch right after the `Partition` / `PartitionChange` it belongs to (and
+/// after a partition's `Partition` record in snapshots, when not empty), so the encoding of
+/// those records stays as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionElr {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    /// Replicas outside the ISR that hold every committed record: they left the ISR while it
+    /// was below `min.insync.replicas`, when the high watermark could no longer pass them.
+    pub elr: Vec<BrokerId>,
+    /// The last leader, kept when the ISR became empty: the replica to recover with when the
+    /// ISR and ELR are both empty (an unclean election).
+    pub last_known_elr: Vec<BrokerId>,
+}
+
 /// What a config entry belongs to.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
@@ -126,6 +142,7 @@ pub enum Record {
     RemoveTopic {
         topic_id: Uuid,
     },
+    PartitionElr(PartitionElr),
 }
 
 /// Why bytes are not a record.
@@ -161,6 +178,12 @@ mod kind {
     pub const CONFIG: u8 = 6;
     pub const PRODUCER_IDS: u8 = 7;
     pub const REMOVE_TOPIC: u8 = 8;
+    pub const PARTITION_ELR: u8 = 10;
+
+    /// Kinds this build reads (9 is taken by another record kind).
+    pub fn known(kind: u8) -> bool {
+        kind <= REMOVE_TOPIC || kind == PARTITION_ELR
+    }
 }
 
 impl Record {
@@ -175,6 +198,7 @@ impl Record {
             Record::Config(_) => kind::CONFIG,
             Record::ProducerIds(_) => kind::PRODUCER_IDS,
             Record::RemoveTopic { .. } => kind::REMOVE_TOPIC,
+            Record::PartitionElr(_) => kind::PARTITION_ELR,
         }
     }
 
@@ -258,6 +282,12 @@ impl Record {
                 out.put_i64(p.next_producer_id);
             }
             Record::RemoveTopic { topic_id } => out.put_slice(topic_id.as_bytes()),
+            Record::PartitionElr(e) => {
+                out.put_slice(e.topic_id.as_bytes());
+                out.put_i32(e.partition);
+                put_ids(out, &e.elr)?;
+                put_ids(out, &e.last_known_elr)?;
+            }
         }
         Ok(())
     }
@@ -268,7 +298,7 @@ impl Record {
         let mut r = Reader(bytes);
         let kind = r.u8()?;
         let version = r.u8()?;
-        if kind > kind::REMOVE_TOPIC {
+        if !kind::known(kind) {
             return Err(RecordError::UnknownType(kind));
         }
         if version > RECORD_VERSION {
@@ -348,9 +378,16 @@ fn decode_body(kind: u8, r: &mut Reader<'_>) -> Result<Record, RecordError> {
             broker_epoch: r.i64()?,
             next_producer_id: r.i64()?,
         }),
-        _ => Record::RemoveTopic {
+        kind::REMOVE_TOPIC => Record::RemoveTopic {
             topic_id: r.uuid()?,
         },
+        kind::PARTITION_ELR => Record::PartitionElr(PartitionElr {
+            topic_id: r.uuid()?,
+            partition: r.i32()?,
+            elr: r.ids()?,
+            last_known_elr: r.ids()?,
+        }),
+        _ => return Err(RecordError::UnknownType(kind)),
     })
 }
 

@@ -5,8 +5,8 @@
 
 use crate::image::{ApplyError, LogPosition, MetadataImage};
 use crate::records::{
-    ConfigRecord, PartitionRecord, Reader, Record, RecordError, RegisterBroker, TopicRecord,
-    decode_record_list, encode_record_list,
+    ConfigRecord, PartitionElr, PartitionRecord, Reader, Record, RecordError, RegisterBroker,
+    TopicRecord, decode_record_list, encode_record_list,
 };
 
 /// An image as records, with the log position it reflects.
@@ -28,8 +28,9 @@ pub enum SnapshotError {
 }
 
 impl MetadataImage {
-    /// The records that rebuild this image: brokers, topics with their partitions and configs,
-    /// then the producer-id block.
+    /// The records that rebuild this image: brokers, topics with their partitions (each
+    /// followed by its `PartitionElr` when it has KIP-966 state) and configs, then the
+    /// producer-id block.
     pub fn snapshot(&self) -> Snapshot {
         let mut records = Vec::new();
         for b in self.brokers().values() {
@@ -57,6 +58,14 @@ impl MetadataImage {
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
                 }));
+                if !p.elr.is_empty() || !p.last_known_elr.is_empty() {
+                    records.push(Record::PartitionElr(PartitionElr {
+                        topic_id: t.id,
+                        partition,
+                        elr: p.elr.clone(),
+                        last_known_elr: p.last_known_elr.clone(),
+                    }));
+                }
             }
         }
         for (resource, entries) in self.configs() {

@@ -18,6 +18,7 @@
 mod brokers;
 mod election;
 mod events;
+mod partition_change;
 mod placement;
 mod topics;
 
@@ -51,6 +52,11 @@ pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 pub const PENDING_RECORDS_MAX: usize = 100_000;
 /// The topic config that allows electing a leader outside the ISR.
 pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
+/// The topic config below which the ISR keeps eligible leader replicas (KIP-966).
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+/// Unclean leader elections this controller decided, by topic (Kafka's
+/// `UncleanLeaderElectionsPerSec`).
+pub const UNCLEAN_LEADER_ELECTIONS_METRIC: &str = "streamforge_unclean_leader_elections_total";
 
 /// Controller settings (Kafka's names, units last).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +68,8 @@ pub struct ControllerConfig {
     pub leader_imbalance_check_interval_ms: u64,
     /// The cluster-wide default of `unclean.leader.election.enable`.
     pub unclean_leader_election_enable: bool,
+    /// The cluster-wide default of `min.insync.replicas` (the broker's).
+    pub min_insync_replicas: i32,
     pub producer_id_block_size: i64,
     /// Seeds topic-id generation (mixed with the quorum epoch and offset at each activation,
     /// so ids differ across activations). Random by default; fixed in simulations.
@@ -77,6 +85,7 @@ impl Default for ControllerConfig {
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_ms: LEADER_IMBALANCE_CHECK_INTERVAL_MS,
             unclean_leader_election_enable: false,
+            min_insync_replicas: 1,
             producer_id_block_size: PRODUCER_ID_BLOCK_SIZE,
             id_seed: rand::random(),
         }
@@ -110,6 +119,9 @@ pub struct Controller {
     registered_at: BTreeMap<BrokerId, i64>,
     last_rebalance_ms: u64,
     rng: StdRng,
+    /// Unclean elections decided while active (also counted in
+    /// [`UNCLEAN_LEADER_ELECTIONS_METRIC`]).
+    unclean_elections: u64,
 }
 
 impl Controller {
@@ -125,6 +137,7 @@ impl Controller {
             registered_at: BTreeMap::new(),
             last_rebalance_ms: 0,
             rng,
+            unclean_elections: 0,
         }
     }
 
@@ -145,6 +158,11 @@ impl Controller {
     }
     pub fn is_active(&self) -> bool {
         self.active_epoch.is_some()
+    }
+    /// Unclean leader elections this controller has decided (a leader from outside the ISR
+    /// and the ELR: records may have been lost).
+    pub fn unclean_elections(&self) -> u64 {
+        self.unclean_elections
     }
 
     /// This node leads the quorum at `epoch`: start deciding. Every registered broker gets a
