@@ -496,6 +496,9 @@ fn metadata_options(
                 .saturating_mul(1000),
             leader_imbalance_per_broker_percentage: config.leader_imbalance_per_broker_percentage,
             unclean_leader_election_enable: config.log_defaults.unclean_leader_election_enable,
+            // The broker's `min.insync.replicas`: the ELR's threshold for topics without one.
+            min_insync_replicas: i32::try_from(config.log_defaults.min_insync_replicas)
+                .unwrap_or(i32::MAX),
             ..ControllerConfig::default()
         },
         heartbeat_interval_ms: config.broker_heartbeat_interval_ms,

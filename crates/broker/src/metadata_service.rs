@@ -184,11 +184,14 @@ impl MetadataService {
 
     /// Register this broker and heartbeat until it is unfenced. The incarnation id of the
     /// last registration is reused: the data-dir lock proves that process is gone, so this is
-    /// a restart, not a duplicate.
+    /// a restart, not a duplicate. `previous_broker_epoch` is the epoch the clean-shutdown
+    /// marker named (`NO_PREVIOUS_BROKER_EPOCH` without one): the controller trusts this
+    /// broker's logs after a restart only when it is the epoch it last registered with.
     pub fn register(
         &self,
         endpoints: Vec<Endpoint>,
         rack: Option<String>,
+        previous_broker_epoch: i64,
         now_ms: u64,
     ) -> Result<MetadataDelta, MetadataError> {
         let incarnation_id = self.image().broker(self.node_id).map_or_else(
@@ -200,6 +203,7 @@ impl MetadataService {
             incarnation_id,
             endpoints,
             rack,
+            previous_broker_epoch,
         });
         let (reply, mut delta) = self.request_within(event, now_ms, REGISTRATION_WAIT_MS)?;
         let epoch = match reply {

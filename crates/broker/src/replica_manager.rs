@@ -5,6 +5,7 @@
 //! [`Partition`].
 
 mod apply;
+pub mod clean_shutdown;
 mod hosted;
 pub(crate) mod hw_checkpoint;
 mod lifecycle;
@@ -279,9 +280,12 @@ impl ReplicaManager {
         let metadata = MetadataService::open(start, || {
             crate::metadata_import::legacy_records(data_dir, node_id)
         })?;
+        // Read (and removed) before registering: a crash from here on is an unclean stop.
+        let previous_broker_epoch = clean_shutdown::take(data_dir);
         metadata.register(
             options.endpoints,
             options.rack,
+            previous_broker_epoch,
             clock.now_ms().max(0) as u64,
         )?;
         let isr_intents = Arc::new(IsrIntents::default());

@@ -94,6 +94,7 @@ async fn a_consumer_is_sent_to_the_replica_in_its_rack_which_serves_it_to_its_hi
         incarnation_id: uuid::Uuid::from_u128(2),
         endpoints: Vec::new(),
         rack: Some("r2".to_string()),
+        previous_broker_epoch: -1,
     };
     let now_ms = a.state().clock.now_ms().max(0) as u64;
     a.state()

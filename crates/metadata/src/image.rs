@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::delta::MetadataDelta;
 use crate::records::{
-    BrokerId, ConfigRecord, ConfigResource, Endpoint, NO_LEADER, PartitionChange,
+    BrokerId, ConfigRecord, ConfigResource, Endpoint, NO_LEADER, PartitionChange, PartitionElr,
     PartitionReassignment, PartitionRecord, ProducerIdsRecord, Record, RegisterBroker, TopicRecord,
 };
 
@@ -55,6 +55,15 @@ pub struct PartitionState {
     /// ... and replicas it removes when it completes. Both empty when none is in progress.
     #[serde(default)]
     pub removing_replicas: Vec<BrokerId>,
+    /// KIP-966 eligible leader replicas: outside the ISR, yet holding every committed record
+    /// (they left the ISR while it was below `min.insync.replicas`). Electable when the ISR
+    /// is empty. Never overlaps the ISR.
+    #[serde(default)]
+    pub elr: Vec<BrokerId>,
+    /// KIP-966 `LastKnownElr`: the last leader, kept when the ISR became empty; elected (an
+    /// unclean election) only when the ISR and the ELR are both empty.
+    #[serde(default)]
+    pub last_known_elr: Vec<BrokerId>,
 }
 
 impl PartitionState {
@@ -283,6 +292,7 @@ impl MetadataImage {
             }
             Record::RemoveTopic { topic_id } => self.remove_topic(*topic_id, delta)?,
             Record::PartitionReassignment(r) => self.set_reassignment(r, delta)?,
+            Record::PartitionElr(e) => self.set_partition_elr(e, delta)?,
         }
         self.position = at;
         Ok(())
@@ -372,6 +382,8 @@ impl MetadataImage {
             partition_epoch: p.partition_epoch,
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
+            elr: Vec::new(),
+            last_known_elr: Vec::new(),
         };
         validate_partition(&state)?;
         let topic = self.topic_mut(p.topic_id)?;
@@ -408,6 +420,11 @@ impl MetadataImage {
         if let Some(isr) = &c.isr {
             new.isr = isr.clone();
         }
+        // The ELR never overlaps the ISR and stays inside the replicas, whatever writes the
+        // change: a `PartitionElr` that follows in the batch sets the rest.
+        let (isr, replicas) = (&new.isr, &new.replicas);
+        new.elr.retain(|r| !isr.contains(r) && replicas.contains(r));
+        new.last_known_elr.retain(|r| replicas.contains(r));
         let leader_changed = c.leader.is_some_and(|l| l != old.leader);
         if let Some(leader) = c.leader {
             new.leader = leader;
@@ -450,6 +467,39 @@ impl MetadataImage {
         Ok(())
     }
 
+    /// KIP-966 state of one partition: ELR members must be replicas outside the ISR, the last
+    /// known ELR replicas; neither list has duplicates. Epochs are unchanged (the
+    /// `PartitionChange` before it in the batch bumped them).
+    fn set_partition_elr(
+        &mut self,
+        e: &PartitionElr,
+        delta: &mut MetadataDelta,
+    ) -> Result<(), ApplyError> {
+        let topic = self.topic_mut(e.topic_id)?;
+        let name = topic.name.clone();
+        let old = topic
+            .partitions
+            .get(&e.partition)
+            .ok_or(ApplyError::UnknownPartition(e.topic_id, e.partition))?;
+        let in_replicas = |ids: &[BrokerId]| ids.iter().all(|r| old.replicas.contains(r));
+        if has_duplicates(&e.elr)
+            || has_duplicates(&e.last_known_elr)
+            || !in_replicas(&e.elr)
+            || !in_replicas(&e.last_known_elr)
+            || e.elr.iter().any(|r| old.isr.contains(r))
+        {
+            return Err(ApplyError::InvalidPartition(
+                "ELR duplicated, outside the replicas or inside the ISR",
+            ));
+        }
+        let mut new = old.clone();
+        new.elr = e.elr.clone();
+        new.last_known_elr = e.last_known_elr.clone();
+        let old = topic.partitions.insert(e.partition, new.clone());
+        delta.note_partition(e.topic_id, &name, e.partition, old, Some(new));
+        Ok(())
+    }
+
     fn set_config(&mut self, c: &ConfigRecord) -> Result<(), ApplyError> {
         if let ConfigResource::Topic(name) = &c.resource
             && !self.topic_ids.contains_key(name)
@@ -488,16 +538,17 @@ impl MetadataImage {
     }
 }
 
+fn has_duplicates(ids: &[BrokerId]) -> bool {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).any(|w| w[0] == w[1])
+}
+
 /// The rules every partition state obeys: a non-empty assignment without duplicates, an ISR
 /// inside it, a leader (when there is one) inside the ISR, non-negative epochs, and a
 /// reassignment's adding and removing replicas disjoint, inside the assignment, and leaving
 /// at least one replica.
 fn validate_partition(p: &PartitionState) -> Result<(), ApplyError> {
-    let has_duplicates = |ids: &[BrokerId]| {
-        let mut sorted = ids.to_vec();
-        sorted.sort_unstable();
-        sorted.windows(2).any(|w| w[0] == w[1])
-    };
     if p.replicas.is_empty() || has_duplicates(&p.replicas) || p.replicas.iter().any(|&r| r < 0) {
         return Err(ApplyError::InvalidPartition(
             "replicas empty, duplicated or negative",

@@ -44,6 +44,15 @@ fn change(p: i32, leader: Option<BrokerId>, isr: Option<&[BrokerId]>) -> Record 
     })
 }
 
+fn elr(p: i32, elr: &[BrokerId], last_known_elr: &[BrokerId]) -> Record {
+    Record::PartitionElr(crate::records::PartitionElr {
+        topic_id: T,
+        partition: p,
+        elr: elr.to_vec(),
+        last_known_elr: last_known_elr.to_vec(),
+    })
+}
+
 /// Apply records at offsets 0, 1, ... and return the final image.
 fn build(records: &[Record]) -> MetadataImage {
     let mut image = MetadataImage::empty();
@@ -226,7 +235,85 @@ fn an_image_equals_the_load_of_its_snapshot() {
     assert_eq!(MetadataImage::load(&decoded).unwrap(), image);
 }
 
+#[test]
+fn a_partition_elr_record_sets_the_elr_without_touching_epochs() {
+    let mut records = cluster();
+    records.push(change(0, None, Some(&[1])));
+    records.push(elr(0, &[2, 3], &[]));
+    let image = build(&records);
+    let p = image.partition(T, 0).unwrap();
+    assert_eq!(
+        (p.elr.clone(), p.last_known_elr.clone()),
+        (vec![2, 3], vec![])
+    );
+    assert_eq!((p.leader_epoch, p.partition_epoch), (0, 1));
+    // The delta of the ELR record carries the new state to the brokers.
+    let (_, delta) = image.apply(&elr(0, &[2], &[1]), next(&image)).unwrap();
+    let after = delta.partitions[&(T, 0)].after.clone().unwrap();
+    assert_eq!((after.elr, after.last_known_elr), (vec![2], vec![1]));
+}
+
+#[test]
+fn an_elr_inside_the_isr_or_outside_the_replicas_is_refused() {
+    let mut records = cluster();
+    records.push(change(0, None, Some(&[1])));
+    let image = build(&records);
+    for bad in [
+        elr(0, &[1], &[]),
+        elr(0, &[4], &[]),
+        elr(0, &[2, 2], &[]),
+        elr(0, &[], &[5]),
+        elr(9, &[], &[]),
+    ] {
+        assert!(image.apply(&bad, next(&image)).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_replica_that_rejoins_the_isr_leaves_the_elr() {
+    let mut records = cluster();
+    records.push(change(0, None, Some(&[1])));
+    records.push(elr(0, &[2, 3], &[]));
+    records.push(change(0, None, Some(&[1, 2])));
+    let image = build(&records);
+    assert_eq!(image.partition(T, 0).unwrap().elr, vec![3]);
+}
+
+#[test]
+fn an_image_with_elr_equals_the_load_of_its_snapshot() {
+    let mut records = cluster();
+    records.push(change(0, Some(NO_LEADER), Some(&[])));
+    records.push(elr(0, &[2, 3], &[1]));
+    let image = build(&records);
+    let snapshot = image.snapshot();
+    let partition_at = snapshot
+        .records
+        .iter()
+        .position(|r| matches!(r, Record::Partition(p) if p.partition == 0))
+        .unwrap();
+    assert_eq!(snapshot.records[partition_at + 1], elr(0, &[2, 3], &[1]));
+    let decoded = Snapshot::decode(&snapshot.encode().unwrap()).unwrap();
+    assert_eq!(MetadataImage::load(&decoded).unwrap(), image);
+}
+
 proptest! {
+    /// Random leader, ISR and ELR changes: whatever applies, the snapshot reloads to the same
+    /// image.
+    #[test]
+    fn snapshots_with_elr_round_trip_after_random_changes(
+        changes in prop::collection::vec((0..2i32, prop::option::of(1..4i32), prop::collection::vec(0..4i32, 0..3), prop::collection::vec(1..4i32, 0..3), prop::collection::vec(1..4i32, 0..2)), 0..20)
+    ) {
+        let mut image = build(&cluster());
+        for (p, leader, isr, e, lke) in changes {
+            for record in [change(p, leader, Some(&isr)), elr(p, &e, &lke)] {
+                if let Ok((next_image, _)) = image.apply(&record, next(&image)) {
+                    image = next_image;
+                }
+            }
+        }
+        prop_assert_eq!(MetadataImage::load(&image.snapshot()).unwrap(), image);
+    }
+
     /// Random leader and ISR changes: whatever applies, the snapshot reloads to the same image.
     #[test]
     fn snapshots_round_trip_after_random_changes(

@@ -213,6 +213,15 @@ impl<Q: MetadataQuorum> MetadataNode<Q> {
         if records.is_empty() {
             return None;
         }
+        // Decisions belong to the epoch they were made in: after a new election (even one this
+        // node won again) the controller's uncommitted records may have vanished, and proposing
+        // what it decided on top of them in the new term would commit a batch decided against
+        // the wrong image (the simulator found two producer-id blocks ending at the same id).
+        if self.quorum.leader().epoch != self.active_epoch.unwrap_or(-1) {
+            self.controller.deactivate();
+            self.active_epoch = None;
+            return None;
+        }
         match self.quorum.propose(records) {
             Ok(seq) => Some(seq),
             Err(error) => {

@@ -21,6 +21,7 @@ fn a_single_broker_registers_unfences_creates_a_topic_and_is_told_to_lead_it() {
         incarnation_id: Uuid::from_u128(5),
         endpoints: vec![],
         rack: None,
+        previous_broker_epoch: -1,
     };
     assert!(
         node.handle(1, Event::BrokerRegistration(reg), 0).is_empty(),

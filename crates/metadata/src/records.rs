@@ -92,6 +92,22 @@ pub struct PartitionReassignment {
     pub removing: Vec<BrokerId>,
 }
 
+/// KIP-966: a partition's eligible leader replicas and its last known leader, as a whole.
+/// Written in the same batch right after the `Partition` / `PartitionChange` it belongs to (and
+/// after a partition's `Partition` record in snapshots, when not empty), so the encoding of
+/// those records stays as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionElr {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    /// Replicas outside the ISR that hold every committed record: they left the ISR while it
+    /// was below `min.insync.replicas`, when the high watermark could no longer pass them.
+    pub elr: Vec<BrokerId>,
+    /// The last leader, kept when the ISR became empty: the replica to recover with when the
+    /// ISR and ELR are both empty (an unclean election).
+    pub last_known_elr: Vec<BrokerId>,
+}
+
 /// What a config entry belongs to.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
@@ -142,6 +158,7 @@ pub enum Record {
     /// its `Partition` record in a snapshot): the replicas being added and removed. Empty lists
     /// mean none is in progress.
     PartitionReassignment(PartitionReassignment),
+    PartitionElr(PartitionElr),
 }
 
 /// Why bytes are not a record.
@@ -178,6 +195,12 @@ mod kind {
     pub const PRODUCER_IDS: u8 = 7;
     pub const REMOVE_TOPIC: u8 = 8;
     pub const PARTITION_REASSIGNMENT: u8 = 9;
+    pub const PARTITION_ELR: u8 = 10;
+
+    /// Kinds this build reads.
+    pub fn known(kind: u8) -> bool {
+        kind <= PARTITION_REASSIGNMENT || kind == PARTITION_ELR
+    }
 }
 
 impl Record {
@@ -193,6 +216,7 @@ impl Record {
             Record::ProducerIds(_) => kind::PRODUCER_IDS,
             Record::RemoveTopic { .. } => kind::REMOVE_TOPIC,
             Record::PartitionReassignment(_) => kind::PARTITION_REASSIGNMENT,
+            Record::PartitionElr(_) => kind::PARTITION_ELR,
         }
     }
 
@@ -282,6 +306,12 @@ impl Record {
                 put_ids(out, &r.adding)?;
                 put_ids(out, &r.removing)?;
             }
+            Record::PartitionElr(e) => {
+                out.put_slice(e.topic_id.as_bytes());
+                out.put_i32(e.partition);
+                put_ids(out, &e.elr)?;
+                put_ids(out, &e.last_known_elr)?;
+            }
         }
         Ok(())
     }
@@ -292,7 +322,7 @@ impl Record {
         let mut r = Reader(bytes);
         let kind = r.u8()?;
         let version = r.u8()?;
-        if kind > kind::PARTITION_REASSIGNMENT {
+        if !kind::known(kind) {
             return Err(RecordError::UnknownType(kind));
         }
         if version > RECORD_VERSION {
@@ -380,6 +410,12 @@ fn decode_body(kind: u8, r: &mut Reader<'_>) -> Result<Record, RecordError> {
             partition: r.i32()?,
             adding: r.ids()?,
             removing: r.ids()?,
+        }),
+        kind::PARTITION_ELR => Record::PartitionElr(PartitionElr {
+            topic_id: r.uuid()?,
+            partition: r.i32()?,
+            elr: r.ids()?,
+            last_known_elr: r.ids()?,
         }),
         _ => return Err(RecordError::UnknownType(kind)),
     })

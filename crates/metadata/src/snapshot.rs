@@ -5,8 +5,8 @@
 
 use crate::image::{ApplyError, LogPosition, MetadataImage};
 use crate::records::{
-    ConfigRecord, PartitionReassignment, PartitionRecord, Reader, Record, RecordError,
-    RegisterBroker, TopicRecord, decode_record_list, encode_record_list,
+    ConfigRecord, PartitionElr, PartitionReassignment, PartitionRecord, Reader, Record,
+    RecordError, RegisterBroker, TopicRecord, decode_record_list, encode_record_list,
 };
 
 /// An image as records, with the log position it reflects.
@@ -29,8 +29,8 @@ pub enum SnapshotError {
 
 impl MetadataImage {
     /// The records that rebuild this image: brokers, topics with their partitions (each
-    /// followed by its reassignment when one is in progress) and configs, then the producer-id
-    /// block.
+    /// followed by its reassignment when one is in progress and its `PartitionElr` when it has
+    /// KIP-966 state) and configs, then the producer-id block.
     pub fn snapshot(&self) -> Snapshot {
         let mut records = Vec::new();
         for b in self.brokers().values() {
@@ -64,6 +64,14 @@ impl MetadataImage {
                         partition,
                         adding: p.adding_replicas.clone(),
                         removing: p.removing_replicas.clone(),
+                    }));
+                }
+                if !p.elr.is_empty() || !p.last_known_elr.is_empty() {
+                    records.push(Record::PartitionElr(PartitionElr {
+                        topic_id: t.id,
+                        partition,
+                        elr: p.elr.clone(),
+                        last_known_elr: p.last_known_elr.clone(),
                     }));
                 }
             }

@@ -13,7 +13,11 @@
 //!    the one committed history, and a node's offset never goes backwards;
 //! 2. epochs only grow (per node and partition);
 //! 3. at most one leader per partition and leader epoch, across all nodes;
-//! 4. every elected leader was in the ISR, unless the topic allows unclean election;
+//! 4. every elected leader was in the ISR, or in the ELR (KIP-966), or the last known leader
+//!    (an unclean election), or the topic allows unclean election; and no clean election
+//!    (from the ISR or ELR) picks a replica that may lack committed records: one whose broker
+//!    restarted without a clean-shutdown marker (a crash, or a power loss of the whole
+//!    cluster), until it has rejoined an ISR;
 //! 5. fenced brokers lead nothing (after every committed batch);
 //! 6. producer-id blocks never overlap; acknowledged topics were committed;
 //! 7. no batch the controller writes fails to apply to the committed log (checked per seed);
@@ -26,13 +30,14 @@ mod cluster;
 #[path = "sim/model.rs"]
 mod model;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use streamforge_metadata::controller::UNCLEAN_LEADER_ELECTION_ENABLE;
 use streamforge_metadata::quorum::MetadataQuorum;
+use streamforge_metadata::records::PartitionChange;
 use streamforge_metadata::{MetadataImage, NO_LEADER, Record};
 use uuid::Uuid;
 
@@ -52,6 +57,8 @@ struct Checker {
     last_offset: BTreeMap<u64, i64>,
     unclean_elections: u64,
     leader_changes: u64,
+    /// (topic, partition, replica) whose log may be empty: its broker restarted uncleanly.
+    suspect: BTreeSet<(Uuid, i32, i32)>,
 }
 
 impl Checker {
@@ -64,6 +71,7 @@ impl Checker {
             last_offset: BTreeMap::new(),
             unclean_elections: 0,
             leader_changes: 0,
+            suspect: BTreeSet::new(),
         }
     }
 
@@ -77,27 +85,20 @@ impl Checker {
                 .cloned()
                 .unwrap_or_else(MetadataImage::empty);
             for (record, at) in batch.positioned() {
-                if let Record::PartitionChange(change) = record
-                    && let Some(leader) = change.leader.filter(|&l| l != NO_LEADER)
-                {
-                    let topic = image
-                        .topic(change.topic_id)
-                        .expect("change of a known topic");
-                    let before = &topic.partitions[&change.partition];
-                    if leader != before.leader {
-                        self.leader_changes += 1;
-                        if !before.isr.contains(&leader) {
-                            let unclean =
-                                image.topic_config(&topic.name, UNCLEAN_LEADER_ELECTION_ENABLE);
-                            assert_eq!(
-                                unclean,
-                                Some("true"),
-                                "leader {leader} elected outside the ISR {:?}",
-                                before.isr
-                            );
-                            self.unclean_elections += 1;
+                match record {
+                    Record::PartitionChange(change) => self.check_change(&image, change),
+                    Record::RegisterBroker(r)
+                        if c.tally.unclean_incarnations.contains(&r.incarnation_id) =>
+                    {
+                        for topic in image.topics() {
+                            for (&partition, p) in &topic.partitions {
+                                if p.replicas.contains(&r.broker_id) {
+                                    self.suspect.insert((topic.id, partition, r.broker_id));
+                                }
+                            }
                         }
                     }
+                    _ => {}
                 }
                 image = image
                     .apply(record, at)
@@ -117,6 +118,41 @@ impl Checker {
             self.images.push(image);
         }
         self.checked_batches = model.history.len();
+    }
+
+    /// Invariant 4 for one committed partition change, against the image before it.
+    fn check_change(&mut self, image: &MetadataImage, change: &PartitionChange) {
+        let topic = image
+            .topic(change.topic_id)
+            .expect("change of a known topic");
+        let key = |r: i32| (change.topic_id, change.partition, r);
+        let before = &topic.partitions[&change.partition];
+        if let Some(leader) = change.leader.filter(|&l| l != NO_LEADER)
+            && leader != before.leader
+        {
+            self.leader_changes += 1;
+            if before.isr.contains(&leader) || before.elr.contains(&leader) {
+                assert!(
+                    !self.suspect.contains(&key(leader)),
+                    "clean election of {leader}, which restarted uncleanly and may lack committed records: {before:?}"
+                );
+            } else {
+                let unclean = image.topic_config(&topic.name, UNCLEAN_LEADER_ELECTION_ENABLE);
+                assert!(
+                    unclean == Some("true") || before.last_known_elr == [leader],
+                    "leader {leader} elected outside the ISR and ELR: {before:?}"
+                );
+                self.unclean_elections += 1;
+                // Its log is the partition's from here on.
+                self.suspect.remove(&key(leader));
+            }
+        }
+        // A replica joins the ISR caught up with the leader.
+        for r in change.isr.iter().flatten() {
+            if !before.isr.contains(r) {
+                self.suspect.remove(&key(*r));
+            }
+        }
     }
 
     /// Per-node checks (1), (2), (3).
@@ -188,6 +224,7 @@ struct Totals {
     leader_changes: u64,
     unclean: u64,
     crashes: u64,
+    power_losses: u64,
     replies: u64,
     blocks: usize,
 }
@@ -257,6 +294,7 @@ fn run_seed(seed: u64, totals: &mut Totals) {
     totals.leader_changes += checker.leader_changes;
     totals.unclean += checker.unclean_elections;
     totals.crashes += c.tally.crashes;
+    totals.power_losses += c.tally.power_losses;
     totals.replies += c.tally.replies;
     totals.blocks += c.tally.producer_blocks.len();
 }
@@ -288,5 +326,6 @@ fn metadata_invariants_hold_across_seeds() {
     );
     // The faults really happened (the run is not vacuous).
     assert!(totals.elections > seeds && totals.leader_changes > seeds && totals.crashes > 0);
+    assert!(totals.power_losses > 0 && totals.unclean > 0);
     assert!(totals.blocks > 0 && totals.replies > 0);
 }

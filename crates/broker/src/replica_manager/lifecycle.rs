@@ -68,12 +68,14 @@ impl ReplicaManager {
     }
 
     /// Flush and close every log (writes the clean-shutdown markers), then write the
-    /// high-watermark checkpoint with the HWs the logs had when they closed.
+    /// high-watermark checkpoint with the HWs the logs had when they closed, then, if every
+    /// log closed, the broker's clean-shutdown marker with its broker epoch (KIP-966).
     ///
     /// Each close is a handful of fsyncs; one after another they made a clean shutdown of a
     /// broker with the 50 `__consumer_offsets` partitions take over a second. They are I/O
     /// waits, not CPU, so up to [`CLOSE_THREADS_MAX`] run at once.
     pub fn close_all(&self) {
+        let all_closed = std::sync::atomic::AtomicBool::new(true);
         let partitions = self.all_partitions();
         // Taken before the logs close (a closed partition has no log to ask); nothing is
         // served any more, so these are the final values.
@@ -86,6 +88,7 @@ impl ReplicaManager {
                         partitions.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
                     {
                         if let Err(e) = p.stop(false) {
+                            all_closed.store(false, std::sync::atomic::Ordering::Relaxed);
                             tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing log failed");
                         }
                     }
@@ -93,6 +96,13 @@ impl ReplicaManager {
             }
         });
         self.write_hw_checkpoint(high_watermarks);
+        // KIP-966: only a broker whose every log closed cleanly may say so at its next start.
+        if all_closed.into_inner() {
+            let epoch = self.metadata.broker_epoch();
+            if let Err(e) = super::clean_shutdown::write(&self.data_dir, epoch) {
+                tracing::error!(error = %e, "could not write the clean-shutdown marker");
+            }
+        }
     }
 }
 

@@ -30,6 +30,7 @@ pub(crate) fn register_peer(rm: &ReplicaManager, id: i32) {
         incarnation_id: uuid::Uuid::from_u128(id as u128 + 1),
         endpoints: Vec::new(),
         rack: None,
+        previous_broker_epoch: -1,
     };
     let (reply, _) = rm.request(Event::BrokerRegistration(registration)).unwrap();
     let Reply::BrokerRegistration(Ok(broker_epoch)) = reply else {

@@ -63,6 +63,7 @@ pub fn register_peer(state: &BrokerState, id: i32) {
         incarnation_id: uuid::Uuid::from_u128(id as u128 + 1),
         endpoints: Vec::new(),
         rack: None,
+        previous_broker_epoch: -1,
     };
     let event = Event::BrokerRegistration(registration);
     let Reply::BrokerRegistration(Ok(broker_epoch)) = metadata.request(event, now_ms()).unwrap().0

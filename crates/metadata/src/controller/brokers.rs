@@ -25,6 +25,21 @@ impl Controller {
             if old.incarnation_id != r.incarnation_id && alive {
                 return Reply::BrokerRegistration(Err(ResponseError::DuplicateBrokerRegistration));
             }
+            if r.previous_broker_epoch != old.epoch {
+                // No proof of a clean stop: the page cache may be gone, and with it records
+                // this broker had acknowledged (KIP-966, Kafka's ClusterControlManager).
+                tracing::info!(
+                    broker = r.broker_id,
+                    previous_broker_epoch = r.previous_broker_epoch,
+                    broker_epoch = old.epoch,
+                    "broker restarted after an unclean shutdown: out of every ISR and ELR"
+                );
+                for (topic_id, partition, change) in
+                    self.changes_after_unclean_shutdown(r.broker_id)
+                {
+                    self.emit_partition_change(topic_id, partition, change, fx);
+                }
+            }
             // The old incarnation's leaderships and ISR places go before the new one joins.
             self.fence(r.broker_id, fx);
         }
@@ -114,9 +129,8 @@ impl Controller {
         }
     }
 
-    /// Take `id` out of every ISR (keeping it when it is the last member, as Kafka does, so the
-    /// partition keeps a record of who has all its data), move its leaderships to the next
-    /// eligible replica, then fence it. Partition changes come first so no committed prefix of
+    /// Take `id` out of every ISR (into the ELR where the ISR falls below min ISR, KIP-966),
+    /// move its leaderships to the next eligible replica, then fence it. Partition changes come first so no committed prefix of
     /// the batch has a fenced leader.
     pub(super) fn fence(&mut self, id: BrokerId, fx: &mut Effects) {
         for (topic_id, partition, change) in self.changes_without(id) {

@@ -5,73 +5,71 @@
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use super::partition_change::{Change, Election, Target, plan};
 use super::{AlterPartition, Controller, Effects, ElectionType, Reply};
+use super::{MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTIONS_METRIC};
 use crate::image::PartitionState;
-use crate::records::{BrokerId, NO_LEADER, PartitionChange, Record};
-
-/// A change to emit for one partition.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(super) struct Change {
-    pub leader: Option<BrokerId>,
-    pub isr: Option<Vec<BrokerId>>,
-}
+use crate::records::{BrokerId, NO_LEADER, PartitionChange, PartitionElr, Record};
 
 impl Controller {
-    /// The first replica, in assignment order (so the preferred one first), that is in `isr`,
-    /// unfenced and not `excluded`.
-    fn clean_leader(
-        &self,
-        p: &PartitionState,
-        isr: &[BrokerId],
-        excluded: BrokerId,
-    ) -> Option<BrokerId> {
-        p.replicas
-            .iter()
-            .copied()
-            .find(|&r| r != excluded && isr.contains(&r) && self.image.is_unfenced(r))
+    /// The topic's effective `min.insync.replicas`: its own value or the cluster default, at
+    /// least 1 and at most the replica count (Kafka's `getTopicEffectiveMinIsr`).
+    pub(super) fn min_isr(&self, topic: &str, p: &PartitionState) -> usize {
+        let configured = self
+            .image
+            .topic_config(topic, MIN_INSYNC_REPLICAS)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(i64::from(self.config.min_insync_replicas));
+        usize::try_from(configured)
+            .unwrap_or(1)
+            .clamp(1, p.replicas.len().max(1))
     }
 
-    /// The first unfenced replica outside `excluded`: only used when the topic allows unclean
-    /// election, and the ISR then restarts as just that replica.
-    fn unclean_leader(&self, p: &PartitionState, excluded: BrokerId) -> Option<BrokerId> {
-        p.replicas
-            .iter()
-            .copied()
-            .find(|&r| r != excluded && self.image.is_unfenced(r))
+    fn target(&self, topic: &str, p: &PartitionState, isr: Vec<BrokerId>) -> Target {
+        let election = if self.unclean_allowed(topic) {
+            Election::Unclean
+        } else {
+            Election::Online
+        };
+        Target {
+            isr,
+            election,
+            min_isr: self.min_isr(topic, p),
+            unclean_shutdown: None,
+        }
     }
 
-    /// The changes that take `id` out of every ISR and leadership.
+    /// The changes that take `id` out of every ISR and leadership (a fenced broker, or a
+    /// controlled shutdown). Below min ISR it joins the ELR; the last member leaves the ISR too
+    /// (KIP-966), and the partition keeps it as its last known leader.
     pub(super) fn changes_without(&self, id: BrokerId) -> Vec<(Uuid, i32, Change)> {
+        self.changes_for(id, None)
+    }
+
+    /// The changes for a broker back from an unclean shutdown (no clean-shutdown marker with
+    /// its last broker epoch): it may have lost records it had, so it leaves every ISR and ELR
+    /// and leads nothing (Kafka's `handleBrokerUncleanShutdown`).
+    pub(super) fn changes_after_unclean_shutdown(&self, id: BrokerId) -> Vec<(Uuid, i32, Change)> {
+        self.changes_for(id, Some(id))
+    }
+
+    fn changes_for(
+        &self,
+        id: BrokerId,
+        unclean_shutdown: Option<BrokerId>,
+    ) -> Vec<(Uuid, i32, Change)> {
         let mut out = Vec::new();
         for topic in self.image.topics() {
-            let unclean = self.unclean_allowed(&topic.name);
             for (&partition, p) in &topic.partitions {
-                if p.leader != id && !p.isr.contains(&id) {
+                let in_elr = unclean_shutdown.is_some() && p.elr.contains(&id);
+                if p.leader != id && !p.isr.contains(&id) && !in_elr {
                     continue;
                 }
-                let mut isr: Vec<BrokerId> = p.isr.iter().copied().filter(|&r| r != id).collect();
-                if isr.is_empty() {
-                    isr = p.isr.clone();
-                }
-                let mut leader = p.leader;
-                if p.leader == id {
-                    leader = match self.clean_leader(p, &isr, id) {
-                        Some(l) => l,
-                        None if unclean => match self.unclean_leader(p, id) {
-                            Some(l) => {
-                                isr = vec![l];
-                                l
-                            }
-                            None => NO_LEADER,
-                        },
-                        None => NO_LEADER,
-                    };
-                }
-                let change = Change {
-                    leader: (leader != p.leader).then_some(leader),
-                    isr: (isr != p.isr).then_some(isr),
-                };
-                if change != Change::default() {
+                let isr = p.isr.iter().copied().filter(|&r| r != id).collect();
+                let mut target = self.target(&topic.name, p, isr);
+                target.unclean_shutdown = unclean_shutdown;
+                let change = plan(p, &target, |r| r != id && self.image.is_unfenced(r));
+                if !change.is_empty() {
                     out.push((topic.id, partition, change));
                 }
             }
@@ -79,6 +77,8 @@ impl Controller {
         out
     }
 
+    /// Emit `change` (a `PartitionChange`, then the `PartitionElr` when the ELR changes, in the
+    /// one batch), and report an unclean election.
     pub(super) fn emit_partition_change(
         &mut self,
         topic_id: Uuid,
@@ -86,6 +86,9 @@ impl Controller {
         change: Change,
         fx: &mut Effects,
     ) {
+        if change.unclean {
+            self.report_unclean_election(topic_id, partition, &change);
+        }
         let record = PartitionChange {
             topic_id,
             partition,
@@ -94,6 +97,28 @@ impl Controller {
             replicas: None,
         };
         self.emit(Record::PartitionChange(record), fx);
+        if let Some((elr, last_known_elr)) = change.elr {
+            let record = PartitionElr {
+                topic_id,
+                partition,
+                elr,
+                last_known_elr,
+            };
+            self.emit(Record::PartitionElr(record), fx);
+        }
+    }
+
+    fn report_unclean_election(&mut self, topic_id: Uuid, partition: i32, change: &Change) {
+        self.unclean_elections += 1;
+        let topic = self.image.topic(topic_id).map(|t| t.name.clone());
+        let topic = topic.unwrap_or_default();
+        tracing::warn!(
+            topic,
+            partition,
+            leader = change.leader.unwrap_or(NO_LEADER),
+            "unclean leader election: the new leader was not in the ISR or ELR, records may be lost"
+        );
+        metrics::counter!(UNCLEAN_LEADER_ELECTIONS_METRIC, "topic" => topic).increment(1);
     }
 
     /// Elect a leader for every partition without one, where someone is eligible.
@@ -104,9 +129,9 @@ impl Controller {
                 if p.leader != NO_LEADER {
                     continue;
                 }
-                let unclean = self.unclean_allowed(&topic.name);
-                if let Some(change) = self.election(&topic.name, p, ElectionType::Unclean, unclean)
-                {
+                let target = self.target(&topic.name, p, p.isr.clone());
+                let change = plan(p, &target, |r| self.image.is_unfenced(r));
+                if change.leader.is_some() {
                     changes.push((topic.id, partition, change));
                 }
             }
@@ -117,8 +142,9 @@ impl Controller {
     }
 
     /// The change an election of `kind` makes, or `None` if nobody eligible exists. `Unclean`
-    /// tries the ISR first and goes outside it only when `unclean_ok` (the topic's
-    /// `unclean.leader.election.enable`, or an explicit unclean ElectLeaders request).
+    /// tries the ISR, the ELR and the last known leader first, and goes further only when
+    /// `unclean_ok` (the topic's `unclean.leader.election.enable`, or an explicit unclean
+    /// ElectLeaders request).
     fn election(
         &self,
         topic: &str,
@@ -126,36 +152,22 @@ impl Controller {
         kind: ElectionType,
         unclean_ok: bool,
     ) -> Option<Change> {
-        let leader_change = |l: BrokerId| (l != p.leader).then_some(l);
         match kind {
             ElectionType::Preferred => {
                 let preferred = p.preferred_leader();
                 let eligible = p.isr.contains(&preferred) && self.image.is_unfenced(preferred);
                 eligible.then(|| Change {
-                    leader: leader_change(preferred),
-                    isr: None,
+                    leader: (preferred != p.leader).then_some(preferred),
+                    ..Change::default()
                 })
             }
             ElectionType::Unclean => {
-                if let Some(l) = self.clean_leader(p, &p.isr, NO_LEADER) {
-                    return Some(Change {
-                        leader: leader_change(l),
-                        isr: None,
-                    });
+                let mut target = self.target(topic, p, p.isr.clone());
+                if unclean_ok {
+                    target.election = Election::Unclean;
                 }
-                if !unclean_ok {
-                    return None;
-                }
-                let l = self.unclean_leader(p, NO_LEADER)?;
-                tracing::warn!(
-                    topic,
-                    leader = l,
-                    "unclean leader election: data may be lost"
-                );
-                Some(Change {
-                    leader: leader_change(l),
-                    isr: Some(vec![l]),
-                })
+                let change = plan(p, &target, |r| self.image.is_unfenced(r));
+                change.leader.filter(|&l| l != NO_LEADER).map(|_| change)
             }
         }
     }
@@ -232,14 +244,32 @@ impl Controller {
     /// partition epoch, then the new ISR itself.
     pub(super) fn alter_partition(&mut self, a: AlterPartition, fx: &mut Effects) -> Reply {
         let result = self.check_alter_partition(&a).map(|()| {
-            // An ISR that now holds every target replica completes a reassignment.
-            self.emit_isr_change(a.topic_id, a.partition, a.new_isr.clone(), fx);
+            // An ISR that now holds every target replica completes a reassignment; any other
+            // ISR change goes through the KIP-966 rules.
+            if !self.complete_reassignment(a.topic_id, a.partition, &a.new_isr, fx) {
+                let change = self.isr_change(&a);
+                self.emit_partition_change(a.topic_id, a.partition, change, fx);
+            }
             self.image
                 .partition(a.topic_id, a.partition)
                 .cloned()
                 .unwrap_or_else(|| unreachable!("the partition was just changed"))
         });
         Reply::AlterPartition(result)
+    }
+
+    /// The accepted ISR, with the ELR that follows from it (the leader is in the new ISR, so it
+    /// stays). The partition epoch moves even when nothing else does, as in KRaft.
+    fn isr_change(&self, a: &AlterPartition) -> Change {
+        let topic = self.image.topic(a.topic_id);
+        let found = topic.and_then(|t| Some((t.name.as_str(), t.partitions.get(&a.partition)?)));
+        let Some((name, p)) = found else {
+            unreachable!("checked by check_alter_partition")
+        };
+        let target = self.target(name, p, a.new_isr.clone());
+        let mut change = plan(p, &target, |r| self.image.is_unfenced(r));
+        change.isr = Some(a.new_isr.clone());
+        change
     }
 
     fn check_alter_partition(&self, a: &AlterPartition) -> Result<(), ResponseError> {

@@ -17,6 +17,18 @@ pub struct BrokerRegistration {
     pub incarnation_id: Uuid,
     pub endpoints: Vec<Endpoint>,
     pub rack: Option<String>,
+    /// The broker epoch named by the clean-shutdown marker the broker found in its data dir,
+    /// or [`NO_PREVIOUS_BROKER_EPOCH`]. Equal to the broker's current epoch only after a
+    /// controlled shutdown that closed every log: any other restart is unclean (KIP-966).
+    #[serde(default = "no_previous_broker_epoch")]
+    pub previous_broker_epoch: i64,
+}
+
+/// No clean-shutdown marker: the broker's last stop was unclean (or it is new).
+pub const NO_PREVIOUS_BROKER_EPOCH: i64 = -1;
+
+fn no_previous_broker_epoch() -> i64 {
+    NO_PREVIOUS_BROKER_EPOCH
 }
 
 /// A broker's periodic BrokerHeartbeat.

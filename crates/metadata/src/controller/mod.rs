@@ -18,6 +18,7 @@
 mod brokers;
 mod election;
 mod events;
+mod partition_change;
 mod placement;
 mod reassign;
 mod rebalance;
@@ -56,6 +57,11 @@ pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 pub const PENDING_RECORDS_MAX: usize = 100_000;
 /// The topic config that allows electing a leader outside the ISR.
 pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
+/// The topic config below which the ISR keeps eligible leader replicas (KIP-966).
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+/// Unclean leader elections this controller decided, by topic (Kafka's
+/// `UncleanLeaderElectionsPerSec`).
+pub const UNCLEAN_LEADER_ELECTIONS_METRIC: &str = "streamforge_unclean_leader_elections_total";
 
 /// Controller settings (Kafka's names, units last).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +76,8 @@ pub struct ControllerConfig {
     pub leader_imbalance_per_broker_percentage: u32,
     /// The cluster-wide default of `unclean.leader.election.enable`.
     pub unclean_leader_election_enable: bool,
+    /// The cluster-wide default of `min.insync.replicas` (the broker's).
+    pub min_insync_replicas: i32,
     pub producer_id_block_size: i64,
     /// Seeds topic-id generation (mixed with the quorum epoch and offset at each activation,
     /// so ids differ across activations). Random by default; fixed in simulations.
@@ -86,6 +94,7 @@ impl Default for ControllerConfig {
             leader_imbalance_check_interval_ms: LEADER_IMBALANCE_CHECK_INTERVAL_MS,
             leader_imbalance_per_broker_percentage: LEADER_IMBALANCE_PER_BROKER_PERCENTAGE,
             unclean_leader_election_enable: false,
+            min_insync_replicas: 1,
             producer_id_block_size: PRODUCER_ID_BLOCK_SIZE,
             id_seed: rand::random(),
         }
@@ -119,6 +128,9 @@ pub struct Controller {
     registered_at: BTreeMap<BrokerId, i64>,
     last_rebalance_ms: u64,
     rng: StdRng,
+    /// Unclean elections decided while active (also counted in
+    /// [`UNCLEAN_LEADER_ELECTIONS_METRIC`]).
+    unclean_elections: u64,
 }
 
 impl Controller {
@@ -134,6 +146,7 @@ impl Controller {
             registered_at: BTreeMap::new(),
             last_rebalance_ms: 0,
             rng,
+            unclean_elections: 0,
         }
     }
 
@@ -154,6 +167,11 @@ impl Controller {
     }
     pub fn is_active(&self) -> bool {
         self.active_epoch.is_some()
+    }
+    /// Unclean leader elections this controller has decided (a leader from outside the ISR
+    /// and the ELR: records may have been lost).
+    pub fn unclean_elections(&self) -> u64 {
+        self.unclean_elections
     }
 
     /// This node leads the quorum at `epoch`: start deciding. Every registered broker gets a

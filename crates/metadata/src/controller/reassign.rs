@@ -191,30 +191,27 @@ impl Controller {
     }
 
     /// An ISR change accepted from the leader (AlterPartition): the reassignment in progress
-    /// completes when the ISR now holds every target replica.
-    pub(super) fn emit_isr_change(
+    /// completes when the ISR now holds every target replica. True when it did (the change is
+    /// emitted); false leaves the ISR change to the caller.
+    pub(super) fn complete_reassignment(
         &mut self,
         topic_id: Uuid,
         partition: i32,
-        new_isr: Vec<BrokerId>,
+        new_isr: &[BrokerId],
         fx: &mut Effects,
-    ) {
+    ) -> bool {
         if let Some(p) = self.image.partition(topic_id, partition).cloned()
             && p.is_reassigning()
         {
             let mut target = Target::of(&p);
-            target.isr = new_isr.clone();
+            target.isr = new_isr.to_vec();
             let target = target.completed();
             if target.adding.is_empty() && target.removing.is_empty() {
                 self.emit_target(topic_id, partition, &p, target, fx);
-                return;
+                return true;
             }
         }
-        let change = Change {
-            leader: None,
-            isr: Some(new_isr),
-        };
-        self.emit_partition_change(topic_id, partition, change, fx);
+        false
     }
 
     /// Kafka's `electAnyLeader`: the current leader while it stays in the ISR and unfenced,

@@ -11,7 +11,8 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use streamforge_metadata::controller::{
     AlterPartition, BrokerHeartbeat, BrokerRegistration, ControllerConfig, CreatePartitions,
-    CreateTopic, ElectionType, Event, Reply, TopicRef, UNCLEAN_LEADER_ELECTION_ENABLE,
+    CreateTopic, ElectionType, Event, MIN_INSYNC_REPLICAS, NO_PREVIOUS_BROKER_EPOCH, Reply,
+    TopicRef, UNCLEAN_LEADER_ELECTION_ENABLE,
 };
 use streamforge_metadata::node::{MetadataNode, RequestId};
 use streamforge_metadata::quorum::{MetadataQuorum, NodeId};
@@ -48,6 +49,8 @@ struct Message {
 struct Broker {
     epoch: Option<i64>,
     incarnation: u128,
+    /// What the clean-shutdown marker said at this process's start.
+    previous_broker_epoch: i64,
     registering: bool,
     next_heartbeat_ms: u64,
     next_isr_check_ms: u64,
@@ -61,6 +64,11 @@ pub struct Tally {
     pub topics_acknowledged: BTreeSet<Uuid>,
     pub replies: u64,
     pub crashes: u64,
+    /// Whole-cluster power losses: every node down at once, every page cache gone.
+    pub power_losses: u64,
+    /// Processes that started without a clean-shutdown marker: their logs may have lost
+    /// anything (the checker treats their replicas as possibly empty until they rejoin an ISR).
+    pub unclean_incarnations: BTreeSet<Uuid>,
 }
 
 pub struct Cluster {
@@ -70,6 +78,8 @@ pub struct Cluster {
     commit_at: Rc<RefCell<u64>>,
     pub nodes: Vec<Option<MetadataNode<SimQuorum>>>,
     brokers: Vec<Broker>,
+    /// Per node: the clean-shutdown marker on its disk (the epoch of a controlled shutdown).
+    markers: Vec<Option<i64>>,
     down_until_ms: Vec<u64>,
     net: Vec<Message>,
     in_flight: BTreeMap<RequestId, (NodeId, u64, &'static str)>,
@@ -99,6 +109,7 @@ impl Cluster {
             commit_at,
             nodes: Vec::new(),
             brokers: (0..3).map(|_| Broker::default()).collect(),
+            markers: vec![None; 3],
             down_until_ms: vec![0; 3],
             net: Vec::new(),
             in_flight: BTreeMap::new(),
@@ -120,9 +131,16 @@ impl Cluster {
             model: self.model.clone(),
             commit_delay_ms: self.commit_at.clone(),
         };
-        let b = &mut self.brokers[id as usize - 1];
-        *b = Broker {
-            incarnation: u128::from(id) << 64 | u128::from(self.now_ms),
+        let incarnation = u128::from(id) << 64 | u128::from(self.now_ms);
+        let marker = self.markers[id as usize - 1].take();
+        if marker.is_none() {
+            self.tally
+                .unclean_incarnations
+                .insert(Uuid::from_u128(incarnation));
+        }
+        self.brokers[id as usize - 1] = Broker {
+            incarnation,
+            previous_broker_epoch: marker.unwrap_or(NO_PREVIOUS_BROKER_EPOCH),
             ..Broker::default()
         };
         MetadataNode::new(q, config(seed, id))
@@ -226,6 +244,16 @@ impl Cluster {
         if self.rng.random_ratio(1, 400) {
             self.brokers[id as usize - 1].wants_shutdown = true;
         }
+        if self.rng.random_ratio(1, 1200) {
+            // Power loss: every node at once, no marker anywhere.
+            self.tally.power_losses += 1;
+            for id in 1..=3 {
+                if self.nodes[id as usize - 1].is_some() {
+                    let down_ms = self.rng.random_range(500..4000);
+                    self.crash(id, down_ms);
+                }
+            }
+        }
     }
 
     fn crash(&mut self, id: NodeId, down_ms: u64) {
@@ -233,6 +261,7 @@ impl Cluster {
         self.model.borrow_mut().alive[id as usize - 1] = false;
         self.down_until_ms[id as usize - 1] = self.now_ms + down_ms;
         self.tally.crashes += 1;
+        self.markers[id as usize - 1] = None;
         // A restarted process does not hear answers to the old one's requests.
         self.in_flight.retain(|_, (origin, _, _)| *origin != id);
     }
@@ -311,7 +340,12 @@ impl Cluster {
             }
             Reply::BrokerRegistration(Err(_)) => b.registering = false,
             // Controlled shutdown done: the process exits, and comes back later.
-            Reply::BrokerHeartbeat(Ok(hb)) if hb.should_shut_down => self.crash(to, 1500),
+            Reply::BrokerHeartbeat(Ok(hb)) if hb.should_shut_down => {
+                let epoch = b.epoch;
+                self.crash(to, 1500);
+                // Its logs closed: the next process finds the marker with this epoch.
+                self.markers[to as usize - 1] = epoch;
+            }
             Reply::BrokerHeartbeat(Err(ResponseError::StaleBrokerEpoch)) => b.epoch = None,
             Reply::AllocateProducerIds(Ok(block)) => {
                 self.tally
@@ -338,6 +372,7 @@ impl Cluster {
                     incarnation_id: Uuid::from_u128(b.incarnation),
                     endpoints: vec![],
                     rack: Some(format!("rack-{}", id % 2)),
+                    previous_broker_epoch: b.previous_broker_epoch,
                 };
                 self.request(id, Event::BrokerRegistration(reg), "register");
             }
@@ -421,6 +456,10 @@ impl Cluster {
                         UNCLEAN_LEADER_ELECTION_ENABLE.to_string(),
                         "true".to_string(),
                     );
+                }
+                if self.rng.random_ratio(1, 2) {
+                    let min_isr = self.rng.random_range(1..=3).to_string();
+                    configs.insert(MIN_INSYNC_REPLICAS.to_string(), min_isr);
                 }
                 let topic = CreateTopic {
                     name: format!("t{}", self.topic_counter),

@@ -15,14 +15,15 @@ fn id() -> impl Strategy<Value = BrokerId> {
 fn event() -> impl Strategy<Value = (Event, u64)> {
     let topic = prop_oneof![Just("a".to_string()), Just("b".to_string()), "[a-z.]{0,3}"];
     let e = prop_oneof![
-        (id(), 0..3u128).prop_map(|(broker_id, inc)| Event::BrokerRegistration(
-            BrokerRegistration {
+        (id(), 0..3u128, -1..8i64).prop_map(|(broker_id, inc, previous_broker_epoch)| {
+            Event::BrokerRegistration(BrokerRegistration {
                 broker_id,
                 incarnation_id: Uuid::from_u128(inc),
                 endpoints: vec![],
                 rack: None,
-            }
-        )),
+                previous_broker_epoch,
+            })
+        }),
         (id(), 0..8i64, any::<bool>(), any::<bool>()).prop_map(
             |(broker_id, broker_epoch, f, s)| {
                 Event::BrokerHeartbeat(BrokerHeartbeat {

@@ -13,6 +13,7 @@ fn brokers_register_fenced_and_are_unfenced_once_caught_up() {
         incarnation_id: Uuid::from_u128(1),
         endpoints: vec![],
         rack: None,
+        previous_broker_epoch: -1,
     };
     let Some(Reply::BrokerRegistration(Ok(epoch))) = h.run(Event::BrokerRegistration(reg), 0)
     else {
@@ -42,6 +43,7 @@ fn a_new_incarnation_is_refused_while_the_old_one_is_alive() {
         incarnation_id: Uuid::from_u128(77),
         endpoints: vec![],
         rack: None,
+        previous_broker_epoch: -1,
     };
     let reply = h.run(Event::BrokerRegistration(reg.clone()), 100);
     assert_eq!(
@@ -174,6 +176,7 @@ fn a_negative_broker_id_cannot_register() {
         incarnation_id: Uuid::from_u128(1),
         endpoints: vec![],
         rack: None,
+        previous_broker_epoch: -1,
     };
     let reply = h.run(Event::BrokerRegistration(reg), 0);
     assert_eq!(

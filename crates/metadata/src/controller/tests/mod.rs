@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::*;
 
 mod brokers;
+mod elr;
 mod partitions;
 mod reassign;
 mod rebalance;
@@ -61,6 +62,7 @@ impl Harness {
                 port: 9092,
             }],
             rack: rack.map(str::to_string),
+            previous_broker_epoch: -1,
         };
         let Some(Reply::BrokerRegistration(Ok(epoch))) =
             self.run(Event::BrokerRegistration(reg), now_ms)
