@@ -19,7 +19,6 @@
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::election::Change;
 use super::{Controller, Effects, OngoingReassignment, ReassignPartition, Reply};
 use crate::image::PartitionState;
 use crate::records::{BrokerId, NO_LEADER, PartitionChange, PartitionReassignment, Record};
