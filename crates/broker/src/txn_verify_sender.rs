@@ -88,9 +88,7 @@ pub(crate) async fn check(
     };
     let broker = match coordinator_of(&state.replicas.image(), tid) {
         None => return answer_all(&check, ResponseError::CoordinatorNotAvailable.code()),
-        Some(b) if b == state.node_id() => {
-            return answer_all(&check, ResponseError::CoordinatorLoadInProgress.code());
-        }
+        Some(b) if b == state.node_id() => return check_here(state, &check).await,
         Some(b) => b,
     };
     let (tx, rx) = oneshot::channel();
@@ -115,6 +113,37 @@ pub(crate) async fn check(
             answer_all(&check, ResponseError::NetworkException.code())
         }
     }
+}
+
+/// The check when this broker is the coordinator (a retry of CONCURRENT_TRANSACTIONS, or a
+/// load not served yet): answered as the AddPartitionsToTxn v4+ handler answers it.
+async fn check_here(state: &BrokerState, check: &Check) -> Answer {
+    let (tid, pid, epoch) = (
+        check.transactional_id.as_str(),
+        check.producer_id,
+        check.producer_epoch,
+    );
+    let code = if check.verify_only {
+        match state.txns.read_for(tid, |c| {
+            c.verify_partitions(tid, pid, epoch, &check.partitions)
+        }) {
+            Ok(codes) => {
+                return check.partitions.iter().cloned().zip(codes).collect();
+            }
+            Err(e) => e.code(),
+        }
+    } else {
+        let added = state.txns.run(state, tid, |c, now, out| {
+            c.add_partitions(now, tid, pid, epoch, &check.partitions, out)
+        });
+        match state.txns.replicated(state, tid, added).await {
+            Ok(()) => 0,
+            // Served here no more, or not yet: retriable for the producer.
+            Err(ResponseError::NotCoordinator) => ResponseError::CoordinatorLoadInProgress.code(),
+            Err(e) => e.code(),
+        }
+    };
+    answer_all(check, code)
 }
 
 /// One AddPartitionsToTxn request with `checks`; a connection failure answers them all

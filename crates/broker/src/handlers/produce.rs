@@ -378,9 +378,7 @@ async fn check_remote(state: &BrokerState, txn: &TxnProduce, remote: &[Remote]) 
             .map(|d| (d.topic.clone(), d.index))
             .collect();
         let producer = (txn.transactional_id.as_str(), pid, epoch);
-        let answer =
-            crate::txn_verify_sender::check(state, producer, !txn.add_partitions(), partitions)
-                .await;
+        let answer = check_retrying(state, producer, !txn.add_partitions(), partitions).await;
         codes.extend(answer);
     }
     remote
@@ -392,6 +390,41 @@ async fn check_remote(state: &BrokerState, txn: &TxnProduce, remote: &[Remote]) 
                 .unwrap_or(ErrorCode::UnknownServerError.code())
         })
         .collect()
+}
+
+/// First backoff of a CONCURRENT_TRANSACTIONS retry (Kafka's
+/// `add.partitions.to.txn.retry.backoff.ms`), doubled up to the max.
+const CONCURRENT_RETRY_BACKOFF_MS: u64 = 20;
+const CONCURRENT_RETRY_BACKOFF_MS_MAX: u64 = 100;
+/// How long a transaction version 2 add retries CONCURRENT_TRANSACTIONS (the previous
+/// transaction's markers going out) before the producer is told.
+const CONCURRENT_RETRY_MS_MAX: u64 = 5_000;
+
+/// The coordinator's check of `partitions`; an add answered CONCURRENT_TRANSACTIONS is asked
+/// again after a backoff (bounded), as Kafka's leader does for transaction version 2: the
+/// client's next request (its EndTxn) must not meet the previous transaction still prepared.
+async fn check_retrying(
+    state: &BrokerState,
+    producer: (&str, i64, i16),
+    verify_only: bool,
+    partitions: Vec<(String, i32)>,
+) -> crate::txn_verify::Answer {
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(CONCURRENT_RETRY_MS_MAX);
+    let mut backoff_ms = CONCURRENT_RETRY_BACKOFF_MS;
+    loop {
+        let answer =
+            crate::txn_verify_sender::check(state, producer, verify_only, partitions.clone()).await;
+        let busy = ErrorCode::ConcurrentTransactions.code();
+        if verify_only
+            || !answer.iter().any(|(_, c)| *c == busy)
+            || std::time::Instant::now() >= deadline
+        {
+            return answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(backoff_ms)).await;
+        backoff_ms = (backoff_ms * 2).min(CONCURRENT_RETRY_BACKOFF_MS_MAX);
+    }
 }
 
 /// Appends a remote partition's batches once its coordinator has answered 0.

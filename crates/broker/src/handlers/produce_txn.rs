@@ -93,10 +93,18 @@ pub(crate) fn append(
     );
     match appended {
         Ok(result) => TxnAppend::Done(result.map_err(Rejection::from_partition)),
+        // CONCURRENT_TRANSACTIONS on an add (the previous transaction's markers are still
+        // going out) is retried off the coordinator's lock, as Kafka's leader retries it.
         Err(kafka_protocol::ResponseError::NotCoordinator) => TxnAppend::Remote {
             producer_id: pid,
             producer_epoch: epoch,
         },
+        Err(kafka_protocol::ResponseError::ConcurrentTransactions) if txn.add_partitions() => {
+            TxnAppend::Remote {
+                producer_id: pid,
+                producer_epoch: epoch,
+            }
+        }
         Err(e) => TxnAppend::Done(Err(txn.rejection(e.code()))),
     }
 }

@@ -63,13 +63,19 @@ class TransactionsClusterTest {
         return out;
     }
 
-    /** A group whose coordinator is not `broker`. */
+    /**
+     * A group whose coordinator (the leader of its `__consumer_offsets` partition, Kafka's
+     * `abs(hashCode) % partitions`) is not `broker`.
+     */
     private static String groupNotCoordinatedBy(Admin admin, int broker) throws Exception {
-        for (int i = 0; i < 50; i++) {
+        var offsets = admin.describeTopics(List.of("__consumer_offsets")).allTopicNames()
+                .get(10, TimeUnit.SECONDS).get("__consumer_offsets").partitions();
+        for (int i = 0; i < 100; i++) {
             String group = "g-" + i;
-            int coordinator = admin.describeConsumerGroups(List.of(group)).describedGroups().get(group)
-                    .get(10, TimeUnit.SECONDS).coordinator().id();
-            if (coordinator != broker) {
+            int hash = group.hashCode();
+            int partition = (hash == Integer.MIN_VALUE ? 0 : Math.abs(hash)) % offsets.size();
+            var leader = offsets.get(partition).leader();
+            if (leader != null && leader.id() != broker) {
                 return group;
             }
         }
@@ -126,6 +132,10 @@ class TransactionsClusterTest {
                                 Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(42)),
                                 new ConsumerGroupMetadata(group));
                     }
+                    // Every batch acknowledged (its partition added) before EndTxn: an EndTxn
+                    // that meets the previous transaction still prepared (its markers on their
+                    // way) is PRODUCER_FENCED under transaction version 2, as on Kafka.
+                    p.flush();
                     if (round.startsWith("a")) {
                         p.abortTransaction();
                     } else {
