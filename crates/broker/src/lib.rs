@@ -43,6 +43,8 @@ mod txn_markers;
 mod txn_pending;
 pub mod txn_service;
 mod txn_service_markers;
+mod txn_verify;
+pub mod txn_verify_sender;
 pub mod util;
 
 use std::net::SocketAddr;
@@ -260,6 +262,7 @@ impl Broker {
         ));
         state.spawn(txn_service::run_timer(state.clone(), shutdown_rx.clone()));
         state.spawn(txn_marker_sender::run(state.clone(), shutdown_rx.clone()));
+        state.spawn(txn_verify_sender::run(state.clone(), shutdown_rx.clone()));
         state.spawn(coordinator_load::run(state.clone(), shutdown_rx.clone()));
         state.spawn(replication_wiring::run(state.clone(), shutdown_rx.clone()));
         let housekeeping = state.spawn(server::housekeeping(state.clone(), shutdown_rx.clone()));

@@ -54,7 +54,7 @@ impl MarkerChannel {
 }
 
 /// Where `topic`-`partition` is led now, per the image.
-fn leader_of(
+pub(crate) fn leader_of(
     image: &streamforge_metadata::MetadataImage,
     topic: &str,
     partition: i32,
@@ -253,6 +253,22 @@ fn request_of(markers: &[Marker]) -> WriteTxnMarkersRequest {
     request
 }
 
+/// Other brokers' addresses in `image`, on the listener this broker is reached on (as the
+/// fetchers connect).
+fn peers_in(image: &streamforge_metadata::MetadataImage, me: i32) -> HashMap<i32, SocketAddr> {
+    let listener = image
+        .broker(me)
+        .and_then(|b| b.endpoints.first())
+        .map(|e| e.name.clone())
+        .unwrap_or_default();
+    crate::replication_wiring::peer_addresses(image, &listener, me)
+}
+
+/// Other brokers' addresses in the current metadata image.
+pub(crate) fn peers(state: &BrokerState) -> HashMap<i32, SocketAddr> {
+    peers_in(&state.replicas.image(), state.node_id())
+}
+
 /// One request's answer: the destination, its connection to keep, each marker's outcome.
 type Answered = (i32, Option<LeaderConnection>, Vec<(Marker, Outcome)>);
 
@@ -279,12 +295,7 @@ pub async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
                 .map(|b| (b, q.take_batch(b)))
                 .collect()
         };
-        let listener = image
-            .broker(me)
-            .and_then(|b| b.endpoints.first())
-            .map(|e| e.name.clone())
-            .unwrap_or_default();
-        let peers = crate::replication_wiring::peer_addresses(&image, &listener, me);
+        let peers = peers_in(&image, me);
         for (broker, markers) in batches {
             if markers.is_empty() {
                 continue;

@@ -85,6 +85,8 @@ pub struct TxnService {
     wanted_partitions: i32,
     /// Markers on their way to partitions led elsewhere (or waiting for their ISR here).
     pub(crate) markers: Arc<crate::txn_marker_sender::MarkerChannel>,
+    /// Transaction checks sent to other brokers' coordinators (KIP-890, `txn_verify.rs`).
+    pub(crate) checks: Arc<crate::txn_verify_sender::CheckChannel>,
     /// Wakes the timer early (a Prepare record reached its ISR: its markers may go).
     timer_wake: Arc<tokio::sync::Notify>,
 }
@@ -114,6 +116,7 @@ impl TxnService {
                 }),
                 wanted_partitions: config.state_partitions.max(1),
                 markers: Default::default(),
+                checks: Default::default(),
                 timer_wake: Default::default(),
             });
         };
@@ -159,6 +162,7 @@ impl TxnService {
             }),
             wanted_partitions: topic.partition_count(),
             markers: Default::default(),
+            checks: Default::default(),
             timer_wake: Default::default(),
         })
     }
@@ -228,8 +232,8 @@ impl TxnService {
     /// (Produce v12, transaction version 2) the partition joins the producer's transaction,
     /// otherwise it must already be in it (part 1's verification). `append` runs under the
     /// coordinator's lock, so no marker of this producer can come between the check and the
-    /// append (markers are written under the same lock). Errors are the coordinator's as
-    /// Kafka's produce path translates them.
+    /// append (markers are written under the same lock). Errors are the coordinator's (the
+    /// Produce translates them); NOT_COORDINATOR when the id is coordinated elsewhere.
     pub fn verified_append<T>(
         &self,
         state: &BrokerState,
@@ -241,13 +245,7 @@ impl TxnService {
         let (tid, pid, epoch) = producer;
         let mut inner = self.inner.lock();
         let checked = if let Err(e) = self.serving(&state.replicas, &mut inner, tid) {
-            if e == ResponseError::NotCoordinator && !add {
-                // The coordinator is another broker: the producer added the partition there
-                // (AddPartitionsToTxn); verifying it would take a round trip to that broker
-                // (Kafka's AddPartitionsToTxn v4 `verify_only`), not sent yet.
-                drop(inner);
-                return Ok(append());
-            }
+            // NOT_COORDINATOR: the coordinator is another broker, which the caller asks.
             Err(e)
         } else if add {
             let mut out = TxnEffects::default();
@@ -273,20 +271,7 @@ impl TxnService {
                 c => Err(ResponseError::try_from_code(c).unwrap_or(ResponseError::InvalidTxnState)),
             }
         };
-        match checked {
-            Ok(()) => Ok(append()),
-            // Retriable coordinator errors that older producers do not retry on a Produce:
-            // NOT_ENOUGH_REPLICAS makes them retry without a metadata refresh (as Kafka).
-            Err(
-                ResponseError::CoordinatorNotAvailable
-                | ResponseError::CoordinatorLoadInProgress
-                | ResponseError::NotCoordinator,
-            ) => Err(ResponseError::NotEnoughReplicas),
-            Err(ResponseError::ConcurrentTransactions) if !add => {
-                Err(ResponseError::NotEnoughReplicas)
-            }
-            Err(e) => Err(e),
-        }
+        checked.map(|()| append())
     }
 
     /// Whether `tid` is served here: the topic is created (or its led partitions followed)

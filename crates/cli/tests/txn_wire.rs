@@ -222,9 +222,10 @@ fn transaction_version_2_bumps_the_epoch_at_every_end_txn() {
     // A retry under the old epoch gets the same answer.
     let r = end_txn(&mut c, 5, "tv2", pid, e0, true);
     assert_eq!((r.error_code, r.producer_epoch), (0, e0 + 1));
-    // The old epoch is fenced; the new one starts at sequence 0.
+    // The old epoch is fenced (the coordinator's PRODUCER_FENCED is INVALID_PRODUCER_EPOCH on
+    // a Produce, as Kafka's leader reports it); the new one starts at sequence 0.
     let code = produce(&mut c, 12, "tv2", 1, txn_batch(pid, e0, 2, 2));
-    assert_eq!(code, ResponseError::ProducerFenced.code());
+    assert_eq!(code, ResponseError::InvalidProducerEpoch.code());
     assert_eq!(
         produce(&mut c, 12, "tv2", 1, txn_batch(pid, e0 + 1, 0, 2)),
         0

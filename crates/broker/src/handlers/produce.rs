@@ -17,6 +17,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use streamforge_protocol::{ErrorCode, RequestFrame};
 
 use crate::BrokerState;
+use crate::handlers::produce_txn::{TxnAppend, TxnProduce};
 use crate::handlers::{message, topic_name};
 use crate::partition::replica::Replication;
 use crate::partition::{Acks, AppendParams, Partition, PartitionError};
@@ -53,6 +54,15 @@ impl Rejection {
         }
     }
 
+    /// A refusal by code (a transaction coordinator's answer, translated).
+    pub(crate) fn with_code(code: i16, message: Option<String>) -> Rejection {
+        Rejection {
+            code,
+            message,
+            record_errors: Vec::new(),
+        }
+    }
+
     pub(crate) fn from_partition(e: PartitionError) -> Rejection {
         let code = e.kafka_code();
         let mut record_errors = Vec::new();
@@ -70,6 +80,16 @@ impl Rejection {
             record_errors,
         }
     }
+}
+
+/// A transactional partition whose producer's coordinator is another broker: where its answer
+/// goes in the response, and its batches, appended once the coordinator has answered.
+struct Remote {
+    at: (usize, usize),
+    topic: String,
+    index: i32,
+    records: Option<Range<usize>>,
+    producer: (i64, i16),
 }
 
 /// Where the records sit: a mutable view of the body when we own it, else the shared one.
@@ -108,7 +128,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     let txn = transactional_id.map(|t| crate::handlers::produce_txn::TxnProduce {
         transactional_id: t.0.to_string(),
         // Produce v12+ means transaction version 2: the partition joins the transaction.
-        add_partitions: req.api_version >= 12,
+        produce_version: req.api_version,
     });
     let append_acks = Acks::from_kafka(acks);
     let body_start = req.body.as_ptr() as usize;
@@ -141,12 +161,13 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         }
     };
 
-    let mut any_error = false;
     let mut resp = ProduceResponse::default();
     // acks=all appends whose ISR has not got them yet: (topic, partition) positions in the
     // response, and what to wait for.
     let mut delayed: Vec<(usize, usize)> = Vec::new();
     let mut delayed_waits: Vec<(Arc<Partition>, i64)> = Vec::new();
+    // Transactional partitions whose coordinator is another broker: checked there first.
+    let mut remote: Vec<Remote> = Vec::new();
     for (name, parts) in topics {
         let mut t = TopicProduceResponse::default();
         t.name = topic_name(&name);
@@ -161,59 +182,68 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             r.base_offset = -1;
             r.log_append_time_ms = -1;
             r.log_start_offset = -1;
-            let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
+            let at = (resp.responses.len(), t.partition_responses.len());
             let result = if let Some(code) = denied {
                 Err(Rejection::new(code, None))
             } else if let Some(acks) = append_acks {
-                append_checked(
+                let step = append_checked(
                     &state,
                     &name,
                     p.index,
                     &mut body,
-                    p.records,
+                    p.records.clone(),
                     acks,
                     txn.as_ref(),
-                )
+                );
+                match step {
+                    TxnAppend::Done(result) => result,
+                    TxnAppend::Remote {
+                        producer_id,
+                        producer_epoch,
+                    } => {
+                        remote.push(Remote {
+                            at,
+                            topic: name.clone(),
+                            index: p.index,
+                            records: p.records,
+                            producer: (producer_id, producer_epoch),
+                        });
+                        t.partition_responses.push(r);
+                        continue;
+                    }
+                }
             } else {
                 Err(Rejection::new(ErrorCode::InvalidRequiredAcks, None))
             };
-            match result {
-                Ok(info) => {
-                    if append_acks == Some(Acks::All)
-                        && let Some(partition) = state.replicas.partition(&name, p.index)
-                        && matches!(
-                            partition.replication(info.last_offset + 1),
-                            Ok(Replication::Pending)
-                        )
-                    {
-                        delayed.push((resp.responses.len(), t.partition_responses.len()));
-                        delayed_waits.push((partition, info.last_offset + 1));
-                    }
-                    r.error_code = 0;
-                    r.base_offset = info.first_offset;
-                    r.log_append_time_ms = info.log_append_time_ms;
-                    r.log_start_offset = info.log_start_offset;
-                    metrics::counter!("streamforge_messages_in_total", "topic" => name.clone())
-                        .increment(info.record_count as u64);
-                    metrics::counter!("streamforge_bytes_in_total", "topic" => name.clone())
-                        .increment(records_bytes as u64);
-                }
-                Err(rejection) => {
-                    any_error = true;
-                    let Rejection {
-                        code,
-                        message: msg,
-                        record_errors,
-                    } = rejection;
-                    tracing::debug!(topic = %name, partition = p.index, code, ?msg, "produce rejected");
-                    r.error_code = code;
-                    r.error_message = msg.map(message).unwrap_or_default();
-                    r.record_errors = record_errors;
-                }
+            let records_bytes = p.records.as_ref().map_or(0, |r| r.len());
+            let wait = settle(&state, &name, append_acks, result, &mut r, records_bytes);
+            if let Some(wait) = wait {
+                delayed.push(at);
+                delayed_waits.push(wait);
             }
             t.partition_responses.push(r);
         }
         resp.responses.push(t);
+    }
+    if let (Some(txn), Some(acks)) = (txn.as_ref(), append_acks)
+        && !remote.is_empty()
+    {
+        busy.pause();
+        let answers = check_remote(&state, txn, &remote).await;
+        busy.resume();
+        for (d, code) in remote.into_iter().zip(answers) {
+            let result = if code == 0 {
+                append_remote_checked(&state, &d, &mut body, acks)
+            } else {
+                Err(txn.rejection(code))
+            };
+            let records_bytes = d.records.as_ref().map_or(0, |r| r.len());
+            let r = &mut resp.responses[d.at.0].partition_responses[d.at.1];
+            if let Some(wait) = settle(&state, &d.topic, append_acks, result, r, records_bytes) {
+                delayed.push(d.at);
+                delayed_waits.push(wait);
+            }
+        }
     }
     if let Body::Owned(buf) = body {
         state.frame_pool.give(buf);
@@ -233,6 +263,11 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
             }
         }
     }
+    let any_error = resp
+        .responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter())
+        .any(|r| r.error_code != 0);
     crate::request_metrics::count(
         "Produce",
         resp.responses
@@ -287,6 +322,142 @@ fn produce_throttle_ms(
     bandwidth_ms.max(request_ms)
 }
 
+/// One partition's result into its response entry; an acks=all append whose ISR lacks it yet
+/// is returned to be waited for.
+fn settle(
+    state: &BrokerState,
+    name: &str,
+    append_acks: Option<Acks>,
+    result: Result<streamforge_log::AppendInfo, Rejection>,
+    r: &mut PartitionProduceResponse,
+    records_bytes: usize,
+) -> Option<(Arc<Partition>, i64)> {
+    match result {
+        Ok(info) => {
+            r.error_code = 0;
+            r.base_offset = info.first_offset;
+            r.log_append_time_ms = info.log_append_time_ms;
+            r.log_start_offset = info.log_start_offset;
+            metrics::counter!("streamforge_messages_in_total", "topic" => name.to_string())
+                .increment(info.record_count as u64);
+            metrics::counter!("streamforge_bytes_in_total", "topic" => name.to_string())
+                .increment(records_bytes as u64);
+            let partition = state.replicas.partition(name, r.index)?;
+            let pending = matches!(
+                partition.replication(info.last_offset + 1),
+                Ok(Replication::Pending)
+            );
+            (append_acks == Some(Acks::All) && pending).then_some((partition, info.last_offset + 1))
+        }
+        Err(rejection) => {
+            let Rejection {
+                code,
+                message: msg,
+                record_errors,
+            } = rejection;
+            tracing::debug!(topic = %name, partition = r.index, code, ?msg, "produce rejected");
+            r.error_code = code;
+            r.error_message = msg.map(message).unwrap_or_default();
+            r.record_errors = record_errors;
+            None
+        }
+    }
+}
+
+/// Each remote partition's answer from its producer's coordinator (one check per producer:
+/// a request's batches normally share one).
+async fn check_remote(state: &BrokerState, txn: &TxnProduce, remote: &[Remote]) -> Vec<i16> {
+    let mut producers: Vec<(i64, i16)> = remote.iter().map(|d| d.producer).collect();
+    producers.sort_unstable();
+    producers.dedup();
+    let mut codes: std::collections::HashMap<(String, i32), i16> = Default::default();
+    for (pid, epoch) in producers {
+        let partitions = remote
+            .iter()
+            .filter(|d| d.producer == (pid, epoch))
+            .map(|d| (d.topic.clone(), d.index))
+            .collect();
+        let producer = (txn.transactional_id.as_str(), pid, epoch);
+        let answer = check_retrying(state, producer, !txn.add_partitions(), partitions).await;
+        codes.extend(answer);
+    }
+    remote
+        .iter()
+        .map(|d| {
+            codes
+                .get(&(d.topic.clone(), d.index))
+                .copied()
+                .unwrap_or(ErrorCode::UnknownServerError.code())
+        })
+        .collect()
+}
+
+/// First backoff of a CONCURRENT_TRANSACTIONS retry (Kafka's
+/// `add.partitions.to.txn.retry.backoff.ms`), doubled up to the max.
+const CONCURRENT_RETRY_BACKOFF_MS: u64 = 20;
+const CONCURRENT_RETRY_BACKOFF_MS_MAX: u64 = 100;
+/// How long a transaction version 2 add retries CONCURRENT_TRANSACTIONS (the previous
+/// transaction's markers going out) before the producer is told.
+const CONCURRENT_RETRY_MS_MAX: u64 = 5_000;
+
+/// The coordinator's check of `partitions`; an add answered CONCURRENT_TRANSACTIONS is asked
+/// again after a backoff (bounded), as Kafka's leader does for transaction version 2: the
+/// client's next request (its EndTxn) must not meet the previous transaction still prepared.
+async fn check_retrying(
+    state: &BrokerState,
+    producer: (&str, i64, i16),
+    verify_only: bool,
+    partitions: Vec<(String, i32)>,
+) -> crate::txn_verify::Answer {
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(CONCURRENT_RETRY_MS_MAX);
+    let mut backoff_ms = CONCURRENT_RETRY_BACKOFF_MS;
+    loop {
+        let answer =
+            crate::txn_verify_sender::check(state, producer, verify_only, partitions.clone()).await;
+        let busy = ErrorCode::ConcurrentTransactions.code();
+        if verify_only
+            || !answer.iter().any(|(_, c)| *c == busy)
+            || std::time::Instant::now() >= deadline
+        {
+            return answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(backoff_ms)).await;
+        backoff_ms = (backoff_ms * 2).min(CONCURRENT_RETRY_BACKOFF_MS_MAX);
+    }
+}
+
+/// Appends a remote partition's batches once its coordinator has answered 0.
+fn append_remote_checked(
+    state: &BrokerState,
+    d: &Remote,
+    body: &mut Body,
+    acks: Acks,
+) -> Result<streamforge_log::AppendInfo, Rejection> {
+    let partition = state
+        .replicas
+        .lookup_partition(&d.topic, d.index)
+        .map_err(|e| Rejection::new(e.response_error(), None))?;
+    let mut shared = Vec::new();
+    let batches = batches_of(body, d.records.clone().unwrap_or(0..0), &mut shared);
+    append(&partition, batches, AppendParams { acks })
+}
+
+/// A partition's batches in the request body (copied to `shared` when the body is shared).
+fn batches_of<'a>(
+    body: &'a mut Body,
+    range: Range<usize>,
+    shared: &'a mut Vec<u8>,
+) -> &'a mut [u8] {
+    match body {
+        Body::Owned(buf) => &mut buf[range],
+        Body::Shared(bytes) => {
+            *shared = bytes[range].to_vec();
+            shared
+        }
+    }
+}
+
 /// Kafka's order of checks for one partition: internal topic, hosted partition, batches.
 fn append_checked(
     state: &BrokerState,
@@ -295,41 +466,32 @@ fn append_checked(
     body: &mut Body,
     records: Option<Range<usize>>,
     acks: Acks,
-    txn: Option<&crate::handlers::produce_txn::TxnProduce>,
-) -> Result<streamforge_log::AppendInfo, Rejection> {
+    txn: Option<&TxnProduce>,
+) -> TxnAppend {
     if is_internal_topic(name) {
         // Only the broker writes its internal topics (Kafka: InvalidTopicException).
-        return Err(Rejection::new(
+        return TxnAppend::Done(Err(Rejection::new(
             ErrorCode::InvalidTopicException,
             Some(format!("Cannot append to internal topic {name}")),
-        ));
+        )));
     }
-    match state.replicas.lookup_partition(name, index) {
-        Err(e) => Err(Rejection::new(e.response_error(), None)),
-        Ok(partition) => {
-            let range = records.unwrap_or(0..0);
-            if range.len() < RECORD_BATCH_HEADER_BYTES {
-                return Err(Rejection::new(
-                    ErrorCode::InvalidRecord,
-                    Some("produce request without a complete record batch".into()),
-                ));
-            }
-            let mut shared;
-            let batches: &mut [u8] = match body {
-                Body::Owned(buf) => &mut buf[range],
-                Body::Shared(bytes) => {
-                    shared = bytes[range].to_vec();
-                    &mut shared
-                }
-            };
-            let params = AppendParams { acks };
-            match txn {
-                None => append(&partition, batches, params),
-                Some(txn) => {
-                    crate::handlers::produce_txn::append(state, txn, &partition, batches, params)
-                }
-            }
-        }
+    let partition = match state.replicas.lookup_partition(name, index) {
+        Err(e) => return TxnAppend::Done(Err(Rejection::new(e.response_error(), None))),
+        Ok(partition) => partition,
+    };
+    let range = records.unwrap_or(0..0);
+    if range.len() < RECORD_BATCH_HEADER_BYTES {
+        return TxnAppend::Done(Err(Rejection::new(
+            ErrorCode::InvalidRecord,
+            Some("produce request without a complete record batch".into()),
+        )));
+    }
+    let mut shared = Vec::new();
+    let batches = batches_of(body, range, &mut shared);
+    let params = AppendParams { acks };
+    match txn {
+        None => TxnAppend::Done(append(&partition, batches, params)),
+        Some(txn) => crate::handlers::produce_txn::append(state, txn, &partition, batches, params),
     }
 }
 

@@ -4,7 +4,13 @@
 //! does with AddPartitionsToTxn v5; older versions must have added it themselves
 //! (AddPartitionsToTxn) or get INVALID_TXN_STATE, as Kafka with
 //! `transaction.partition.verification.enable=true` (its default). Later batches of the same
-//! transaction find it open in the log and go straight to the append.
+//! transaction find it open in the log and go straight to the append. When the coordinator is
+//! this broker the check runs in-process under its lock; when it is another broker the check
+//! goes there (`txn_verify_sender::check`) and the append follows the answer.
+//! Between that answer and the append no lock is held: a marker landing there would have
+//! bumped the producer's epoch under transaction version 2 (every marker does) or on a
+//! timeout or fencing, so the log refuses the stale batch; Kafka's verification guard also
+//! covers a version 1 client's own EndTxn racing its Produce, which is not guarded here.
 
 use streamforge_log::AppendInfo;
 use streamforge_protocol::batch::RecordBatchHeader;
@@ -12,12 +18,38 @@ use streamforge_protocol::batch::RecordBatchHeader;
 use super::produce::Rejection;
 use crate::BrokerState;
 use crate::partition::{AppendParams, Partition, PartitionError};
+use crate::txn_verify::{FIRST_ADD_PARTITION_PRODUCE_VERSION, produce_error};
 
 /// What a Produce request says about its transaction.
 pub(crate) struct TxnProduce {
     pub transactional_id: String,
+    /// The Produce version: v12+ adds the partition to the transaction rather than verify it,
+    /// and the version decides how coordinator errors are reported.
+    pub produce_version: i16,
+}
+
+impl TxnProduce {
     /// Produce v12+: add the partition to the transaction rather than verify it.
-    pub add_partitions: bool,
+    pub fn add_partitions(&self) -> bool {
+        self.produce_version >= FIRST_ADD_PARTITION_PRODUCE_VERSION
+    }
+
+    /// A coordinator's error `code` as this Produce reports it (Kafka's translations).
+    pub fn rejection(&self, code: i16) -> Rejection {
+        let (code, message) = produce_error(code, self.produce_version);
+        Rejection::with_code(code, message)
+    }
+}
+
+/// What became of one partition's transactional batches.
+pub(crate) enum TxnAppend {
+    Done(Result<AppendInfo, Rejection>),
+    /// The producer's coordinator is another broker: check with it (the producer's id and
+    /// epoch), then append (`Partition::append`) if it answers 0.
+    Remote {
+        producer_id: i64,
+        producer_epoch: i16,
+    },
 }
 
 /// Append `batches` (one partition's) for a Produce carrying a transactional id.
@@ -27,16 +59,18 @@ pub(crate) fn append(
     partition: &Partition,
     batches: &mut [u8],
     params: AppendParams,
-) -> Result<AppendInfo, Rejection> {
+) -> TxnAppend {
     let producer = RecordBatchHeader::parse(batches)
         .ok()
         .filter(|h| h.is_transactional())
         .map(|h| (h.producer_id(), h.producer_epoch()));
     let Some((pid, epoch)) = producer else {
         // Not a transactional batch (the log's own checks apply).
-        return partition
-            .append(batches, params)
-            .map_err(Rejection::from_partition);
+        return TxnAppend::Done(
+            partition
+                .append(batches, params)
+                .map_err(Rejection::from_partition),
+        );
     };
     // The common case: the producer's transaction is already open here.
     let open = |log: &streamforge_log::Log| {
@@ -48,25 +82,29 @@ pub(crate) fn append(
     };
     match partition.append_checked(batches, params, open) {
         Err(PartitionError::NotInTransaction) => {}
-        other => return other.map_err(Rejection::from_partition),
+        other => return TxnAppend::Done(other.map_err(Rejection::from_partition)),
     }
     let appended = state.txns.verified_append(
         state,
         (&txn.transactional_id, pid, epoch),
         (partition.topic.to_string(), partition.index),
-        txn.add_partitions,
+        txn.add_partitions(),
         || partition.append(batches, params),
     );
     match appended {
-        Ok(result) => result.map_err(Rejection::from_partition),
-        Err(e) => {
-            let message = match e {
-                kafka_protocol::ResponseError::InvalidTxnState => {
-                    "Partition was not added to the transaction".to_string()
-                }
-                other => format!("transaction check failed: {other:?}"),
-            };
-            Err(Rejection::new(e, Some(message)))
+        Ok(result) => TxnAppend::Done(result.map_err(Rejection::from_partition)),
+        // CONCURRENT_TRANSACTIONS on an add (the previous transaction's markers are still
+        // going out) is retried off the coordinator's lock, as Kafka's leader retries it.
+        Err(kafka_protocol::ResponseError::NotCoordinator) => TxnAppend::Remote {
+            producer_id: pid,
+            producer_epoch: epoch,
+        },
+        Err(kafka_protocol::ResponseError::ConcurrentTransactions) if txn.add_partitions() => {
+            TxnAppend::Remote {
+                producer_id: pid,
+                producer_epoch: epoch,
+            }
         }
+        Err(e) => TxnAppend::Done(Err(txn.rejection(e.code()))),
     }
 }

@@ -248,6 +248,43 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
     Ok(Some(req.respond(&resp)?))
 }
 
+/// TxnOffsetCommit's check that the group's offsets partition is in the producer's open
+/// transaction: v5+ (transaction version 2, no AddOffsetsToTxn) adds it, as Kafka's group
+/// coordinator does through AddPartitionsToTxn; older versions must have added it
+/// (AddOffsetsToTxn) or get the producer's error (fenced, unknown, not open). When the
+/// transaction's coordinator is another broker (this one coordinates the group), the check or
+/// the add goes there (`txn_verify_sender::check`). 0 when the offsets may be taken.
+async fn offsets_in_txn(
+    state: &BrokerState,
+    api_version: i16,
+    producer: (&str, i64, i16),
+    partition: &(String, i32),
+) -> i16 {
+    let (tid, pid, epoch) = producer;
+    let add = api_version >= 5;
+    let local = if add {
+        let added = state.txns.run(state, tid, |c, now, out| {
+            c.add_partitions(now, tid, pid, epoch, std::slice::from_ref(partition), out)
+        });
+        state.txns.replicated(state, tid, added).await.map(|()| 0)
+    } else {
+        state.txns.read_for(tid, |c| {
+            c.verify_partitions(tid, pid, epoch, std::slice::from_ref(partition))[0]
+        })
+    };
+    match local {
+        Ok(code) => code,
+        Err(ResponseError::NotCoordinator) => {
+            let answer =
+                crate::txn_verify_sender::check(state, producer, !add, vec![partition.clone()])
+                    .await;
+            let code = answer.first().map_or(0, |(_, c)| *c);
+            crate::txn_verify::offset_commit_error(code)
+        }
+        Err(e) => e.code(),
+    }
+}
+
 pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: TxnOffsetCommitRequest = req.decode()?;
     let group = request.group_id.0.to_string();
@@ -267,26 +304,6 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
         request.producer_id.0,
         request.producer_epoch,
     );
-    let check = if req.api_version >= 5 {
-        // Transaction version 2 sends no AddOffsetsToTxn: the group's offsets partition joins
-        // the transaction here (Kafka's group coordinator adds it through AddPartitionsToTxn).
-        let added = state.txns.run(&state, tid, |c, now, out| {
-            c.add_partitions(now, tid, pid, epoch, std::slice::from_ref(&partition), out)
-        });
-        code(state.txns.replicated(&state, tid, added).await)
-    } else {
-        // The group's offsets partition must be in the producer's open transaction
-        // (AddOffsetsToTxn first): otherwise the producer's error (fenced, unknown, not open).
-        // When the transaction's coordinator is another broker (this one coordinates the
-        // group), the check is the client's AddOffsetsToTxn there, as before KIP-890.
-        match state.txns.read_for(tid, |c| {
-            c.verify_partitions(tid, pid, epoch, std::slice::from_ref(&partition))[0]
-        }) {
-            Ok(code) => code,
-            Err(ResponseError::NotCoordinator) => 0,
-            Err(e) => e.code(),
-        }
-    };
     let mut offsets = Vec::new();
     for t in request
         .topics
@@ -312,16 +329,16 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     } else if let Err(code) = state.groups.serves(&group) {
         // Sent to the group's coordinator (FindCoordinator for the group), as Kafka.
         code
-    } else if check != 0 {
-        check
     } else {
-        code(state.txns.add_pending_offsets(
-            &state.replicas,
-            &request.transactional_id.0,
-            &group,
-            request.producer_id.0,
-            offsets,
-        ))
+        let (tid, pid, epoch) = (tid.as_str(), pid, epoch);
+        match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition).await {
+            0 => code(
+                state
+                    .txns
+                    .add_pending_offsets(&state.replicas, tid, &group, pid, offsets),
+            ),
+            check => check,
+        }
     };
     let mut resp = TxnOffsetCommitResponse::default();
     for t in &request.topics {

@@ -13,6 +13,9 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 
@@ -58,6 +61,46 @@ public final class Broker implements AutoCloseable {
             return b;
         } catch (IOException e) {
             throw new IllegalStateException("cannot start the broker", e);
+        }
+    }
+
+    /**
+     * `n` brokers as one cluster, each also a controller voter (as tests/python/test_cluster.py
+     * starts them), with `extraArgs` each. Started together: the voters need each other to
+     * elect a controller. The caller closes them.
+     */
+    public static List<Broker> cluster(int n, String... extraArgs) {
+        List<Broker> brokers = new ArrayList<>();
+        ExecutorService pool = Executors.newFixedThreadPool(n);
+        try {
+            StringBuilder voters = new StringBuilder();
+            for (int i = 1; i <= n; i++) {
+                voters.append(i == 1 ? "" : ",").append(i).append("@127.0.0.1:").append(freePort());
+            }
+            for (int i = 1; i <= n; i++) {
+                List<String> args = new ArrayList<>(List.of("--node-id", String.valueOf(i),
+                        "--controller-quorum-voters", voters.toString(),
+                        "--broker-session-timeout-ms", "3000",
+                        "--broker-heartbeat-interval-ms", "500"));
+                args.addAll(List.of(extraArgs));
+                brokers.add(new Broker(args));
+            }
+            List<Future<Void>> started = new ArrayList<>();
+            for (Broker b : brokers) {
+                started.add(pool.submit(() -> {
+                    b.launch();
+                    return null;
+                }));
+            }
+            for (Future<Void> f : started) {
+                f.get(START_TIMEOUT.toSeconds() + 10, TimeUnit.SECONDS);
+            }
+            return brokers;
+        } catch (Exception e) {
+            brokers.forEach(Broker::close);
+            throw new IllegalStateException("cannot start the cluster", e);
+        } finally {
+            pool.shutdownNow();
         }
     }
 
