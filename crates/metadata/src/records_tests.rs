@@ -184,10 +184,10 @@ fn newer_versions_and_unknown_types_are_refused() {
     ));
     bytes[0] = 200;
     assert_eq!(Record::decode(&bytes), Err(RecordError::UnknownType(200)));
-    // Kind 9 belongs to a record this build does not know; 10 is PartitionElr.
-    bytes[0] = 9;
+    // 9 is PartitionReassignment, 10 PartitionElr; 11 is the first kind this build does not know.
+    bytes[0] = 11;
     bytes[1] = RECORD_VERSION;
-    assert_eq!(Record::decode(&bytes), Err(RecordError::UnknownType(9)));
+    assert_eq!(Record::decode(&bytes), Err(RecordError::UnknownType(11)));
 }
 
 #[test]

@@ -290,6 +290,7 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::DescribeConfigs => "DescribeConfigs",
         ApiKey::AlterConfigs => "AlterConfigs",
         ApiKey::CreatePartitions => "CreatePartitions",
+        ApiKey::ElectLeaders => "ElectLeaders",
         ApiKey::AlterPartitionReassignments => "AlterPartitionReassignments",
         ApiKey::ListPartitionReassignments => "ListPartitionReassignments",
         ApiKey::DeleteGroups => "DeleteGroups",
