@@ -28,6 +28,9 @@ served! {
     DescribeConfigs, 1, 4;
     AlterConfigs, 0, 2;
     CreatePartitions, 0, 3;
+    AlterPartitionReassignments, 0, 1;
+    ListPartitionReassignments, 0, 0;
+    ElectLeaders, 0, 2;
     IncrementalAlterConfigs, 0, 1;
     DescribeCluster, 0, 2;
     DescribeQuorum, 0, 2;
