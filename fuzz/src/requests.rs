@@ -149,6 +149,11 @@ fn decode_body(req: &RequestFrame) {
         ApiKey::DescribeAcls => drop(decode!(req, DescribeAclsRequest)),
         ApiKey::CreateAcls => drop(decode!(req, CreateAclsRequest)),
         ApiKey::DeleteAcls => drop(decode!(req, DeleteAclsRequest)),
+        ApiKey::ElectLeaders => drop(decode!(req, ElectLeadersRequest)),
+        ApiKey::AlterPartitionReassignments => {
+            drop(decode!(req, AlterPartitionReassignmentsRequest))
+        }
+        ApiKey::ListPartitionReassignments => drop(decode!(req, ListPartitionReassignmentsRequest)),
         other => panic!("{other:?} is served but has no decoder in the fuzz harness"),
     }
 }
