@@ -473,20 +473,7 @@ impl MetadataQuorum for RaftQuorum {
     }
 
     fn voters(&self) -> Vec<VoterStatus> {
-        let metrics = self.raft.metrics().borrow().clone();
-        let last = metrics.last_log_index.unwrap_or(0);
-        let matched = metrics.replication.as_ref();
-        metrics
-            .membership_config
-            .membership()
-            .voter_ids()
-            .map(|id| {
-                let lag_entries = matched
-                    .and_then(|m| m.get(&id))
-                    .map(|log_id| last.saturating_sub(log_id.as_ref().map_or(0, |l| l.index)));
-                VoterStatus { id, lag_entries }
-            })
-            .collect()
+        self.member_status(|m| m.voter_ids().collect())
     }
 
     fn observers(&self) -> Vec<VoterStatus> {

@@ -193,13 +193,20 @@ impl RaftQuorum {
     /// The observers (learners) of the membership and, as the leader sees it, how far each
     /// one's log is behind (`None` on a node that does not lead).
     pub fn learners(&self) -> Vec<VoterStatus> {
+        self.member_status(|m| m.learner_ids().collect())
+    }
+
+    /// Each member `ids` picks from the membership, with how many entries its log is behind
+    /// the leader's (`None` on a node that does not lead): voters and learners alike.
+    pub(super) fn member_status(
+        &self,
+        ids: impl FnOnce(&openraft::Membership<NodeId, BasicNode>) -> Vec<NodeId>,
+    ) -> Vec<VoterStatus> {
         let metrics = self.raft.metrics().borrow().clone();
         let last = metrics.last_log_index.unwrap_or(0);
         let matched = metrics.replication.as_ref();
-        metrics
-            .membership_config
-            .membership()
-            .learner_ids()
+        ids(metrics.membership_config.membership())
+            .into_iter()
             .map(|id| {
                 let lag_entries = matched
                     .and_then(|m| m.get(&id))
