@@ -16,7 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use streamforge_broker::BrokerState;
 use streamforge_coordinator::OFFSETS_TOPIC;
 use streamforge_metadata::{MetadataDelta, PartitionDelta};
-use support::group_client::RawClient;
+use support::group_client::{RawClient, assignment, subscription};
 use support::{peer_config, start_with_peers};
 
 const NODE: i32 = 2;
@@ -46,6 +46,12 @@ async fn create_topic(client: &mut RawClient) {
 /// the ISR (the other broker does not run here, so it never fetches: with it in the ISR an
 /// offset commit would wait for it, as Kafka's does).
 fn move_offsets_leader(state: &BrokerState, leader: i32) {
+    change_offsets_partition(state, leader, &[leader]);
+}
+
+/// Applies `__consumer_offsets-0` led by `leader` with ISR `isr` (replicas 2 and 1) under the
+/// next leader epoch, as the controller would.
+fn change_offsets_partition(state: &BrokerState, leader: i32, isr: &[i32]) {
     let image = state.replicas.image();
     let t = image.topic_by_name(OFFSETS_TOPIC).unwrap();
     let local = state.replicas.partition(OFFSETS_TOPIC, 0).unwrap();
@@ -54,7 +60,7 @@ fn move_offsets_leader(state: &BrokerState, leader: i32) {
     before.leader_epoch = local.leader_epoch();
     let mut after = before.clone();
     after.replicas = vec![NODE, 1];
-    after.isr = vec![leader];
+    after.isr = isr.to_vec();
     after.leader = leader;
     after.leader_epoch += 1;
     let mut delta = MetadataDelta::default();
@@ -125,5 +131,84 @@ async fn committed_offsets_survive_the_offsets_partition_moving_away_and_back() 
     wait_for(&mut client, (0, 42)).await;
     assert_eq!(client.commit(GROUP, TOPIC, 0, 44).await, 0);
     assert_eq!(fetch_v8(&mut client).await, (0, 44));
+    broker.shutdown().await;
+}
+
+/// JoinGroup of `GROUP`, asked again while the coordinator is still loading the partition
+/// under its new leader epoch (bounded by [`FOLLOW_WAIT`]).
+async fn join_loaded(client: &mut RawClient, member_id: &str) -> JoinGroupResponse {
+    let started = Instant::now();
+    loop {
+        let join = client.join(GROUP, member_id, subscription(TOPIC)).await;
+        let loading = ResponseError::CoordinatorLoadInProgress.code();
+        if join.error_code != loading || started.elapsed() > FOLLOW_WAIT {
+            return join;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One member joins `GROUP` (JoinGroup v9: the first call hands out the member id) and syncs
+/// its own assignment as leader: (the SyncGroup error, the generation, the member id).
+async fn join_and_sync_alone(client: &mut RawClient) -> (i16, i32, String) {
+    let first = join_loaded(client, "").await;
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED first");
+    let join = client
+        .join(GROUP, first.member_id.as_str(), subscription(TOPIC))
+        .await;
+    assert_eq!(join.error_code, 0, "{join:?}");
+    let me = join.member_id.to_string();
+    assert_eq!(join.leader.as_str(), me);
+    let mine = vec![(me.clone(), assignment(TOPIC, &[0]))];
+    let sync = client.sync(GROUP, &me, join.generation_id, mine).await;
+    (sync.error_code, join.generation_id, me)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_group_is_answered_only_once_the_assignment_is_on_every_isr_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = peer_config(dir.path(), NODE);
+    config.groups.coordinator.offsets_topic_partitions = 1;
+    config.groups.coordinator.group_initial_rebalance_delay_ms = 0;
+    // The absent broker 1 stays in the ISR for the whole test (no shrink).
+    config.replica_lag_time_max_ms = 600_000;
+    let broker = start_with_peers(config, &[1, 3]).await;
+    let mut client = RawClient::connect(broker.kafka_addr()).await;
+    create_topic(&mut client).await;
+    // Loads the group's partition of `__consumer_offsets` here.
+    assert_eq!(client.commit("warm-up", TOPIC, 0, 1).await, 0);
+
+    // Broker 1 is in the ISR but never fetches: the group's record cannot be committed, so the
+    // assignment must not be handed out (Kafka answers COORDINATOR_NOT_AVAILABLE after
+    // offsets.commit.timeout.ms) and the generation is not kept: the group rebalances.
+    change_offsets_partition(&broker.state(), NODE, &[NODE, 1]);
+    let started = Instant::now();
+    let (code, generation, member) = join_and_sync_alone(&mut client).await;
+    assert_eq!(code, ResponseError::CoordinatorNotAvailable.code());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(4_500),
+        "answered after {waited:?}, before the commit timeout"
+    );
+    assert_eq!(
+        client.heartbeat(GROUP, &member, generation).await,
+        ResponseError::RebalanceInProgress.code()
+    );
+
+    // With the ISR back to this broker alone, the same member's next generation is stable at
+    // once.
+    change_offsets_partition(&broker.state(), NODE, &[NODE]);
+    let join = join_loaded(&mut client, &member).await;
+    assert_eq!(join.error_code, 0, "{join:?}");
+    assert!(join.generation_id > generation);
+    let mine = vec![(member.clone(), assignment(TOPIC, &[0]))];
+    let started = Instant::now();
+    let sync = client.sync(GROUP, &member, join.generation_id, mine).await;
+    assert_eq!(sync.error_code, 0);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        client.heartbeat(GROUP, &member, join.generation_id).await,
+        0
+    );
     broker.shutdown().await;
 }

@@ -181,6 +181,39 @@ impl GroupCoordinator {
         self.after_event(&group_id, now_ms, out);
     }
 
+    /// The group metadata stored when generation `generation_id` became stable did not reach
+    /// every in-sync replica of its `__consumer_offsets` partition in time (the broker waits for
+    /// that before answering SyncGroup, as Kafka's coordinator answers only once its append is
+    /// committed). As Kafka does on a failed store: the generation is not kept, the group
+    /// rebalances, and its members rejoin (their SyncGroup got the mapped error). A group that
+    /// already moved on (another generation, or rebalancing) is left as it is.
+    pub fn group_store_failed(
+        &mut self,
+        now_ms: i64,
+        group_id: &str,
+        generation_id: i32,
+        out: &mut Effects,
+    ) {
+        let partition = self.partition_for(group_id);
+        let ctx = Ctx {
+            config: &self.config,
+            partition,
+        };
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return;
+        };
+        if !group.is(GroupState::Stable) || group.generation_id != generation_id {
+            return;
+        }
+        tracing::warn!(
+            group = %group_id,
+            generation = generation_id,
+            "group assignment not replicated in time; rebalancing"
+        );
+        maybe_prepare_rebalance(&ctx, group, now_ms, out);
+        self.after_event(group_id, now_ms, out);
+    }
+
     /// Heartbeat: returns the error code to send.
     pub fn heartbeat(&mut self, now_ms: i64, request: HeartbeatRequest, out: &mut Effects) -> i16 {
         let Some(group) = self.groups.get_mut(&request.group_id) else {

@@ -229,13 +229,53 @@ pub async fn handle_sync_group(state: Arc<BrokerState>, req: RequestFrame) -> Ha
             .collect(),
     };
     let wait_ms = state.groups.sync_wait_ms(&domain.group_id);
-    let result = state.groups.sync(domain, wait_ms).await;
+    let generation_id = domain.generation_id;
+    let mut result = state.groups.sync(domain, wait_ms).await;
+    if result.error_code == 0 {
+        // The assignment is answered only once the group's record is on every in-sync replica
+        // (Kafka's coordinator completes SyncGroup when its append is committed), so a
+        // coordinator failover cannot forget a generation its members already run.
+        let group = request.group_id.0.as_str();
+        if let Err(code) = sync_stored(&state, group, generation_id).await {
+            result = coord::SyncGroupResponse::error(code);
+        }
+    }
     let mut resp = SyncGroupResponse::default();
     resp.error_code = result.error_code;
     resp.protocol_type = result.protocol_type.as_deref().map(s);
     resp.protocol_name = result.protocol_name.as_deref().map(s);
     resp.assignment = result.assignment;
     Ok(Some(req.respond(&resp)?))
+}
+
+/// Waits until what `group`'s coordinator appended so far is replicated to its ISR (at most
+/// `offsets.commit.timeout.ms`). A failure is answered as Kafka's
+/// `appendGroupMetadataErrorToResponseError` maps it (a timeout or too small an ISR:
+/// COORDINATOR_NOT_AVAILABLE; lost leadership: NOT_COORDINATOR), and the generation is not kept:
+/// the group rebalances.
+async fn sync_stored(state: &BrokerState, group: &str, generation_id: i32) -> Result<(), i16> {
+    let timeout = std::time::Duration::from_millis(crate::group_service::OFFSET_COMMIT_TIMEOUT_MS);
+    let stored = (state.groups)
+        .wait_replicated(&state.produce_purgatory, group, timeout)
+        .await;
+    let Err(code) = stored else {
+        return Ok(());
+    };
+    let code = if code == ResponseError::RequestTimedOut.code() {
+        ResponseError::CoordinatorNotAvailable.code()
+    } else {
+        code
+    };
+    tracing::warn!(
+        group,
+        generation_id,
+        code,
+        "group assignment not replicated; answering SyncGroup with an error"
+    );
+    let _ = state.groups.with_group(group, |c, now, out| {
+        c.group_store_failed(now, group, generation_id, out)
+    });
+    Err(code)
 }
 
 pub async fn handle_heartbeat(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {

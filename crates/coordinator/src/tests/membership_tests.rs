@@ -526,3 +526,29 @@ fn partition_for_group_matches_kafka() {
     assert_eq!(h, i32::MIN);
     assert_eq!(partition_for_group("polygenelubricants", 50), 0);
 }
+
+#[test]
+fn a_failed_store_of_the_stable_generation_rebalances_the_group() {
+    let mut h = Harness::new(config(100));
+    let (ids, generation) = h.stable_group("g", 2);
+    let mut out = Effects::default();
+    h.c.group_store_failed(h.now_ms, "g", generation, &mut out);
+    h.absorb(out);
+    assert_eq!(h.c.group_state("g"), Some(GroupState::PreparingRebalance));
+    assert_eq!(
+        h.heartbeat("g", &ids[0], generation),
+        ResponseError::RebalanceInProgress.code()
+    );
+}
+
+#[test]
+fn a_failed_store_of_an_older_generation_changes_nothing() {
+    let mut h = Harness::new(config(100));
+    let (ids, generation) = h.stable_group("g", 1);
+    let mut out = Effects::default();
+    h.c.group_store_failed(h.now_ms, "g", generation - 1, &mut out);
+    h.c.group_store_failed(h.now_ms, "unknown", generation, &mut out);
+    h.absorb(out);
+    assert_eq!(h.c.group_state("g"), Some(GroupState::Stable));
+    assert_eq!(h.heartbeat("g", &ids[0], generation), 0);
+}
