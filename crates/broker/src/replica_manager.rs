@@ -35,6 +35,7 @@ use streamforge_metadata::controller::{ControllerConfig, Event, Reply};
 use streamforge_metadata::records::Endpoint;
 
 use crate::metadata_service::{MetadataError, MetadataService};
+use crate::quota::replication::ReplicationQuotas;
 use crate::topic_config;
 use crate::topic_store::TopicStore;
 /// Kafka's limit on topic name length.
@@ -243,6 +244,9 @@ pub struct ReplicaManager {
     isr_sink: crate::partition::IsrChangeSink,
     /// `replica.lag.time.max.ms`.
     replica_lag_time_max_ms: i64,
+    /// Reassignment throttles: the topics' throttled replicas (kept here from the image) and
+    /// the broker's rates (from the dynamic broker configs).
+    replication_quotas: Arc<ReplicationQuotas>,
 }
 
 impl ReplicaManager {
@@ -304,6 +308,11 @@ impl ReplicaManager {
             isr_sink: isr_intents.sink(),
             isr_intents,
             replica_lag_time_max_ms,
+            replication_quotas: Arc::new(ReplicationQuotas::new(
+                node_id,
+                crate::quota::replication::rate_config(),
+                clock.clone(),
+            )),
         };
         let topics = rm.open_from_image(&rm.metadata.image_for_open());
         let partitions = topics.values().flat_map(|t| t.hosted());
@@ -321,6 +330,11 @@ impl ReplicaManager {
     /// The metadata node (image, controller, registration).
     pub fn metadata(&self) -> &Arc<MetadataService> {
         &self.metadata
+    }
+
+    /// The replication quotas (reassignment throttles) of this broker.
+    pub fn replication_quotas(&self) -> &Arc<ReplicationQuotas> {
+        &self.replication_quotas
     }
 
     /// The ISR changes this broker's leaders want sent to the controller.
