@@ -17,6 +17,9 @@ pub enum ConfigType {
     List = 7,
 }
 
+/// A config's own validator: `(name, value)` to the INVALID_CONFIG message.
+pub type ValueCheck = fn(&str, &str) -> Result<(), String>;
+
 /// One topic config definition.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigDef {
@@ -27,7 +30,7 @@ pub struct ConfigDef {
     /// Accepted values for enumerated configs (each list element for `List`).
     pub allowed: &'static [&'static str],
     /// A validator of its own (`name`, `value`), instead of the type's checks.
-    pub check: Option<fn(&str, &str) -> Result<(), String>>,
+    pub check: Option<ValueCheck>,
     pub doc: &'static str,
 }
 
