@@ -515,6 +515,7 @@ fn metadata_options(
         heartbeat_interval_ms: config.broker_heartbeat_interval_ms,
         cluster: config.cluster.clone(),
         replica_lag_time_max_ms: config.replica_lag_time_max_ms,
+        replication_quota_window: config.replication_quota_window,
     }
 }
 

@@ -114,6 +114,8 @@ pub struct MetadataOptions {
     /// `replica.lag.time.max.ms`: how long a leader keeps a follower that does not catch up
     /// in the ISR.
     pub replica_lag_time_max_ms: i64,
+    /// `replication.quota.window.*`: the windows of the reassignment throttles.
+    pub replication_quota_window: crate::quota::rate::RateConfig,
 }
 
 impl Default for MetadataOptions {
@@ -126,6 +128,7 @@ impl Default for MetadataOptions {
             heartbeat_interval_ms: streamforge_metadata::controller::BROKER_HEARTBEAT_INTERVAL_MS,
             cluster: None,
             replica_lag_time_max_ms: crate::partition::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            replication_quota_window: crate::quota::replication::rate_config(),
         }
     }
 }
@@ -310,7 +313,7 @@ impl ReplicaManager {
             replica_lag_time_max_ms,
             replication_quotas: Arc::new(ReplicationQuotas::new(
                 node_id,
-                crate::quota::replication::rate_config(),
+                options.replication_quota_window,
                 clock.clone(),
             )),
         };
