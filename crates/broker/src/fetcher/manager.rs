@@ -256,8 +256,9 @@ impl FetcherTask {
             topics.entry(p.topic.clone()).or_default().push(fp);
         }
         if topics.is_empty() {
-            // Nothing to ask for (every partition throttled): Kafka's fetcher backs off
-            // `replica.fetch.backoff.ms` before it builds the next request.
+            // Nothing to ask for (every partition throttled, or none with a position): as
+            // Kafka's fetcher, back off `replica.fetch.backoff.ms` rather than send an empty
+            // Fetch (which the leader would answer at once).
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(REPLICA_FETCH_BACKOFF_MS)) => {}
                 _ = self.wake.notified() => {}
