@@ -158,3 +158,133 @@ def test_kafka_reassign_partitions_moves_the_data_to_other_brokers(broker_factor
     wait_for("partition 0 identical on brokers 2 and 3",
              lambda: segment_bytes(brokers[1].data_dir, 0)
              == segment_bytes(brokers[2].data_dir, 0) > 0)
+
+
+THROTTLED_TOPIC = "throttled"
+# Bytes per partition: four of the follower's 1 MiB fetches (`replica.fetch.max.bytes`).
+DATA_BYTES = 4 << 20
+VALUE_BYTES = 10_000
+REPLICA_FETCH_MAX_BYTES = 1 << 20
+THROTTLE_BYTES_PER_S = 1_000_000
+UNLIMITED = str(2**63 - 1)
+
+
+def produce_bytes(bootstrap: str, topic: str, partitions: list[int]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(DATA_BYTES // VALUE_BYTES):
+        for p in partitions:
+            producer.produce(topic, value=bytes([i % 251]) * VALUE_BYTES, partition=p)
+        producer.poll(0)
+    assert producer.flush(30) == 0, "records left unacknowledged"
+
+
+def partition_log(data_dir: Path, topic: str, partition: int) -> bytes:
+    """The partition's segments (`*.log`) on one broker, in offset order."""
+    d = data_dir / f"{topic}-{partition}"
+    return b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
+
+
+def config_values(b, kind, name: str) -> dict[str, str]:
+    from confluent_kafka.admin import ConfigResource
+    r = ConfigResource(kind, name)
+    entries = list(admin(b).describe_configs([r]).values())[0].result(20)
+    return {k: e.value for k, e in entries.items()}
+
+
+def log_dir_size(bootstrap: str, broker_id: int, topic: str, partition: int) -> int | None:
+    """DescribeLogDirs (kafka-python) of one broker: the size of its replica, if it has one."""
+    from kafka import KafkaAdminClient
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    try:
+        (answer,) = client.describe_log_dirs({topic: [partition]}, brokers=[broker_id])
+    finally:
+        client.close()
+    sizes = [q["partition_size"] for d in answer["log_dirs"] for t in d["topics"]
+             for q in t["partitions"] if t["name"] == topic and q["partition_index"] == partition]
+    return sizes[0] if sizes else None
+
+
+def test_a_throttled_reassignment_copies_at_the_throttle_rate_and_verify_removes_it(
+        broker_factory, tmp_path):
+    """`--execute --throttle 1000000` sets the rates on the moving brokers and the topic's
+    throttled replicas (0:1 leader side, 0:3 follower side): the new replica's copy of 4 MiB
+    takes at least (4 MiB - one 1 MiB fetch) / 1 MB/s, while the same move of another
+    partition without a throttle is much faster; DescribeLogDirs shows the new replica growing;
+    `--verify` deletes every throttle config, and the new replica holds the leader's bytes."""
+    classpath = tools_classpath()
+    if classpath is None:
+        pytest.skip("Kafka's tools class path (tests/java/target/tools.classpath) or java missing")
+    from confluent_kafka.admin import ConfigResource
+    from test_cluster import placement
+    brokers = start_cluster(broker_factory, offsets_partitions=1)
+    b1 = brokers[0]
+    fs = admin(b1).create_topics([NewTopic(THROTTLED_TOPIC, num_partitions=2,
+                                           replica_assignment=[[1], [1]])], operation_timeout=15)
+    for f in fs.values():
+        f.result(20)
+    wait_for("the topic led by broker 1", lambda: placement(b1, THROTTLED_TOPIC) is not None)
+    produce_bytes(b1.bootstrap, THROTTLED_TOPIC, [0, 1])
+    leader_size = log_dir_size(b1.bootstrap, 1, THROTTLED_TOPIC, 0)
+    assert leader_size is not None and leader_size >= DATA_BYTES, leader_size
+
+    def moved(p: int, replicas: list[int]):
+        seen = placement(b1, THROTTLED_TOPIC)
+        return seen is not None and seen[p][1] == replicas and sorted(seen[p][2]) == replicas
+
+    def execute(p: int, replicas: list[int], *args: str) -> tuple[float, Path]:
+        """Start moving partition `p` to `replicas`: the seconds until it has moved (from the
+        tool's return), and the plan's file."""
+        plan_file = tmp_path / f"move-{p}.json"
+        plan_file.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": THROTTLED_TOPIC, "partition": p, "replicas": replicas}]}))
+        run = reassign_tool(classpath, b1.bootstrap, "--reassignment-json-file", str(plan_file),
+                            "--execute", *args)
+        assert run.returncode == 0, run
+        started = time.monotonic()
+        if args:
+            assert f"throttle limit was set to {THROTTLE_BYTES_PER_S} B/s" in run.stdout, run.stdout
+            # Mid-copy: the rates are set on the moving brokers, the throttled replicas on the
+            # topic, and the new replica (DescribeLogDirs on broker 3) holds part of the data.
+            for node_id in (1, 3):
+                rates = config_values(brokers[node_id - 1], ConfigResource.Type.BROKER,
+                                      str(node_id))
+                assert rates["leader.replication.throttled.rate"] == str(THROTTLE_BYTES_PER_S)
+                assert rates["follower.replication.throttled.rate"] == str(THROTTLE_BYTES_PER_S)
+            topic = config_values(b1, ConfigResource.Type.TOPIC, THROTTLED_TOPIC)
+            assert topic["leader.replication.throttled.replicas"] == "0:1", topic
+            assert topic["follower.replication.throttled.replicas"] == "0:3", topic
+            wait_for("the new replica on broker 3",
+                     lambda: log_dir_size(b1.bootstrap, 3, THROTTLED_TOPIC, 0) is not None)
+            partial = log_dir_size(b1.bootstrap, 3, THROTTLED_TOPIC, 0)
+            assert partial is not None and partial < leader_size, (partial, leader_size)
+        wait_for(f"partition {p} moved to {replicas}", lambda: moved(p, replicas), WAIT_S)
+        return time.monotonic() - started, plan_file
+
+    free_s, _ = execute(1, [1, 2])
+    throttled_s, plan_file = execute(0, [1, 3], "--throttle", str(THROTTLE_BYTES_PER_S))
+    least_s = (leader_size - REPLICA_FETCH_MAX_BYTES) / THROTTLE_BYTES_PER_S
+    print(f"moving {leader_size} bytes: {free_s:.2f} s without a throttle, {throttled_s:.2f} s "
+          f"at {THROTTLE_BYTES_PER_S} B/s (at least {least_s:.2f} s)")
+    # The timer starts after the tool returned, a little after the copy started.
+    assert throttled_s >= least_s * 0.95, (throttled_s, least_s)
+    assert free_s < throttled_s / 3, (free_s, throttled_s)
+
+    verify = wait_for("--verify to report the move completed", lambda: (lambda v: v if (
+        v.returncode == 0 and f"Reassignment of partition {THROTTLED_TOPIC}-0 is completed"
+        in v.stdout) else None)(reassign_tool(classpath, b1.bootstrap, "--reassignment-json-file",
+                                             str(plan_file), "--verify")), WAIT_S)
+    assert "Clearing broker-level throttles on brokers 1,2,3" in verify.stdout, verify.stdout
+    assert f"Clearing topic-level throttles on topic {THROTTLED_TOPIC}" in verify.stdout
+    for node_id, b in enumerate(brokers, start=1):
+        rates = config_values(b, ConfigResource.Type.BROKER, str(node_id))
+        assert rates["leader.replication.throttled.rate"] == UNLIMITED, rates
+        assert rates["follower.replication.throttled.rate"] == UNLIMITED, rates
+    topic = config_values(b1, ConfigResource.Type.TOPIC, THROTTLED_TOPIC)
+    assert topic["leader.replication.throttled.replicas"] in ("", None), topic
+    assert topic["follower.replication.throttled.replicas"] in ("", None), topic
+
+    # The new replica holds exactly the leader's bytes, and DescribeLogDirs says so.
+    leader_log = partition_log(brokers[0].data_dir, THROTTLED_TOPIC, 0)
+    assert len(leader_log) == leader_size
+    assert partition_log(brokers[2].data_dir, THROTTLED_TOPIC, 0) == leader_log
+    assert log_dir_size(b1.bootstrap, 3, THROTTLED_TOPIC, 0) == leader_size

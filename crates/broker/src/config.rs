@@ -117,6 +117,9 @@ pub struct BrokerConfig {
     pub leader_imbalance_per_broker_percentage: u32,
     /// `quota.window.num` / `quota.window.size.seconds`: the client-quota sensors' windows.
     pub quota_window: crate::quota::rate::RateConfig,
+    /// `replication.quota.window.num` / `replication.quota.window.size.seconds`: the
+    /// reassignment throttles' windows (`quota::replication`).
+    pub replication_quota_window: crate::quota::rate::RateConfig,
     /// `controller.quorum.voters`: `Some` makes this broker a voter of that static quorum
     /// (and the controller when it leads); `None` is the one-voter quorum of itself.
     pub cluster: Option<crate::metadata_cluster::ClusterOptions>,
@@ -176,6 +179,7 @@ impl Default for BrokerConfig {
             leader_imbalance_per_broker_percentage:
                 streamforge_metadata::controller::LEADER_IMBALANCE_PER_BROKER_PERCENTAGE,
             quota_window: Default::default(),
+            replication_quota_window: crate::quota::replication::rate_config(),
             cluster: None,
             cluster_id: None,
         }

@@ -5,8 +5,9 @@
 //! (`STATIC_BROKER_CONFIG`), the built-in default (`DEFAULT_CONFIG`).
 //!
 //! Which configs are dynamic follows Kafka: the broker synonyms of the topic configs
-//! (`DynamicLogConfig`, of which we list those our logs act on) and `max.connections`
-//! (`DynamicListenerConfig`). Every other name is refused as Kafka refuses its read-only
+//! (`DynamicLogConfig`, of which we list those our logs act on), `max.connections`
+//! (`DynamicListenerConfig`) and the replication throttle rates (`DynamicConfig.Broker`,
+//! applied by `quota::replication`). Every other name is refused as Kafka refuses its read-only
 //! configs (INVALID_REQUEST, "Cannot update these configs dynamically: Set(name)").
 //!
 //! The values live in `<data-dir>/dynamic-broker-configs.json`, rewritten whole on every change
@@ -50,6 +51,14 @@ pub const MAX_CONNECTIONS: &str = "max.connections";
 
 /// Every dynamic broker config, alphabetical.
 pub static DYNAMIC_CONFIGS: &[DynamicDef] = &[
+    DynamicDef {
+        name: crate::quota::replication::FOLLOWER_RATE,
+        topic: None,
+    },
+    DynamicDef {
+        name: crate::quota::replication::LEADER_RATE,
+        topic: None,
+    },
     log("log.cleanup.policy", "cleanup.policy"),
     log("log.flush.interval.messages", "flush.messages"),
     log("log.flush.interval.ms", "flush.ms"),
@@ -73,7 +82,26 @@ const MAX_CONNECTIONS_DEF: ConfigDef = ConfigDef {
     kind: ConfigType::Int,
     min: Some(0),
     allowed: &[],
+    check: None,
     doc: "Most open client connections; further ones are closed right after accept.",
+};
+
+/// Type and bounds of the replication throttle rates (Kafka: LONG, at least 0, bytes/s).
+const FOLLOWER_RATE_DEF: ConfigDef = ConfigDef {
+    name: crate::quota::replication::FOLLOWER_RATE,
+    kind: ConfigType::Long,
+    min: Some(0),
+    allowed: &[],
+    check: None,
+    doc: "Bytes per second of the follower replicas named in topics' follower.replication.throttled.replicas.",
+};
+const LEADER_RATE_DEF: ConfigDef = ConfigDef {
+    name: crate::quota::replication::LEADER_RATE,
+    kind: ConfigType::Long,
+    min: Some(0),
+    allowed: &[],
+    check: None,
+    doc: "Bytes per second served to the followers of replicas named in topics' leader.replication.throttled.replicas.",
 };
 
 pub fn find(name: &str) -> Option<&'static DynamicDef> {
@@ -89,6 +117,8 @@ pub fn for_topic(topic: &str) -> Option<&'static DynamicDef> {
 pub fn value_def(d: &DynamicDef) -> &'static ConfigDef {
     match d.topic {
         Some(t) => topic_config::find(t).expect("every dynamic log config names a topic config"),
+        None if d.name == FOLLOWER_RATE_DEF.name => &FOLLOWER_RATE_DEF,
+        None if d.name == LEADER_RATE_DEF.name => &LEADER_RATE_DEF,
         None => &MAX_CONNECTIONS_DEF,
     }
 }

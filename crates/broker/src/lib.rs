@@ -185,6 +185,9 @@ impl Broker {
         );
         let (replicas, cluster_id, groups, producer_ids, dynamic) =
             open_storage(&config, &security.endpoints, tiering.clone()).await?;
+        let layers = dynamic.layers();
+        (replicas.replication_quotas())
+            .apply_broker_configs(|name| layers.effective(name).map(|(v, _)| v));
         let (advertised_host, advertised_port) = {
             let first = &security.endpoints[0];
             (first.host.clone(), first.port)
@@ -207,6 +210,7 @@ impl Broker {
             partition_max_bytes: config.replica_fetch_max_bytes,
             response_max_bytes: config.replica_fetch_response_max_bytes,
         };
+        let replication_quotas = replicas.replication_quotas().clone();
         let state = Arc::new(BrokerState {
             tiering,
             config,
@@ -222,7 +226,11 @@ impl Broker {
             request_memory: Arc::new(tokio::sync::Semaphore::new(request_memory_kib)),
             frame_pool: frame_pool::FramePool::default(),
             produce_purgatory: Default::default(),
-            fetchers: fetcher::FetcherManager::new(fetcher_config, shutdown_rx.clone()),
+            fetchers: fetcher::FetcherManager::new(
+                fetcher_config,
+                replication_quotas,
+                shutdown_rx.clone(),
+            ),
             shutdown: shutdown_rx.clone(),
             clock: Arc::clone(&config_clock),
             metrics,
@@ -507,6 +515,7 @@ fn metadata_options(
         heartbeat_interval_ms: config.broker_heartbeat_interval_ms,
         cluster: config.cluster.clone(),
         replica_lag_time_max_ms: config.replica_lag_time_max_ms,
+        replication_quota_window: config.replication_quota_window,
     }
 }
 

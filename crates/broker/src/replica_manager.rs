@@ -35,6 +35,7 @@ use streamforge_metadata::controller::{ControllerConfig, Event, Reply};
 use streamforge_metadata::records::Endpoint;
 
 use crate::metadata_service::{MetadataError, MetadataService};
+use crate::quota::replication::ReplicationQuotas;
 use crate::topic_config;
 use crate::topic_store::TopicStore;
 /// Kafka's limit on topic name length.
@@ -113,6 +114,8 @@ pub struct MetadataOptions {
     /// `replica.lag.time.max.ms`: how long a leader keeps a follower that does not catch up
     /// in the ISR.
     pub replica_lag_time_max_ms: i64,
+    /// `replication.quota.window.*`: the windows of the reassignment throttles.
+    pub replication_quota_window: crate::quota::rate::RateConfig,
 }
 
 impl Default for MetadataOptions {
@@ -125,6 +128,7 @@ impl Default for MetadataOptions {
             heartbeat_interval_ms: streamforge_metadata::controller::BROKER_HEARTBEAT_INTERVAL_MS,
             cluster: None,
             replica_lag_time_max_ms: crate::partition::replica::REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            replication_quota_window: crate::quota::replication::rate_config(),
         }
     }
 }
@@ -243,6 +247,9 @@ pub struct ReplicaManager {
     isr_sink: crate::partition::IsrChangeSink,
     /// `replica.lag.time.max.ms`.
     replica_lag_time_max_ms: i64,
+    /// Reassignment throttles: the topics' throttled replicas (kept here from the image) and
+    /// the broker's rates (from the dynamic broker configs).
+    replication_quotas: Arc<ReplicationQuotas>,
 }
 
 impl ReplicaManager {
@@ -304,6 +311,11 @@ impl ReplicaManager {
             isr_sink: isr_intents.sink(),
             isr_intents,
             replica_lag_time_max_ms,
+            replication_quotas: Arc::new(ReplicationQuotas::new(
+                node_id,
+                options.replication_quota_window,
+                clock.clone(),
+            )),
         };
         let topics = rm.open_from_image(&rm.metadata.image_for_open());
         let partitions = topics.values().flat_map(|t| t.hosted());
@@ -321,6 +333,11 @@ impl ReplicaManager {
     /// The metadata node (image, controller, registration).
     pub fn metadata(&self) -> &Arc<MetadataService> {
         &self.metadata
+    }
+
+    /// The replication quotas (reassignment throttles) of this broker.
+    pub fn replication_quotas(&self) -> &Arc<ReplicationQuotas> {
+        &self.replication_quotas
     }
 
     /// The ISR changes this broker's leaders want sent to the controller.

@@ -17,6 +17,9 @@ pub enum ConfigType {
     List = 7,
 }
 
+/// A config's own validator: `(name, value)` to the INVALID_CONFIG message.
+pub type ValueCheck = fn(&str, &str) -> Result<(), String>;
+
 /// One topic config definition.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigDef {
@@ -26,6 +29,8 @@ pub struct ConfigDef {
     pub min: Option<i64>,
     /// Accepted values for enumerated configs (each list element for `List`).
     pub allowed: &'static [&'static str],
+    /// A validator of its own (`name`, `value`), instead of the type's checks.
+    pub check: Option<ValueCheck>,
     pub doc: &'static str,
 }
 
@@ -41,6 +46,19 @@ const fn def(
         kind,
         min,
         allowed,
+        check: None,
+        doc,
+    }
+}
+
+/// A replication throttled-replicas list (Kafka: LIST with `ThrottledReplicaListValidator`).
+const fn throttled_replicas(name: &'static str, doc: &'static str) -> ConfigDef {
+    ConfigDef {
+        name,
+        kind: List,
+        min: None,
+        allowed: &[],
+        check: Some(crate::quota::replication::validate_throttled_replicas),
         doc,
     }
 }
@@ -91,12 +109,9 @@ pub static TOPIC_CONFIGS: &[ConfigDef] = &[
         &[],
         "Force an fsync after this much time.",
     ),
-    def(
+    throttled_replicas(
         "follower.replication.throttled.replicas",
-        Str,
-        None,
-        &[],
-        "Replicas throttled on the follower side during a reassignment (accepted; throttles are not applied yet).",
+        "Replicas (partition:broker, or *) whose follower fetches are bounded by the broker's follower.replication.throttled.rate.",
     ),
     def(
         "index.interval.bytes",
@@ -105,12 +120,9 @@ pub static TOPIC_CONFIGS: &[ConfigDef] = &[
         &[],
         "Bytes between offset index entries.",
     ),
-    def(
+    throttled_replicas(
         "leader.replication.throttled.replicas",
-        Str,
-        None,
-        &[],
-        "Replicas throttled on the leader side during a reassignment (accepted; throttles are not applied yet).",
+        "Replicas (partition:broker, or *) whose leader serves followers outside the ISR within the broker's leader.replication.throttled.rate.",
     ),
     def(
         "local.retention.bytes",
@@ -289,6 +301,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
 /// Check a value against `def`'s type and bounds; `name` is the name the error message says
 /// (the broker synonym, for a dynamic broker config).
 pub fn check_value(def: &ConfigDef, name: &str, value: &str) -> Result<(), String> {
+    if let Some(check) = def.check {
+        return check(name, value);
+    }
     let bad = || format!("Invalid value {value} for configuration {name}");
     match def.kind {
         Boolean => {
@@ -445,6 +460,10 @@ mod tests {
         assert!(validate("no.such.config", "1").is_err());
         assert!(validate("max.message.bytes", "99999999999").is_err());
         assert!(validate("preallocate", "TRUE").is_ok());
+        assert!(validate("leader.replication.throttled.replicas", "0:1,1:2").is_ok());
+        assert!(validate("follower.replication.throttled.replicas", "*").is_ok());
+        assert!(validate("follower.replication.throttled.replicas", "").is_ok());
+        assert!(validate("leader.replication.throttled.replicas", "0-1").is_err());
     }
 
     #[test]

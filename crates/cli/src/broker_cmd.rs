@@ -69,6 +69,12 @@ pub struct Args {
     /// `quota.window.size.seconds`: the span of one client-quota sample [default: 1].
     #[arg(long, env = "STREAMFORGE_QUOTA_WINDOW_SIZE_SECONDS")]
     pub quota_window_size_seconds: Option<u64>,
+    /// `replication.quota.window.num`: samples of the reassignment throttles' rates [default: 11].
+    #[arg(long, env = "STREAMFORGE_REPLICATION_QUOTA_WINDOW_NUM")]
+    pub replication_quota_window_num: Option<usize>,
+    /// `replication.quota.window.size.seconds`: the span of one such sample [default: 1].
+    #[arg(long, env = "STREAMFORGE_REPLICATION_QUOTA_WINDOW_SIZE_SECONDS")]
+    pub replication_quota_window_size_seconds: Option<u64>,
     /// `authorizer.class.name`: `acl` authorizes every request with ACLs (`streamforge acls`)
     /// [default: none, everything allowed].
     #[arg(long, env = "STREAMFORGE_AUTHORIZER")]
@@ -267,6 +273,8 @@ struct FileConfig {
     connections_max_reauth_ms: Option<u64>,
     quota_window_num: Option<usize>,
     quota_window_size_seconds: Option<u64>,
+    replication_quota_window_num: Option<usize>,
+    replication_quota_window_size_seconds: Option<u64>,
     authorizer: Option<String>,
     super_users: Option<String>,
     allow_everyone_if_no_acl_found: Option<bool>,
@@ -384,6 +392,20 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
         quota_secs.unwrap_or(streamforge_broker::quota::rate::QUOTA_WINDOW_SIZE_SECONDS_DEFAULT),
     )
     .map_err(anyhow::Error::msg)?;
+    let replication_num = args
+        .replication_quota_window_num
+        .or(file.replication_quota_window_num);
+    let replication_secs = args
+        .replication_quota_window_size_seconds
+        .or(file.replication_quota_window_size_seconds);
+    c.replication_quota_window = streamforge_broker::quota::rate::RateConfig::new(
+        replication_num
+            .unwrap_or(streamforge_broker::quota::replication::REPLICATION_QUOTA_WINDOW_NUM),
+        replication_secs.unwrap_or(
+            streamforge_broker::quota::replication::REPLICATION_QUOTA_WINDOW_SIZE_SECONDS,
+        ),
+    )
+    .map_err(|e| anyhow::anyhow!("replication.{e}"))?;
     set!(data_dir);
     set!(node_id);
     c.cluster = crate::cluster_args::resolve(

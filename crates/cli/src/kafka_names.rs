@@ -42,6 +42,14 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ),
     ("quota.window.num", "quota_window_num"),
     ("quota.window.size.seconds", "quota_window_size_seconds"),
+    (
+        "replication.quota.window.num",
+        "replication_quota_window_num",
+    ),
+    (
+        "replication.quota.window.size.seconds",
+        "replication_quota_window_size_seconds",
+    ),
     ("authorizer.class.name", "authorizer"),
     ("super.users", "super_users"),
     (
@@ -286,6 +294,14 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
         "quota_window_size_seconds",
         uint((c.quota_window.window_ms / 1000) as u64),
     );
+    put(
+        "replication_quota_window_num",
+        uint(c.replication_quota_window.samples as u64),
+    );
+    put(
+        "replication_quota_window_size_seconds",
+        uint((c.replication_quota_window.window_ms / 1000) as u64),
+    );
     put("num_partitions", int(c.num_partitions.into()));
     put(
         "default_replication_factor",
@@ -407,6 +423,18 @@ mod tests {
         assert_eq!(out["listeners"].as_str(), Some("PLAINTEXT://:9092"));
         assert_eq!(out["node_id"].as_integer(), Some(4));
         assert!(out["tiered"].is_table());
+    }
+
+    #[test]
+    fn replication_quota_windows_map_to_ours() {
+        let table: toml::Table = toml::from_str(
+            "\"replication.quota.window.num\" = 3\nreplication.quota.window.size.seconds = 2\n",
+        )
+        .unwrap();
+        let out = normalize(table).unwrap();
+        assert_eq!(out["replication_quota_window_num"].as_integer(), Some(3));
+        let size = &out["replication_quota_window_size_seconds"];
+        assert_eq!(size.as_integer(), Some(2));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! replica id) for every partition it follows from that broker, bounded by
 //! `replica.fetch.max.bytes` per partition and `replica.fetch.response.max.bytes` in all, and
 //! applies the answer ([`super::apply`]); OFFSET_OUT_OF_RANGE and partial truncations are
-//! resolved with OffsetForLeaderEpoch.
+//! resolved with OffsetForLeaderEpoch. Reassignment throttles (`quota::replication`): while
+//! the follower quota is exceeded, a throttled partition that is not caught up is left out
+//! of the Fetch; the records of throttled partitions are recorded against the quota.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -26,6 +28,7 @@ use tokio::sync::{Notify, watch};
 use super::apply::{Applied, FetchedPartition, apply};
 use super::connection::{FetcherError, LeaderConnection};
 use crate::partition::Partition;
+use crate::quota::replication::{ReplicationQuotas, Side};
 
 /// Fetch version the fetcher speaks (the highest we serve: `diverging_epoch` is v12+).
 const FETCH_VERSION: i16 = 12;
@@ -68,15 +71,22 @@ pub struct FetcherManager {
     /// Where each broker listens (the metadata image's endpoints, once wired).
     peers: Arc<RwLock<HashMap<i32, SocketAddr>>>,
     fetchers: Mutex<HashMap<i32, Fetcher>>,
+    /// The follower side of the reassignment throttles.
+    quotas: Arc<ReplicationQuotas>,
     shutdown: watch::Receiver<bool>,
 }
 
 impl FetcherManager {
-    pub fn new(config: FetcherConfig, shutdown: watch::Receiver<bool>) -> FetcherManager {
+    pub fn new(
+        config: FetcherConfig,
+        quotas: Arc<ReplicationQuotas>,
+        shutdown: watch::Receiver<bool>,
+    ) -> FetcherManager {
         FetcherManager {
             config,
             peers: Arc::default(),
             fetchers: Mutex::default(),
+            quotas,
             shutdown,
         }
     }
@@ -106,6 +116,7 @@ impl FetcherManager {
                 peers: self.peers.clone(),
                 partitions: fetcher.partitions.clone(),
                 wake: fetcher.wake.clone(),
+                quotas: self.quotas.clone(),
                 shutdown: self.shutdown.clone(),
             };
             tokio::spawn(task.run());
@@ -172,6 +183,7 @@ struct FetcherTask {
     peers: Arc<RwLock<HashMap<i32, SocketAddr>>>,
     partitions: Followed,
     wake: Arc<Notify>,
+    quotas: Arc<ReplicationQuotas>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -225,10 +237,14 @@ impl FetcherTask {
         let followed: Vec<Arc<Partition>> = self.partitions.lock().values().cloned().collect();
         let mut positions = HashMap::new();
         let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
+        let quota_exceeded = self.quotas.is_exceeded(Side::Follower);
         for p in &followed {
             let Ok(pos) = p.follower_position() else {
                 continue;
             };
+            if quota_exceeded && self.throttled_out_of_sync(p) {
+                continue;
+            }
             positions.insert((p.topic.clone(), p.index), (p.clone(), pos));
             let mut fp = FetchPartition::default();
             fp.partition = p.index;
@@ -238,6 +254,17 @@ impl FetcherTask {
             fp.log_start_offset = -1;
             fp.partition_max_bytes = clamp_i32(self.config.partition_max_bytes);
             topics.entry(p.topic.clone()).or_default().push(fp);
+        }
+        if topics.is_empty() {
+            // Nothing to ask for (every partition throttled, or none with a position): as
+            // Kafka's fetcher, back off `replica.fetch.backoff.ms` rather than send an empty
+            // Fetch (which the leader would answer at once).
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(REPLICA_FETCH_BACKOFF_MS)) => {}
+                _ = self.wake.notified() => {}
+                _ = self.shutdown.changed() => {}
+            }
+            return Ok(());
         }
         let mut request = FetchRequest::default();
         request.replica_id = BrokerId(self.config.node_id);
@@ -263,6 +290,12 @@ impl FetcherTask {
                 let Some((partition, pos)) = positions.get(&key) else {
                     continue;
                 };
+                if let Some(records) = &r.records
+                    && self.quotas.is_throttled(Side::Follower, &key.0, key.1)
+                {
+                    // In sync or not: all throttled traffic counts (Kafka's fetcher).
+                    self.quotas.record(Side::Follower, records.len() as u64);
+                }
                 let fetched = FetchedPartition {
                     error_code: r.error_code,
                     high_watermark: r.high_watermark,
@@ -278,6 +311,14 @@ impl FetcherTask {
             }
         }
         Ok(())
+    }
+
+    /// Kafka's `shouldFollowerThrottle` (with the quota exceeded): the partition is throttled
+    /// here and this replica is not known to be caught up (its lag to the leader's high
+    /// watermark is unknown or above 0), so throttling it cannot thrash the ISR.
+    fn throttled_out_of_sync(&self, p: &Partition) -> bool {
+        self.quotas.is_throttled(Side::Follower, &p.topic, p.index)
+            && p.replica_fetcher_lag() != Some(0)
     }
 
     /// After applying: resolve by epoch, or stop following a partition the leader refuses.

@@ -377,6 +377,7 @@ async fn a_follower_below_a_tiered_leaders_local_log_start_restarts_there() {
         replica_id: 2,
         current_leader_epoch: 1,
         last_fetched_epoch: -1,
+        throttled: false,
     };
     let read = leader.read_for_follower(params, fetch, 0).unwrap();
     let err = read.read.records.unwrap_err();

@@ -81,6 +81,11 @@ fn static_and_default(state: &BrokerState, d: &dynamic_config::DynamicDef) -> (S
             topic_config::default_value(topic, &state.config.log_defaults),
             topic_config::default_value(topic, &LogConfig::default()),
         ),
+        // The replication throttle rates have no start-up value: unlimited.
+        None if d.name != dynamic_config::MAX_CONNECTIONS => {
+            let unlimited = crate::quota::replication::RATE_UNLIMITED.to_string();
+            (unlimited.clone(), unlimited)
+        }
         None => (
             state.config.max_connections.to_string(),
             crate::BrokerConfig::default().max_connections.to_string(),
@@ -179,7 +184,7 @@ fn split_list(s: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Replace the values of the level `name` addresses and apply them at once: new topic-config
-/// defaults for every log, the running connection limit.
+/// defaults for every log, the running connection limit, the replication throttle rates.
 pub async fn alter(
     state: &Arc<BrokerState>,
     name: &str,
@@ -193,6 +198,9 @@ pub async fn alter(
         if !validate_only {
             st.replicas
                 .set_log_defaults(layers.log_defaults(&st.config.log_defaults));
+            st.replicas
+                .replication_quotas()
+                .apply_broker_configs(|name| layers.effective(name).map(|(v, _)| v));
         }
         Ok::<(), DynamicConfigError>(())
     })

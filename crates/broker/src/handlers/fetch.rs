@@ -19,6 +19,7 @@ use crate::BrokerState;
 use crate::partition::replica_selector::ReplicaSelectorKind;
 use crate::partition::{FetchIsolation, FetchParams};
 use crate::quota::entity::QuotaKey;
+use crate::quota::replication::Side;
 use crate::quota::{BusyTime, ClientIdentity};
 use crate::router::HandlerResult;
 use crate::security::acl::{Access, Operation};
@@ -194,6 +195,9 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
         errors: false,
         redirected: false,
     };
+    // Reassignment throttles: measured once a pass (what is sent is recorded at the response).
+    let quotas = state.replicas.replication_quotas();
+    let leader_quota_exceeded = plan.replica_id >= 0 && quotas.is_exceeded(Side::Leader);
     for (ti, (name, partitions)) in plan.topics.iter().enumerate() {
         let mut topic = FetchTopic {
             name: name.clone(),
@@ -232,7 +236,9 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                 replica_id: plan.replica_id,
             };
             let read = if plan.replica_id >= 0 {
-                read_for_follower(state, &partition, params, p, plan.replica_id).map(
+                let throttled = leader_quota_exceeded
+                    && quotas.is_throttled(Side::Leader, &topic.name, p.partition);
+                read_for_follower(state, &partition, params, p, plan.replica_id, throttled).map(
                     |(read, diverging)| {
                         fp.diverging_epoch = diverging;
                         read
@@ -278,18 +284,22 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
     out
 }
 
-/// A follower's fetch: its position moves the leader's high watermark and ISR.
+/// A follower's fetch: its position moves the leader's high watermark and ISR. `throttled`:
+/// the leader's replication quota is exceeded and throttles this partition (no records for a
+/// follower outside the ISR).
 fn read_for_follower(
     state: &BrokerState,
     partition: &crate::Partition,
     params: FetchParams,
     planned: &PlannedPartition,
     replica_id: i32,
+    throttled: bool,
 ) -> Result<(crate::partition::ReadResult, Option<(i32, i64)>), crate::partition::PartitionError> {
     let fetch = crate::partition::FollowerFetch {
         replica_id,
         current_leader_epoch: planned.current_leader_epoch,
         last_fetched_epoch: planned.last_fetched_epoch,
+        throttled,
     };
     let read = partition.read_for_follower(params, fetch, state.clock.now_ms())?;
     Ok((read.read, read.diverging_epoch))
@@ -364,6 +374,7 @@ fn respond(
     };
     let frame = encode(req, read, &mut parts);
     if plan.replica_id >= 0 {
+        record_throttled_bytes(state, &parts.topics);
         count_bytes_out(&parts.topics);
         return frame;
     }
@@ -397,6 +408,22 @@ fn encode(req: &RequestFrame, read: FetchPass, parts: &mut FetchResponseParts) -
     );
     parts.topics = read.topics;
     write_fetch_response(req.api_version, req.correlation_id, parts)
+}
+
+/// A follower's response: the records of throttled partitions (in sync or not) count against
+/// the leader's replication quota (Kafka's `sizeOfThrottledPartitions`, here the records'
+/// bytes).
+fn record_throttled_bytes(state: &BrokerState, topics: &[FetchTopic]) {
+    let quotas = state.replicas.replication_quotas();
+    let bytes: usize = topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (&t.name, p)))
+        .filter(|(_, p)| !p.records.is_empty())
+        .filter(|(name, p)| quotas.is_throttled(Side::Leader, name, p.partition_index))
+        .flat_map(|(_, p)| &p.records)
+        .map(Bytes::len)
+        .sum();
+    quotas.record(Side::Leader, bytes as u64);
 }
 
 /// The messages- and bytes-out counters, for a response that carries its data.

@@ -92,6 +92,10 @@ pub struct FollowerFetch {
     pub current_leader_epoch: i32,
     /// The epoch of the last batch the follower has (-1 = unknown).
     pub last_fetched_epoch: i32,
+    /// The leader's replication quota is exceeded and throttles this partition: a follower
+    /// outside the ISR gets no records (its position still counts). Kafka's
+    /// `shouldLeaderThrottle`; an in-sync follower is never throttled, so the ISR does not thrash.
+    pub throttled: bool,
 }
 
 /// A follower's read: the batches, or the epoch its log diverges at.
@@ -399,14 +403,17 @@ impl Partition {
                 .isr_change
                 .map(|c| (self.intent(replica, c), replica.sink.clone()));
             let offsets = local_offsets(log);
-            let records = log
-                .read(
+            let records = if fetch.throttled && !replica.leader.isr().contains(&fetch.replica_id) {
+                Ok(ReadInfo::default())
+            } else {
+                log.read(
                     params.fetch_offset,
                     params.max_bytes,
                     offsets.log_end_offset,
                     params.min_one_message,
                 )
-                .map_err(PartitionError::Log);
+                .map_err(PartitionError::Log)
+            };
             let read = ReadResult {
                 offsets,
                 records,
@@ -619,3 +626,7 @@ fn diverging_epoch(log: &Log, fetch_offset: i64, fetch: FollowerFetch) -> Option
         .unwrap_or((-1, -1));
     (end < fetch_offset || epoch < fetch.last_fetched_epoch).then_some((epoch, end))
 }
+
+#[cfg(test)]
+#[path = "throttle_tests.rs"]
+mod throttle_tests;

@@ -11,6 +11,7 @@
 pub mod busy;
 pub mod entity;
 pub mod rate;
+pub mod replication;
 pub mod store;
 
 use std::collections::{HashMap, HashSet};
@@ -275,6 +276,10 @@ pub fn describe_metrics() {
         "Client-quota rate as last measured (bytes/s, or percent for request_percentage)"
     );
     metrics::describe_gauge!(LIMIT_METRIC, "Client-quota bound of the entity");
+    metrics::describe_counter!(
+        replication::THROTTLED_BYTES_METRIC,
+        "Bytes of throttled replicas (reassignment throttles) recorded against the replication quota, by side (leader, follower)"
+    );
 }
 
 /// KIP-219: responses of these versions carry `throttle_time_ms` and the client backs off

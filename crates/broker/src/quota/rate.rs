@@ -129,6 +129,28 @@ impl Rate {
         elapsed_ms.max(1)
     }
 
+    /// Kafka's `SimpleRate.windowSize` (the replication quotas' rate): the time since the
+    /// oldest window started, at least one window. Unlike [`Self::window_size_ms`] a fresh
+    /// sensor is not padded to `samples - 1` windows, so a burst after a quiet spell counts in
+    /// full: the first second's bytes are measured over one second.
+    pub fn simple_window_size_ms(&mut self, cfg: RateConfig, now_ms: i64) -> i64 {
+        self.purge_obsolete(cfg, now_ms);
+        let oldest = self
+            .samples
+            .iter()
+            .map(|s| s.last_window_ms)
+            .min()
+            .unwrap_or(now_ms);
+        (now_ms - oldest).max(cfg.window_ms)
+    }
+
+    /// Values per second at `now_ms`, measured as Kafka's `SimpleRate`.
+    pub fn measure_simple(&mut self, cfg: RateConfig, now_ms: i64) -> f64 {
+        let window_ms = self.simple_window_size_ms(cfg, now_ms);
+        let total: f64 = self.samples.iter().map(|s| s.value).sum();
+        total / (window_ms as f64 / 1000.0)
+    }
+
     /// Values per second at `now_ms`.
     pub fn measure(&mut self, cfg: RateConfig, now_ms: i64) -> f64 {
         let window_ms = self.window_size_ms(cfg, now_ms);
@@ -236,6 +258,24 @@ mod tests {
         }
         let rate = sent / 60.0;
         assert!((rate - bound).abs() / bound < 0.10, "{rate}");
+    }
+
+    #[test]
+    fn a_simple_rate_divides_by_the_time_since_its_oldest_window_at_least_one_window() {
+        let cfg = RateConfig::default();
+        let clock = ManualClock::new(0);
+        let mut r = Rate::new();
+        r.record(cfg, 1000.0, now(&clock));
+        // Within the first window: over one window (1 s), not the padded 10 s.
+        assert_eq!(r.simple_window_size_ms(cfg, now(&clock)), 1_000);
+        assert!((r.measure_simple(cfg, now(&clock)) - 1000.0).abs() < 1e-9);
+        clock.advance(Duration::from_millis(4_000));
+        r.record(cfg, 1000.0, now(&clock));
+        // 2,000 over the 4 s since the first window started.
+        assert!((r.measure_simple(cfg, now(&clock)) - 500.0).abs() < 1e-9);
+        // Both windows expire 11 windows after they started: nothing is left.
+        clock.advance(Duration::from_secs(20));
+        assert_eq!(r.measure_simple(cfg, now(&clock)), 0.0);
     }
 
     #[test]

@@ -50,6 +50,8 @@ impl ReplicaManager {
                 .map(|(&p, _)| p)
                 .collect();
             let configs = topic_configs(image, &t.name);
+            self.replication_quotas
+                .apply_topic_configs(&t.name, Some(&configs));
             let config = topic_config::log_config(&defaults, &configs);
             let name: Arc<str> = Arc::from(t.name.as_str());
             let remote = self.remote_tier(&configs);
@@ -94,6 +96,7 @@ impl ReplicaManager {
             }
             tracing::info!(topic = %name, %id, "deleted topic");
         }
+        self.follow_throttles(delta, &image);
         follow_partition_counts(&mut next, &image, delta);
         let mut new: BTreeMap<String, Vec<&LocalPartition>> = BTreeMap::new();
         for lp in changes.leaders.iter().chain(&changes.followers) {
@@ -120,6 +123,24 @@ impl ReplicaManager {
         *self.topics.write() = next;
         self.roles.send_modify(|version| *version += 1);
         failures
+    }
+
+    /// The reassignment throttles of every topic the delta created, removed or configured
+    /// (Kafka's `TopicConfigHandler` marks and unmarks them on every topic config change).
+    fn follow_throttles(&self, delta: &MetadataDelta, image: &MetadataImage) {
+        let quotas = &self.replication_quotas;
+        for name in delta.topics_removed.values() {
+            quotas.apply_topic_configs(name, None);
+        }
+        let configured = delta.configs_changed.iter().filter_map(|r| match r {
+            ConfigResource::Topic(name) => Some(name),
+            _ => None,
+        });
+        for name in delta.topics_created.values().chain(configured) {
+            let live = image.topic_by_name(name).is_some();
+            let configs = live.then(|| topic_configs(image, name));
+            quotas.apply_topic_configs(name, configs.as_ref());
+        }
     }
 
     /// Create the logs of `added` (partitions of one topic newly placed here, by index, with
