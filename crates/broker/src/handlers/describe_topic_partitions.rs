@@ -15,7 +15,8 @@
 //!   partition, every other topic at 0. When the page fills inside a topic, `next_cursor` names
 //!   the first partition left out; when it fills at a topic's end, the next topic at 0;
 //! - a named topic that does not exist is UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for
-//!   a name no topic may have); listing every topic skips nothing but holes;
+//!   a name no topic may have), takes no room on the page, and is answered only while the page
+//!   has room left;
 //! - DESCRIBE on the topic: a named topic without it is TOPIC_AUTHORIZATION_FAILED (after the
 //!   page, with no id, whether it exists or not); listing every topic leaves it out.
 
