@@ -154,6 +154,7 @@ fn decode_body(req: &RequestFrame) {
             drop(decode!(req, AlterPartitionReassignmentsRequest))
         }
         ApiKey::ListPartitionReassignments => drop(decode!(req, ListPartitionReassignmentsRequest)),
+        ApiKey::DescribeTopicPartitions => drop(decode!(req, DescribeTopicPartitionsRequest)),
         other => panic!("{other:?} is served but has no decoder in the fuzz harness"),
     }
 }

@@ -35,6 +35,7 @@ served! {
     DescribeCluster, 0, 2;
     DescribeQuorum, 0, 2;
     DescribeLogDirs, 1, 4;
+    DescribeTopicPartitions, 0, 0;
     OffsetCommit, 2, 9;
     OffsetFetch, 1, 9;
     FindCoordinator, 0, 6;

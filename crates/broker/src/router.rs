@@ -12,9 +12,9 @@ use streamforge_protocol::{ProtocolError, RequestFrame, ResponseFrame};
 
 use crate::BrokerState;
 use crate::handlers::{
-    acls, admin, api_versions, client_quotas, cluster, configs, describe_quorum, elect_leaders,
-    fetch, group_protocol, groups, groups_admin, log_dirs, metadata, offsets, produce, producer,
-    reassign, scram_users, txn, txn_admin,
+    acls, admin, api_versions, client_quotas, cluster, configs, describe_quorum,
+    describe_topic_partitions, elect_leaders, fetch, group_protocol, groups, groups_admin,
+    log_dirs, metadata, offsets, produce, producer, reassign, scram_users, txn, txn_admin,
 };
 
 /// What a handler produces: a response, or `None` when Kafka sends none (Produce acks=0).
@@ -117,6 +117,13 @@ pub static ROUTES: &[Route] = &[
         describe_quorum::handle_describe_quorum
     ),
     route!(DescribeLogDirs, 1, 4, log_dirs::handle_describe_log_dirs),
+    // KIP-966: partitions with their ELR, paged (what Kafka 4's kafka-topics --describe uses).
+    route!(
+        DescribeTopicPartitions,
+        0,
+        0,
+        describe_topic_partitions::handle
+    ),
     // Consumer groups (classic protocol). OffsetCommit/OffsetFetch v10 need topic ids.
     route!(OffsetCommit, 2, 9, groups::handle_offset_commit),
     route!(OffsetFetch, 1, 9, groups::handle_offset_fetch),

@@ -76,6 +76,9 @@ codes!(DescribeQuorumResponse, r => std::iter::once(r.error_code).chain(r.topics
     t.partitions.iter().map(|p| p.error_code)
 })));
 codes!(DescribeLogDirsResponse, r => std::iter::once(r.error_code).chain(r.results.iter().map(|d| d.error_code)));
+codes!(DescribeTopicPartitionsResponse, r => r.topics.iter().flat_map(|t| {
+    std::iter::once(t.error_code).chain(t.partitions.iter().map(|p| p.error_code))
+}));
 codes!(OffsetCommitResponse, r => r.topics.iter().flat_map(|t| {
     t.partitions.iter().map(|p| p.error_code)
 }));

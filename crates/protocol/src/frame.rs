@@ -300,6 +300,7 @@ pub fn api_name(api_key: ApiKey) -> &'static str {
         ApiKey::DescribeQuorum => "DescribeQuorum",
         ApiKey::DescribeProducers => "DescribeProducers",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
+        ApiKey::DescribeTopicPartitions => "DescribeTopicPartitions",
         ApiKey::ConsumerGroupHeartbeat => "ConsumerGroupHeartbeat",
         ApiKey::SaslAuthenticate => "SaslAuthenticate",
         ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",

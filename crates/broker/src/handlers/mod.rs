@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod configs;
 mod coordinator_lookup;
 pub mod describe_quorum;
+pub mod describe_topic_partitions;
 pub mod elect_leaders;
 pub mod fetch;
 pub mod group_protocol;

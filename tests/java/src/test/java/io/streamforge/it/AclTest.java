@@ -10,11 +10,14 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.ScramCredentialInfo;
 import org.apache.kafka.clients.admin.ScramMechanism;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.admin.UserScramCredentialUpsertion;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -128,6 +131,36 @@ class AclTest {
             Collection<AclBinding> deleted = a.deleteAcls(List.of(binding.toFilter())).all()
                     .get(20, TimeUnit.SECONDS);
             assertEquals(List.of(binding), List.copyOf(deleted));
+        }
+    }
+
+    /**
+     * DescribeTopicPartitions (what `Admin.describeTopics` sends) checks DESCRIBE per topic: a
+     * named topic without it is TOPIC_AUTHORIZATION_FAILED, and the authorized operations of the
+     * others are the principal's own (KIP-430).
+     */
+    @Test
+    void aliceDescribesOnlyTheTopicsSheMayDescribe() throws Exception {
+        String allowed = Util.unique("visible");
+        String denied = Util.unique("hidden");
+        Util.createTopic(b, allowed, 3);
+        Util.createTopic(b, denied, 1);
+        try (Admin a = Util.admin(b)) {
+            a.createAcls(List.of(new AclBinding(
+                    new ResourcePattern(ResourceType.TOPIC, allowed, PatternType.LITERAL),
+                    new AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW))))
+                    .all().get(20, TimeUnit.SECONDS);
+        }
+        try (Admin a = aliceAdmin()) {
+            var described = a.describeTopics(List.of(allowed, denied),
+                    new DescribeTopicsOptions().includeAuthorizedOperations(true)).topicNameValues();
+            TopicDescription d = described.get(allowed).get(20, TimeUnit.SECONDS);
+            assertEquals(3, d.partitions().size());
+            assertEquals(Set.of(AclOperation.DESCRIBE), d.authorizedOperations());
+            d.partitions().forEach(p -> assertEquals(List.of(), p.elr()));
+            ExecutionException e = assertThrows(ExecutionException.class,
+                    () -> described.get(denied).get(20, TimeUnit.SECONDS));
+            assertInstanceOf(TopicAuthorizationException.class, e.getCause());
         }
     }
 

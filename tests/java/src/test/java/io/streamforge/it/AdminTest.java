@@ -22,6 +22,7 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.FeatureMetadata;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
@@ -40,7 +41,9 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.GroupState;
 import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.acl.AclOperation;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.GroupNotEmptyException;
 import org.apache.kafka.common.errors.TopicExistsException;
@@ -115,6 +118,41 @@ class AdminTest {
         });
         Throwable gone = assertThrows(ExecutionException.class,
                 () -> A.describeTopics(List.of(topic)).allTopicNames().get(T, TimeUnit.SECONDS));
+        assertInstanceOf(UnknownTopicOrPartitionException.class, cause(gone));
+    }
+
+    /**
+     * `describeTopics` by name goes through DescribeTopicPartitions (Kafka 4.x, when the broker
+     * advertises it), paging by `partitionSizeLimitPerResponse`. Only that API fills the ELR lists:
+     * over Metadata `elr()` and `lastKnownElr()` are null.
+     */
+    @Test
+    void describeTopicsPagesThroughDescribeTopicPartitions() throws Exception {
+        String topic = Util.unique("dtp");
+        String other = Util.unique("dtp-other");
+        Util.createTopic(B, topic, 5);
+        Util.createTopic(B, other, 2);
+        String missing = Util.unique("dtp-missing");
+        DescribeTopicsOptions options = new DescribeTopicsOptions()
+                .partitionSizeLimitPerResponse(2).includeAuthorizedOperations(true);
+        var result = A.describeTopics(List.of(topic, other, missing), options).topicNameValues();
+        for (String name : List.of(topic, other)) {
+            TopicDescription d = result.get(name).get(T, TimeUnit.SECONDS);
+            assertNotEquals(Uuid.ZERO_UUID, d.topicId());
+            assertFalse(d.isInternal());
+            assertTrue(d.authorizedOperations().contains(AclOperation.DESCRIBE), d.toString());
+            List<Integer> indexes = d.partitions().stream().map(TopicPartitionInfo::partition).toList();
+            int count = name.equals(topic) ? 5 : 2;
+            assertEquals(java.util.stream.IntStream.range(0, count).boxed().toList(), indexes, d.toString());
+            for (TopicPartitionInfo p : d.partitions()) {
+                assertNotNull(p.leader(), d.toString());
+                assertEquals(List.of(p.leader()), p.replicas(), d.toString());
+                assertEquals(List.of(p.leader()), p.isr(), d.toString());
+                assertEquals(List.of(), p.elr(), d.toString());
+                assertEquals(List.of(), p.lastKnownElr(), d.toString());
+            }
+        }
+        Throwable gone = assertThrows(ExecutionException.class, () -> result.get(missing).get(T, TimeUnit.SECONDS));
         assertInstanceOf(UnknownTopicOrPartitionException.class, cause(gone));
     }
 

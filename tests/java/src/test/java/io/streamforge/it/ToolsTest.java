@@ -57,6 +57,35 @@ class ToolsTest {
                 Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--list").out().lines().noneMatch(t::equals));
     }
 
+    /**
+     * `kafka-topics --describe` (4.x) asks DescribeTopicPartitions when the broker advertises it,
+     * here two partitions a page (the cursor walks the topic), and prints the ELR columns only
+     * from that API: over Metadata they read `Elr: N/A\tLastKnownElr: N/A`.
+     */
+    @Test
+    void topicsDescribeUsesDescribeTopicPartitions() {
+        String t = Util.unique("dtp-topic");
+        Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--create", "--topic", t, "--partitions", "5",
+                "--replication-factor", "1");
+        String d = Tool.ok(TOPICS, null, "--bootstrap-server", BS, "--describe", "--topic", t,
+                "--partition-size-limit-per-response", "2").out();
+        assertTrue(d.contains("PartitionCount: 5"), d);
+        assertFalse(d.contains("N/A"), d);
+        Pattern row = Pattern.compile("\\tTopic: (\\S+)\\tPartition: (\\d+)\\tLeader: (\\d+)"
+                + "\\tReplicas: (\\d+)\\tIsr: (\\d+)\\tElr: \\tLastKnownElr: ");
+        List<String> rows = d.lines().filter(l -> l.contains("\tPartition: ")).toList();
+        assertEquals(5, rows.size(), d);
+        for (int p = 0; p < rows.size(); p++) {
+            Matcher m = row.matcher(rows.get(p));
+            assertTrue(m.matches(), rows.get(p));
+            assertEquals(t, m.group(1));
+            assertEquals(String.valueOf(p), m.group(2));
+            // One broker: it leads, and is the only replica and ISR member.
+            assertEquals(m.group(3), m.group(4), rows.get(p));
+            assertEquals(m.group(3), m.group(5), rows.get(p));
+        }
+    }
+
     @Test
     void configsCommand() {
         String t = Util.unique("cli-cfg");
@@ -148,6 +177,7 @@ class ToolsTest {
         assertTrue(out.contains("Produce(0): 0 to 12 [usable: 12]"), out);
         assertTrue(out.contains("Fetch(1): 4 to 12 [usable: 12]"), out);
         assertTrue(out.contains("DescribeLogDirs(35): 1 to 4 [usable: 4]"), out);
+        assertTrue(out.contains("DescribeTopicPartitions(75): 0 [usable: 0]"), out);
     }
 
     @Test
