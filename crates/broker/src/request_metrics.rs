@@ -123,6 +123,11 @@ pub fn describe() {
         "streamforge_txn_markers_waiting",
         "Transaction markers waiting for their partition's leader or queued to it (not in flight)"
     );
+    metrics::describe_histogram!(
+        crate::txn_service_markers::MARKERS_METRIC,
+        metrics::Unit::Seconds,
+        "From a transaction's Prepare record to its last marker written, when its markers go to other brokers or wait for followers"
+    );
     crate::quota::describe_metrics();
 }
 

@@ -26,6 +26,8 @@ use tokio::task::JoinSet;
 
 use crate::BrokerState;
 use crate::fetcher::connection::LeaderConnection;
+use crate::partition::Partition;
+use crate::partition::purgatory::ProducePurgatory;
 use crate::txn_markers::{Destination, Marker, MarkerQueue, Outcome};
 
 /// How often unrouted markers are routed again (a leader may have been elected meanwhile).
@@ -95,62 +97,149 @@ pub(crate) fn outcome_of(code: i16) -> Outcome {
     }
 }
 
-/// Writes `markers` (all led here) in-process, each waited for until replicated.
+/// Writes `markers` (all led here) in-process: every marker appended, then one wait for all
+/// their ISRs.
 async fn write_here(state: &Arc<BrokerState>, markers: Vec<Marker>) -> Vec<(Marker, Outcome)> {
-    let mut out = Vec::with_capacity(markers.len());
-    for m in markers {
-        let code = write_marker_here(
-            state,
-            &m.topic,
-            m.partition,
-            marker_of(&m),
-            Some(&m.txn.transactional_id),
-        )
+    let writes: Vec<MarkerWrite> = markers
+        .iter()
+        .map(|m| MarkerWrite {
+            topic: m.topic.clone(),
+            partition: m.partition,
+            marker: marker_of(m),
+            transactional_id: Some(m.txn.transactional_id.clone()),
+        })
+        .collect();
+    let codes = write_markers_here(state, writes).await;
+    markers
+        .into_iter()
+        .zip(codes)
+        .map(|(m, code)| (m, outcome_of(code)))
+        .collect()
+}
+
+/// One marker to write on a partition led here.
+pub(crate) struct MarkerWrite {
+    pub topic: String,
+    pub partition: i32,
+    pub marker: TxnMarker,
+    /// The transaction's id when the coordinator is this broker (its durable pending offsets).
+    pub transactional_id: Option<String>,
+}
+
+/// Markers on partitions led here, answered with Kafka's error code per marker, in order: a
+/// data partition gets the control batch, a `__consumer_offsets` partition makes the
+/// transaction's pending offsets committed (COMMIT) or drops them (ABORT). Every marker is
+/// appended first, then all of them wait for their ISRs together, under one deadline
+/// ([`MARKER_REPLICATION_TIMEOUT_MS`]) in the produce purgatory, as Kafka appends a
+/// WriteTxnMarkers request's markers with acks=all in one go: the answer comes when the slowest
+/// partition's followers have its marker, not after each partition's wait in turn.
+pub(crate) async fn write_markers_here(
+    state: &Arc<BrokerState>,
+    writes: Vec<MarkerWrite>,
+) -> Vec<i16> {
+    let mut appended = append_markers(writes, |topic, index| {
+        state
+            .replicas
+            .lookup_partition(topic, index)
+            .map_err(|e| e.kafka_code())
+    });
+    let offsets = std::mem::take(&mut appended.offsets);
+    if !offsets.is_empty() {
+        let indexes: Vec<usize> = offsets.iter().map(|(i, ..)| *i).collect();
+        let st = state.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            offsets
+                .into_iter()
+                .map(|(i, partition, marker, tid)| {
+                    let ok = st
+                        .txns
+                        .complete_offsets_here(&st, tid.as_deref(), marker, partition);
+                    (i, ok)
+                })
+                .collect::<Vec<_>>()
+        })
         .await;
-        out.push((m, outcome_of(code)));
+        let failed: Vec<usize> = match done {
+            Ok(results) => results
+                .into_iter()
+                .filter(|(_, ok)| !ok)
+                .map(|(i, _)| i)
+                .collect(),
+            // Which ones ran is unknown: each is answered retriable (a second marker of the
+            // same outcome finds its offsets gone and does nothing).
+            Err(e) => {
+                tracing::error!(error = %e, "committing transaction offsets failed");
+                indexes
+            }
+        };
+        for i in failed {
+            appended.codes[i] = ResponseError::CoordinatorLoadInProgress.code();
+        }
+    }
+    let timeout = Duration::from_millis(MARKER_REPLICATION_TIMEOUT_MS);
+    appended.wait(&state.produce_purgatory, timeout).await
+}
+
+/// Markers appended, before any wait: each marker's code so far, the (partition, offset) its
+/// ISR must reach, and the `__consumer_offsets` markers left to the group side.
+pub(crate) struct Appended {
+    codes: Vec<i16>,
+    waits: Vec<(Arc<Partition>, i64)>,
+    /// Which marker each entry of `waits` is.
+    waiting: Vec<usize>,
+    offsets: Vec<(usize, i32, TxnMarker, Option<String>)>,
+}
+
+/// Appends every data partition's marker (`lookup` finds the partition led here, or the error
+/// code to answer) and sets the `__consumer_offsets` ones aside.
+pub(crate) fn append_markers(
+    writes: Vec<MarkerWrite>,
+    lookup: impl Fn(&str, i32) -> Result<Arc<Partition>, i16>,
+) -> Appended {
+    let mut out = Appended {
+        codes: vec![0; writes.len()],
+        waits: Vec::new(),
+        waiting: Vec::new(),
+        offsets: Vec::new(),
+    };
+    for (i, w) in writes.into_iter().enumerate() {
+        if w.topic == streamforge_coordinator::OFFSETS_TOPIC {
+            out.offsets
+                .push((i, w.partition, w.marker, w.transactional_id));
+            continue;
+        }
+        let written = lookup(&w.topic, w.partition).and_then(|p| {
+            p.write_txn_marker(w.marker)
+                .map(|info| (p, info))
+                .map_err(|e| e.kafka_code())
+        });
+        match written {
+            Ok((p, info)) => {
+                out.waits.push((p, info.last_offset + 1));
+                out.waiting.push(i);
+            }
+            Err(code) => out.codes[i] = code,
+        }
     }
     out
 }
 
-/// One marker on a partition led here: a data partition gets the control batch (answered once
-/// the ISR has it); a `__consumer_offsets` partition makes the transaction's pending offsets
-/// committed (COMMIT) or drops them (ABORT). The answer is Kafka's error code.
-pub(crate) async fn write_marker_here(
-    state: &Arc<BrokerState>,
-    topic: &str,
-    partition: i32,
-    marker: TxnMarker,
-    transactional_id: Option<&str>,
-) -> i16 {
-    if topic == streamforge_coordinator::OFFSETS_TOPIC {
-        let st = state.clone();
-        let tid = transactional_id.map(str::to_string);
-        let done = tokio::task::spawn_blocking(move || {
-            st.txns
-                .complete_offsets_here(&st, tid.as_deref(), marker, partition)
-        })
-        .await;
-        return match done {
-            Ok(true) => 0,
-            _ => ResponseError::CoordinatorLoadInProgress.code(),
-        };
-    }
-    let p = match state.replicas.lookup_partition(topic, partition) {
-        Ok(p) => p,
-        Err(e) => return e.kafka_code(),
-    };
-    let info = match p.write_txn_marker(marker) {
-        Ok(info) => info,
-        Err(e) => return e.kafka_code(),
-    };
-    let timeout = Duration::from_millis(MARKER_REPLICATION_TIMEOUT_MS);
-    let waited = state
-        .produce_purgatory
-        .wait(&[(p, info.last_offset + 1)], timeout)
-        .await;
-    match waited.into_iter().next() {
-        Some(Err(e)) => e.kafka_code(),
-        _ => 0,
+impl Appended {
+    /// Waits for every appended marker's ISR at once, `timeout` for all of them; each marker
+    /// not replicated in time answers its own error (REQUEST_TIMED_OUT, NOT_LEADER...).
+    pub(crate) async fn wait(self, purgatory: &ProducePurgatory, timeout: Duration) -> Vec<i16> {
+        let mut codes = self.codes;
+        if self.waits.is_empty() {
+            return codes;
+        }
+        let waited = purgatory.wait(&self.waits, timeout).await;
+        assert_eq!(waited.len(), self.waiting.len(), "one result per wait");
+        for (i, result) in self.waiting.into_iter().zip(waited) {
+            if let Err(e) = result {
+                codes[i] = e.kafka_code();
+            }
+        }
+        codes
     }
 }
 
@@ -346,3 +435,7 @@ async fn complete_finished(state: &Arc<BrokerState>) {
         tracing::error!(error = %e, "completing transactions failed");
     }
 }
+
+#[cfg(test)]
+#[path = "txn_marker_sender_tests.rs"]
+mod tests;

@@ -436,6 +436,7 @@ impl TxnService {
                 // No marker before the Prepare record is in the ISR (as Kafka): a failover
                 // to a replica without it must not find COMMIT markers already written.
                 if self.hold_until_replicated(inner, &m.transactional_id) {
+                    tracing::debug!(transactional_id = %m.transactional_id, "markers wait for the Prepare record's ISR");
                     continue;
                 }
                 let epoch = inner.coordinator_epoch(&m.transactional_id);
@@ -445,6 +446,7 @@ impl TxnService {
                         .coordinator
                         .markers_written(&m.transactional_id, now_ms(), &mut out);
                 } else if self.markers.queue.lock().submit(key, epoch, &elsewhere) {
+                    tracing::debug!(transactional_id = %m.transactional_id, partitions = elsewhere.len(), "markers queued for the sender");
                     self.markers.wake();
                 }
             }

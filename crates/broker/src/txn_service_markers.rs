@@ -13,6 +13,10 @@ use crate::BrokerState;
 use crate::txn_service::{Inner, TxnService};
 use crate::util::now_ms;
 
+/// Seconds from a transaction's Prepare record to its last marker written (markers sent to
+/// other brokers or waited for here; the Complete record follows at once).
+pub const MARKERS_METRIC: &str = "streamforge_txn_markers_seconds";
+
 impl TxnService {
     /// Writes one transaction's markers on the partitions led here whose ISR is this broker
     /// alone (the in-process path of a single broker); returns the partitions left for the
@@ -95,6 +99,7 @@ impl TxnService {
     ) {
         let mut inner = self.inner.lock();
         let mut out = TxnEffects::default();
+        let now = now_ms();
         for k in keys {
             let same = inner.coordinator.get(&k.transactional_id).is_some_and(|m| {
                 m.producer_id == k.producer_id
@@ -107,9 +112,17 @@ impl TxnService {
                         }
             });
             if same && inner.serving(&k.transactional_id).is_ok() {
+                // The Prepare record's time: how long its markers took across the brokers.
+                let prepared_ms = inner
+                    .coordinator
+                    .get(&k.transactional_id)
+                    .map_or(now, |m| m.last_update_ms);
+                let took_s = now.saturating_sub(prepared_ms).max(0) as f64 / 1000.0;
+                metrics::histogram!(MARKERS_METRIC).record(took_s);
+                tracing::debug!(transactional_id = %k.transactional_id, took_s, "markers written; completing");
                 inner
                     .coordinator
-                    .markers_written(&k.transactional_id, now_ms(), &mut out);
+                    .markers_written(&k.transactional_id, now, &mut out);
             }
         }
         // A failed Complete append leaves the transaction prepared: the tick sends again.

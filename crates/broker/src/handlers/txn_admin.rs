@@ -118,6 +118,8 @@ pub async fn handle_list(state: Arc<BrokerState>, req: RequestFrame) -> HandlerR
 /// brokers to this partition leader (`txn_marker_sender.rs`), and by `kafka-transactions.sh
 /// abort` / `streamforge transactions abort` for a hanging transaction. A marker for a
 /// `__consumer_offsets` partition commits (or drops) the transaction's pending offsets here.
+/// Every partition's marker is appended first; the answer comes once all of them are in their
+/// ISRs (one deadline for the request), each partition with its own error.
 pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     use kafka_protocol::messages::write_txn_markers_response::{
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
@@ -126,14 +128,14 @@ pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) ->
     use streamforge_log::TxnMarker;
     use streamforge_protocol::control::ControlType;
 
+    use crate::txn_marker_sender::{MarkerWrite, write_markers_here};
+
     let request: WriteTxnMarkersRequest = req.decode()?;
     // Kafka: CLUSTER_ACTION on the cluster (coordinators send it), else every partition
     // answers CLUSTER_AUTHORIZATION_FAILED.
     let allowed = Access::of(&state, &req).cluster(Operation::ClusterAction);
-    let mut resp = WriteTxnMarkersResponse::default();
-    for m in &request.markers {
-        let mut mr = WritableTxnMarkerResult::default();
-        mr.producer_id = m.producer_id;
+    let mut writes = Vec::new();
+    for m in request.markers.iter().filter(|_| allowed) {
         let marker = TxnMarker {
             producer_id: m.producer_id.0,
             producer_epoch: m.producer_epoch,
@@ -145,18 +147,31 @@ pub async fn handle_write_markers(state: Arc<BrokerState>, req: RequestFrame) ->
             },
         };
         for t in &m.topics {
+            for &index in &t.partition_indexes {
+                writes.push(MarkerWrite {
+                    topic: t.name.0.to_string(),
+                    partition: index,
+                    marker,
+                    transactional_id: None,
+                });
+            }
+        }
+    }
+    // An older coordinator epoch than the producer's last marker is
+    // TRANSACTION_COORDINATOR_FENCED (the log checks).
+    let mut codes = write_markers_here(&state, writes).await.into_iter();
+    let mut resp = WriteTxnMarkersResponse::default();
+    for m in &request.markers {
+        let mut mr = WritableTxnMarkerResult::default();
+        mr.producer_id = m.producer_id;
+        for t in &m.topics {
             let mut tr = WritableTxnMarkerTopicResult::default();
             tr.name = t.name.clone();
             for &index in &t.partition_indexes {
                 let mut pr = WritableTxnMarkerPartitionResult::default();
                 pr.partition_index = index;
-                // Answered once the ISR has the marker; an older coordinator epoch than the
-                // producer's last marker is TRANSACTION_COORDINATOR_FENCED (the log checks).
                 pr.error_code = if allowed {
-                    crate::txn_marker_sender::write_marker_here(
-                        &state, &t.name.0, index, marker, None,
-                    )
-                    .await
+                    codes.next().expect("one answer per marker written")
                 } else {
                     ResponseError::ClusterAuthorizationFailed.code()
                 };

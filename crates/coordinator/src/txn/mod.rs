@@ -454,7 +454,9 @@ impl TxnCoordinator {
                 Ok(())
             }
             (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(()),
-            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+            // The markers are on their way (Kafka's pending transition to Complete): either
+            // outcome waits for them, as Kafka's `endTransactionWithTV1` answers.
+            (TxnState::PrepareCommit | TxnState::PrepareAbort, _) => {
                 Err(ResponseError::ConcurrentTransactions)
             }
             // An abort with nothing open is a no-op for the clients (Kafka answers it too).

@@ -40,8 +40,14 @@ fn commit_flow_persists_every_transition_and_completes_on_markers() {
     assert_eq!(out.markers.len(), 1);
     assert!(out.markers[0].commit);
     assert_eq!(out.markers[0].partitions, vec![tp("a", 0), tp("a", 1)]);
+    // The markers on their way: the same EndTxn and the other outcome both wait (Kafka's
+    // pending transition to Complete answers before the state is looked at).
     assert_eq!(
         c.end_txn(2, "tx", pid, epoch, true, &mut out),
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    assert_eq!(
+        c.end_txn(2, "tx", pid, epoch, false, &mut out),
         Err(ResponseError::ConcurrentTransactions)
     );
     c.markers_written("tx", 3, &mut out);

@@ -12,8 +12,17 @@
 //! | state          | abort retry | abort current | commit retry | commit current |
 //! |----------------|-------------|---------------|--------------|----------------|
 //! | Empty          | PF          | EB            | PF           | ITS            |
-//! | CompleteAbort  | answered    | EB            | ITS          | ITS            |
+//! | CompleteAbort  | answered    | EB            | PF           | ITS            |
 //! | CompleteCommit | ITS         | EB            | answered     | ITS            |
+//!
+//! A Prepare state (the markers of the last EndTxn on their way: Kafka's pending transition
+//! to Complete) answers CONCURRENT_TRANSACTIONS to every EndTxn of the producer id, before the
+//! epoch is looked at (KAFKA-18464): a retry of that EndTxn, and the next transaction's EndTxn
+//! under the epoch it handed out (an abort with nothing sent yet) both wait for the markers
+//! instead of being fenced. Once complete, the table above answers them. A commit at the retry
+//! epoch in CompleteAbort can only be the producer's commit overtaken by the coordinator's own
+//! abort (a timeout): PRODUCER_FENCED, which clients recover from, as Kafka since KAFKA-20785
+//! (it answered the fatal INVALID_TXN_STATE before).
 
 use kafka_protocol::ResponseError;
 
@@ -48,11 +57,16 @@ impl TxnCoordinator {
         if m.producer_id != pid && !retry_on_overflow {
             return Err(ResponseError::InvalidProducerIdMapping);
         }
+        // Markers in flight (Kafka's pending Complete transition) come before the epoch check.
+        if m.state.is_prepare() {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
         let current = epoch == m.producer_epoch && m.producer_id == pid;
         let valid = match m.state {
             TxnState::Ongoing | TxnState::Empty | TxnState::Dead | TxnState::PrepareEpochFence => {
                 current
             }
+            // Answered CONCURRENT_TRANSACTIONS above; Kafka's rule, for the record.
             TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
             TxnState::CompleteCommit | TxnState::CompleteAbort => {
                 retry_on_bump || retry_on_overflow || current
@@ -67,13 +81,11 @@ impl TxnCoordinator {
             (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if retry => {
                 return Ok(());
             }
+            (TxnState::CompleteAbort, true) if retry => return Err(ResponseError::ProducerFenced),
             // Aborting with nothing open still bumps the epoch (the client asked for a fresh
             // one); no partition gets a marker.
             (TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Empty, false)
                 if !retry => {}
-            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-                return Err(ResponseError::ConcurrentTransactions);
-            }
             _ => return Err(ResponseError::InvalidTxnState),
         }
         self.bump_for_completion(tid, new_producer_id)?;

@@ -135,3 +135,94 @@ fn an_exhausted_epoch_moves_to_a_new_producer_id_after_the_markers() {
         Ok(())
     );
 }
+
+#[test]
+fn an_end_txn_while_the_markers_are_on_their_way_waits_for_them() {
+    let mut c = TxnCoordinator::new(TxnConfig::default());
+    let mut alloc = ids();
+    let mut out = TxnEffects::default();
+    let (pid, e0) = c
+        .init_producer_id(0, "tx", 60_000, None, &mut alloc, &mut out)
+        .unwrap();
+    c.add_partitions(1, "tx", pid, e0, &[tp("a", 0)], &mut out)
+        .unwrap();
+    c.end_txn_v2(2, "tx", pid, e0, true, &mut alloc, &mut out)
+        .unwrap();
+    assert_eq!(current(&c), (pid, e0 + 1, TxnState::PrepareCommit));
+    let concurrent = Err(ResponseError::ConcurrentTransactions);
+    // The same EndTxn sent again (epoch before the bump), either outcome.
+    assert_eq!(
+        c.end_txn_v2(3, "tx", pid, e0, true, &mut alloc, &mut out),
+        concurrent
+    );
+    assert_eq!(
+        c.end_txn_v2(3, "tx", pid, e0, false, &mut alloc, &mut out),
+        concurrent
+    );
+    // The next transaction's EndTxn under the epoch the answer handed out (the producer
+    // aborts before anything it sent reached a leader): Kafka answers CONCURRENT_TRANSACTIONS
+    // (KAFKA-18464), never PRODUCER_FENCED for it.
+    assert_eq!(
+        c.end_txn_v2(3, "tx", pid, e0 + 1, false, &mut alloc, &mut out),
+        concurrent
+    );
+    assert_eq!(
+        c.end_txn_v2(3, "tx", pid, e0 + 1, true, &mut alloc, &mut out),
+        concurrent
+    );
+    // Another producer id is still not this producer.
+    assert_eq!(
+        c.end_txn_v2(3, "tx", pid + 1, e0 + 1, true, &mut alloc, &mut out),
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    // The next transaction's partitions wait too; the old epoch is fenced.
+    assert_eq!(
+        c.add_partitions(3, "tx", pid, e0 + 1, &[tp("a", 1)], &mut out),
+        concurrent
+    );
+    assert_eq!(
+        c.add_partitions(3, "tx", pid, e0, &[tp("a", 1)], &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(current(&c), (pid, e0 + 1, TxnState::PrepareCommit));
+
+    // Markers written: the retry is answered, the empty abort bumps the epoch.
+    write_markers(&mut c, &mut out);
+    assert_eq!(
+        c.end_txn_v2(4, "tx", pid, e0, true, &mut alloc, &mut out),
+        Ok(())
+    );
+    c.end_txn_v2(5, "tx", pid, e0 + 1, false, &mut alloc, &mut out)
+        .unwrap();
+    assert!(out.markers.is_empty());
+    assert_eq!(current(&c), (pid, e0 + 2, TxnState::CompleteAbort));
+}
+
+#[test]
+fn a_timeout_abort_in_flight_answers_the_fenced_producers_end_txn_concurrent() {
+    let mut c = TxnCoordinator::new(TxnConfig::default());
+    let mut alloc = ids();
+    let mut out = TxnEffects::default();
+    let (pid, e0) = c
+        .init_producer_id(0, "tx", 1_000, None, &mut alloc, &mut out)
+        .unwrap();
+    c.add_partitions(1, "tx", pid, e0, &[tp("a", 0)], &mut out)
+        .unwrap();
+    c.tick(5_000, &mut out);
+    assert_eq!(current(&c), (pid, e0 + 1, TxnState::PrepareAbort));
+    assert_eq!(
+        c.end_txn_v2(5_001, "tx", pid, e0, true, &mut alloc, &mut out),
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    write_markers(&mut c, &mut out);
+    // Complete: the commit overtaken by the timeout's abort is fenced (KAFKA-20785), which a
+    // client recovers from; its abort is answered.
+    assert_eq!(
+        c.end_txn_v2(5_002, "tx", pid, e0, true, &mut alloc, &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.end_txn_v2(5_002, "tx", pid, e0, false, &mut alloc, &mut out),
+        Ok(())
+    );
+}

@@ -132,10 +132,9 @@ class TransactionsClusterTest {
                                 Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(42)),
                                 new ConsumerGroupMetadata(group));
                     }
-                    // Every batch acknowledged (its partition added) before EndTxn: an EndTxn
-                    // that meets the previous transaction still prepared (its markers on their
-                    // way) is PRODUCER_FENCED under transaction version 2, as on Kafka.
-                    p.flush();
+                    // No flush: EndTxn goes right after the sends. An abort whose batches
+                    // never left the client meets the previous transaction still prepared (its
+                    // markers on their way): CONCURRENT_TRANSACTIONS, retried by the client.
                     if (round.startsWith("a")) {
                         p.abortTransaction();
                     } else {
@@ -157,6 +156,74 @@ class TransactionsClusterTest {
                     return false;
                 }
             });
+        } catch (Throwable t) {
+            for (Broker b : cluster) {
+                System.err.println("--- broker " + b.bootstrap() + "\n" + b.logTail());
+            }
+            throw t;
+        } finally {
+            cluster.forEach(Broker::close);
+        }
+    }
+
+    /**
+     * Commits and aborts right after `send()`, without a flush, many times in a row: each
+     * EndTxn may meet the previous transaction's markers still on their way to the other
+     * brokers, and must wait for them (CONCURRENT_TRANSACTIONS, retried by the client), never
+     * fence the producer. read_committed sees exactly the committed records; every transaction
+     * bumps the epoch. Prints the commitTransaction latency (the batches' round trip and EndTxn).
+     */
+    @Test
+    void endTxnRightAfterSendNeverFencesTheProducer() throws Exception {
+        final int rounds = 20;
+        List<Broker> cluster = Broker.cluster(3);
+        Broker first = cluster.get(0);
+        try (Admin admin = Util.admin(first)) {
+            Util.waitUntil("three brokers", Duration.ofSeconds(20), () -> {
+                try {
+                    return admin.describeCluster().nodes().get(5, TimeUnit.SECONDS).size() == 3;
+                } catch (Exception e) {
+                    return false;
+                }
+            });
+            String topic = Util.unique("txr");
+            admin.createTopics(List.of(new NewTopic(topic, PARTITIONS, (short) 3))).all()
+                    .get(20, TimeUnit.SECONDS);
+            leaders(admin, topic);
+            String tid = Util.unique("tid");
+            List<String> committed = new ArrayList<>();
+            List<Long> commitMicros = new ArrayList<>();
+            try (KafkaProducer<String, String> p = Util.producer(first, Map.of(
+                    ProducerConfig.TRANSACTIONAL_ID_CONFIG, tid,
+                    ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, 30000))) {
+                p.initTransactions();
+                short e0 = (short) describe(admin, tid).producerEpoch();
+                for (int round = 0; round < rounds; round++) {
+                    p.beginTransaction();
+                    List<String> sent = new ArrayList<>();
+                    for (int i = 0; i < PARTITIONS; i++) {
+                        String v = "r" + round + "-" + i;
+                        p.send(new ProducerRecord<>(topic, i, "k", v));
+                        sent.add(v);
+                    }
+                    if (round % 3 == 2) {
+                        p.abortTransaction();
+                    } else {
+                        long t0 = System.nanoTime();
+                        p.commitTransaction();
+                        commitMicros.add((System.nanoTime() - t0) / 1000);
+                        committed.addAll(sent);
+                    }
+                }
+                assertEquals((short) (e0 + rounds), (short) describe(admin, tid).producerEpoch(),
+                        "an epoch bump per transaction (transaction version 2)");
+            }
+            List<Long> sorted = new ArrayList<>(commitMicros);
+            sorted.sort(null);
+            System.out.printf("commitTransaction right after send, %d commits: p50 %.1f ms, max %.1f ms%n",
+                    sorted.size(), sorted.get(sorted.size() / 2) / 1000.0,
+                    sorted.get(sorted.size() - 1) / 1000.0);
+            assertEquals(Set.copyOf(committed), Set.copyOf(readCommitted(first, topic, committed.size())));
         } catch (Throwable t) {
             for (Broker b : cluster) {
                 System.err.println("--- broker " + b.bootstrap() + "\n" + b.logTail());
