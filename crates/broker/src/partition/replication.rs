@@ -82,6 +82,21 @@ impl ReplicaSet {
             log.set_high_watermark(hw);
         }
     }
+
+    /// The topic's effective `min.insync.replicas` changed (AlterConfigs on the topic, or the
+    /// broker default it inherits). Returns a high watermark a lower min ISR released.
+    pub(super) fn set_min_insync_replicas(&mut self, log: &mut Log, min: usize) -> Option<i64> {
+        let config = ReplicaConfig {
+            min_insync_replicas: min.max(1),
+            ..self.leader.config()
+        };
+        if config == self.leader.config() {
+            return None;
+        }
+        let hw = self.leader.set_config(config)?;
+        log.set_high_watermark(hw);
+        Some(hw)
+    }
 }
 
 /// A Fetch from a follower (replica id >= 0), as Fetch v12 describes it.
@@ -176,7 +191,10 @@ impl Partition {
             let settled = replica
                 .leader
                 .on_metadata_isr(state.isr.clone(), state.partition_epoch);
-            if let Some(hw) = settled.or(moved) {
+            let configured = (replica.leader.config() != config)
+                .then(|| replica.leader.set_config(config))
+                .flatten();
+            if let Some(hw) = configured.or(settled).or(moved) {
                 log.set_high_watermark(hw);
             }
             Some(log.high_watermark())
