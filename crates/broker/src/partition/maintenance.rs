@@ -70,10 +70,10 @@ impl Partition {
         let min_isr = config.min_insync_replicas;
         let moved = self.with_state(|serving, log| {
             log.update_config(config);
-            serving
-                .replica
-                .as_mut()?
-                .set_min_insync_replicas(log, min_isr)
+            let replica = serving.replica.as_mut()?;
+            let moved = replica.set_min_insync_replicas(log, min_isr);
+            replica.note_min_isr(&self.topic, self.index);
+            moved
         });
         if let Ok(Some(hw)) = moved {
             self.hw_tx.send_replace(hw);
