@@ -2,7 +2,8 @@
 leader does not advance its high watermark while its ISR is smaller than the topic's
 min.insync.replicas, as Kafka 4 does. acks=1 writes are appended and acknowledged, but no
 consumer (nor ListOffsets latest) sees them until the ISR is back at min ISR; acks=all is
-refused with NOT_ENOUGH_REPLICAS meanwhile.
+refused with NOT_ENOUGH_REPLICAS meanwhile. And when that leader dies, the follower the
+controller elects from the ELR holds every record a consumer could have read.
 
 Three combined voters and two broker-only nodes: the partition's replicas are voter 1 (the
 leader) and the broker-only nodes 4 and 5, so pausing both followers leaves the metadata quorum
@@ -74,7 +75,10 @@ def high_watermark(bootstrap):
         consumer.close()
 
 
-def test_acks_1_records_stay_invisible_until_the_isr_is_back_at_min_isr(broker_factory):
+def setup(broker_factory):
+    """Five brokers; the topic's one partition on [1, 4, 5] led by 1, with 10 acks=all records.
+    Then both followers are paused (SIGSTOP) until the controller fences them: the ISR is the
+    leader alone, below min.insync.replicas=2. Returns the brokers and the paused ones."""
     brokers = start_cluster(broker_factory, observers=2)
     for b in brokers:
         wait_for("five brokers", lambda b=b: cluster_view(b)[0] == [1, 2, 3, 4, 5])
@@ -86,19 +90,22 @@ def test_acks_1_records_stay_invisible_until_the_isr_is_back_at_min_isr(broker_f
         f.result(20)
     wait_for("the ISR full", lambda: isr_seen_by(leader) == [1, 4, 5])
     assert placement(leader, TOPIC)[0][0] == LEADER
-    bootstrap = leader.bootstrap
-
-    acked, failed = produce(bootstrap, "all", range(10))
+    acked, failed = produce(leader.bootstrap, "all", range(10))
     assert not failed and sorted(acked.values()) == list(range(10)), (acked, failed)
-    assert read_from(bootstrap, 0, 1.0) == [(o, o) for o in range(10)]
-
+    assert read_from(leader.bootstrap, 0, 1.0) == [(o, o) for o in range(10)]
     paused = [brokers[f - 1] for f in FOLLOWERS]
     for b in paused:
         os.kill(b.pid, signal.SIGSTOP)
+    # Longer than the session timeout (3 s): the controller fences both.
+    wait_for("the ISR to shrink to the leader", lambda: isr_seen_by(leader) == [LEADER])
+    return brokers, paused
+
+
+def test_acks_1_records_stay_invisible_until_the_isr_is_back_at_min_isr(broker_factory):
+    brokers, paused = setup(broker_factory)
+    leader = brokers[LEADER - 1]
+    bootstrap = leader.bootstrap
     try:
-        # Longer than the session timeout (3 s): the controller fences both, the ISR is the
-        # leader alone, below min.insync.replicas=2.
-        wait_for("the ISR to shrink to the leader", lambda: isr_seen_by(leader) == [LEADER])
         acked, failed = produce(bootstrap, "1", range(10, 30))
         assert not failed, failed[:3]
         assert sorted(acked.values()) == list(range(10, 30)), acked
@@ -130,3 +137,42 @@ def test_acks_1_records_stay_invisible_until_the_isr_is_back_at_min_isr(broker_f
     wait_for("the ISR full again", lambda: isr_seen_by(leader) == [1, 4, 5])
     acked, failed = produce(bootstrap, "all", range(30, 35))
     assert not failed and sorted(acked.values()) == list(range(30, 35)), (acked, failed)
+
+
+def test_an_elr_member_elected_after_the_leader_dies_holds_every_record_consumers_read(broker_factory):
+    """The leader, alone in its ISR, takes acks=1 records and dies (kill -9); the followers that
+    left the ISR below min ISR (the ELR) are resumed and one of them is elected. Everything a
+    consumer could read before is there; the acks=1 records no consumer could read are the
+    only loss (before KIP-966's strict min ISR they were readable, and lost here)."""
+    brokers, paused = setup(broker_factory)
+    leader = brokers[LEADER - 1]
+    voter = brokers[1]
+    try:
+        acked, failed = produce(leader.bootstrap, "1", range(10, 30))
+        assert not failed and len(acked) == 20, (acked, failed)
+        read_before = read_from(leader.bootstrap, 0, 2.0)
+        leader.kill()
+        for b in paused:
+            os.kill(b.pid, signal.SIGCONT)
+        # The controller elects an ELR member once it is unfenced (the ISR is empty).
+        wait_for("a leader from the ELR", lambda: (lambda p: p and p[0][0] in FOLLOWERS)(
+            placement(voter, TOPIC)))
+    finally:
+        for b in paused:
+            os.kill(b.pid, signal.SIGCONT)
+    # The other follower rejoins; at min ISR the new leader's high watermark moves.
+    wait_for("the ISR at min ISR", lambda: isr_seen_by(voter) == [4, 5])
+    rest = ",".join(b.bootstrap for b in brokers[1:])
+    wait_for("the committed records visible", lambda: high_watermark(rest) >= 10)
+    read_after = read_from(rest, 0, 2.0)
+    lost = sorted(set(read_before) - set(read_after))
+    assert not lost, f"{len(lost)} records consumers read are gone: {lost[:5]}"
+    assert read_before == [(o, o) for o in range(10)], read_before
+    print(f"elected from the ELR: broker {placement(voter, TOPIC)[0][0]}; {len(read_before)} records "
+          f"read before, all there after; the {20 - (len(read_after) - 10)} acks=1 records never visible are gone")
+    # The old leader comes back (no clean-shutdown marker), truncates what it alone had and
+    # rejoins; new acks=all writes work.
+    leader.start(timeout_s=60)
+    wait_for("the ISR full again", lambda: isr_seen_by(voter) == [1, 4, 5])
+    acked, failed = produce(rest, "all", range(100, 105))
+    assert not failed and len(acked) == 5, (acked, failed)
