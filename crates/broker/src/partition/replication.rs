@@ -601,6 +601,7 @@ impl Partition {
             isr: leader.isr().to_vec(),
             partition_epoch: leader.partition_epoch(),
             log_end_offset,
+            under_min_isr: leader.is_under_min_isr(),
             followers,
         })
     }

@@ -500,6 +500,7 @@ async fn under_min_isr_acks_1_records_are_hidden_until_min_insync_replicas_allow
     assert_eq!(latest.offset, 0);
     let read = p.read(fetch(0)).await.unwrap();
     assert_eq!(read.records.unwrap().bytes, 0, "nothing is visible");
+    assert!(p.replica_progress(0).unwrap().under_min_isr, "for /metrics");
     // The same leadership with a new config (the metadata's): still 2, nothing moves.
     let mut watch = p.watch_high_watermark();
     watch.borrow_and_update();
@@ -522,6 +523,7 @@ async fn under_min_isr_acks_1_records_are_hidden_until_min_insync_replicas_allow
         p.list_offsets(OffsetSpec::Latest, -1).await.unwrap().offset,
         5
     );
+    assert!(!p.replica_progress(0).unwrap().under_min_isr);
     // Raised again (through the metadata's role update this time): new appends wait again.
     let two = ReplicaConfig {
         min_insync_replicas: 2,
