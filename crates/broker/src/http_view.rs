@@ -78,6 +78,7 @@ fn replication_info(progress: ReplicaProgress) -> ReplicationInfo {
     ReplicationInfo {
         replicas: progress.replicas,
         isr: progress.isr,
+        under_min_isr: progress.under_min_isr,
         followers: progress
             .followers
             .into_iter()

@@ -1,7 +1,8 @@
 //! Replication between brokers in one process, over their real Kafka listeners: acks=all
 //! waits for the follower, the follower's log equals the leader's up to the high watermark,
 //! a stopped follower drops out of the ISR (then acks=all with min.insync.replicas=2 gets
-//! NOT_ENOUGH_REPLICAS), a restarted one catches up and rejoins, and after a leader change the
+//! NOT_ENOUGH_REPLICAS, and acks=1 records stay invisible until the ISR is back at min ISR),
+//! a restarted one catches up and rejoins, and after a leader change the
 //! old leader's unreplicated tail is truncated. The test plays the controller: it drives the
 //! roles and accepts the leader's ISR changes.
 
@@ -73,12 +74,13 @@ async fn a_follower_replicates_leaves_and_rejoins_the_isr_and_truncates_after_a_
     wait_for("the follower's HW", || offsets(&b).high_watermark == hw).await;
     assert_eq!(batch_ids(&a, hw), batch_ids(&b, hw));
 
-    // The follower stops: after replica.lag.time.max.ms it leaves the ISR, and acks=all with
-    // min.insync.replicas=2 is refused.
+    // The follower stops: after replica.lag.time.max.ms it leaves the ISR. The acks=all
+    // request waiting meanwhile times out (under min ISR the high watermark cannot pass its
+    // batch: KIP-966), and acks=all with min.insync.replicas=2 is then refused.
     b.shutdown().await;
-    let waited = produce(&mut client, -1, 10_000).await;
-    assert_eq!(waited, ResponseError::NotEnoughReplicasAfterAppend.code());
-    assert_eq!(isr(&a), vec![1]);
+    let waited = produce(&mut client, -1, 3_000).await;
+    assert_eq!(waited, ResponseError::RequestTimedOut.code());
+    wait_for("the ISR to shrink", || isr(&a) == vec![1]).await;
     assert_eq!(
         produce(&mut client, -1, 10_000).await,
         ResponseError::NotEnoughReplicas.code()
@@ -88,6 +90,10 @@ async fn a_follower_replicates_leaves_and_rejoins_the_isr_and_truncates_after_a_
         0,
         "acks=1 still works"
     );
+    // ... but consumers do not see it (nor the timed-out batch) while the ISR is under min ISR.
+    let under_min = offsets(&a);
+    assert_eq!(under_min.high_watermark, hw);
+    assert!(under_min.log_end_offset > hw);
 
     // It restarts, catches up and rejoins; acks=all works again. Its restart bumped the
     // leader epoch in its own (one-voter) metadata, so this test's "controller" moves both
@@ -117,6 +123,11 @@ async fn a_follower_replicates_leaves_and_rejoins_the_isr_and_truncates_after_a_
     b.state().fetchers.set_peer(1, a.kafka_addr());
     b.state().follow(TOPIC, 0, epoch, 1).unwrap();
     wait_for("the ISR to grow back", || isr(&a) == vec![1, 2]).await;
+    wait_for(
+        "the records appended under min ISR to become visible",
+        || offsets(&a).high_watermark >= under_min.log_end_offset,
+    )
+    .await;
     assert_eq!(produce(&mut client, -1, 10_000).await, 0);
     let hw = offsets(&a).high_watermark;
     wait_for("the follower's HW", || offsets(&b).high_watermark == hw).await;

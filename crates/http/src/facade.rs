@@ -244,6 +244,12 @@ impl PartitionInfo {
         let (replicas, isr) = self.current_replicas_and_isr();
         self.led_here && isr.len() < replicas.len()
     }
+
+    /// Kafka's `UnderMinIsrPartitionCount` rule: led here with an ISR smaller than the
+    /// effective `min.insync.replicas` (its high watermark waits, KIP-966).
+    pub fn under_min_isr_here(&self) -> bool {
+        self.led_here && self.replication.as_ref().is_some_and(|r| r.under_min_isr)
+    }
 }
 
 /// A leader's view of its followers.
@@ -251,6 +257,8 @@ impl PartitionInfo {
 pub struct ReplicationInfo {
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// The ISR is under the effective `min.insync.replicas`: the high watermark waits.
+    pub under_min_isr: bool,
     pub followers: Vec<FollowerLag>,
 }
 

@@ -1,5 +1,5 @@
 //! Replication families for `/metrics`, read from the cluster view at scrape time (Kafka's
-//! `UnderReplicatedPartitions`, `InSyncReplicasCount`, `IsrShrinksPerSec` / `IsrExpandsPerSec`
+//! `UnderReplicatedPartitions`, `UnderMinIsrPartitionCount`, `InSyncReplicasCount`, `IsrShrinksPerSec` / `IsrExpandsPerSec`
 //! and the fetcher's `ConsumerLag`).
 //!
 //! Cardinality: per-partition series exist only for partitions with a role here (ISR size and
@@ -38,6 +38,18 @@ pub fn render_replication(out: &mut String, cluster: Option<&ClusterInfo>, topic
         "Partitions led by this broker whose ISR is smaller than their replica set",
     )
     .sample(&[], under as f64);
+    let under_min_isr = topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter(|p| p.under_min_isr_here())
+        .count();
+    Family::new(
+        out,
+        "streamforge_under_min_isr_partitions",
+        "gauge",
+        "Partitions led by this broker whose ISR is smaller than min.insync.replicas (their high watermark waits)",
+    )
+    .sample(&[], under_min_isr as f64);
 
     let isr_size = |p: &PartitionInfo| -> Vec<Sample> {
         if !p.led_here {
@@ -172,6 +184,7 @@ mod tests {
             replication: led_here.then(|| ReplicationInfo {
                 replicas,
                 isr: isr.to_vec(),
+                under_min_isr: isr.len() < 2,
                 followers: lags
                     .iter()
                     .map(|&(id, lag)| FollowerLag {
@@ -219,13 +232,16 @@ mod tests {
                 partition(0, true, &[1, 2, 3], &[(2, 0), (3, 0)]),
                 partition(1, true, &[1, 2], &[(2, 0), (3, 40)]),
                 partition(2, false, &[], &[]),
+                partition(3, true, &[1], &[(2, 5), (3, 5)]),
             ],
         )];
         let mut out = String::new();
         render_replication(&mut out, Some(&cluster(3, 2)), &topics);
         for line in [
             "# TYPE streamforge_under_replicated_partitions gauge\n",
-            "streamforge_under_replicated_partitions 1\n",
+            "streamforge_under_replicated_partitions 2\n",
+            "# TYPE streamforge_under_min_isr_partitions gauge\n",
+            "streamforge_under_min_isr_partitions 1\n",
             "streamforge_partition_isr_size{topic=\"orders\",partition=\"0\"} 3\n",
             "streamforge_partition_isr_size{topic=\"orders\",partition=\"1\"} 2\n",
             "streamforge_replica_lag_messages{topic=\"orders\",partition=\"1\",follower=\"3\"} 40\n",

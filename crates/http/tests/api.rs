@@ -373,6 +373,7 @@ async fn metrics_are_prometheus_text_and_move_with_traffic() {
         "streamforge_partitions",
         "streamforge_log_size_bytes",
         "streamforge_under_replicated_partitions",
+        "streamforge_under_min_isr_partitions",
         "streamforge_partition_isr_size",
         "streamforge_isr_shrinks_total",
         "streamforge_isr_expands_total",

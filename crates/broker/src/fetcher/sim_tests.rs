@@ -1,8 +1,11 @@
 //! A seeded simulation of one partition replicated on three brokers: real `Partition`s (logs
 //! in temp dirs), the sans-io replica state inside them, a model controller (ISR changes with
-//! partition-epoch checks, elections of any alive ISR member) and a scheduler that picks, per
-//! step, a produce, a follower fetch, time passing, an ISR answer, a high-watermark checkpoint
-//! write, a crash, a recovery or the metadata reaching the leader. An ISR answer can be lost
+//! partition-epoch checks; KIP-966's ELR: replicas that leave the ISR while it is below min
+//! ISR join the ELR, which is cleared once the ISR is back at min ISR; elections of any alive
+//! ISR member, else of any alive ELR member, else of the last known leader when it is back)
+//! and a scheduler that picks, per step, a produce (acks=all or acks=1), a follower fetch,
+//! time passing, an ISR answer, a high-watermark checkpoint write, a crash, a recovery or the
+//! metadata reaching the leader. An ISR answer can be lost
 //! before or after the controller commits (a timeout), and the leader hears of a commit only
 //! through the answer or, later, the metadata. A crashed broker's log is dropped without being closed (no
 //! clean-shutdown marker, as after kill -9) and a recovery reopens it from disk, with its high
@@ -12,9 +15,14 @@
 //!    at its checkpointed HW, which is at most the HW it had);
 //! 2. every acknowledged (acks=all) batch is in the current leader's log, across leader changes;
 //! 3. any two alive replicas hold identical batches below the smaller of their high watermarks;
-//! 4. a high watermark never passes its log end.
+//! 4. a high watermark never passes its log end;
+//! 5. every batch below the leader's high watermark is in the log of every member of the
+//!    controller's ISR and ELR (KIP-966's strict min ISR: without it an acks=1 batch a
+//!    consumer read could be missing on an ELR member);
+//! 6. every batch that was ever below the leader's high watermark (what consumers may have
+//!    read) is in the current leader's log, across leader changes (ELR elections included).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -51,15 +59,24 @@ struct Sim {
     leader_epoch: i32,
     partition_epoch: i32,
     isr: Vec<i32>,
+    /// KIP-966's eligible leader replicas.
+    elr: Vec<i32>,
+    /// No leader: the last one crashed and no replica could be elected yet.
+    offline: bool,
     /// The leader has not yet seen the controller's latest partition epoch.
     metadata_behind: bool,
     intents: Arc<Mutex<Vec<AlterPartitionIntent>>>,
     // acks=all appends: waiting (end offset, leader epoch) and acknowledged batches.
     pending: Vec<(i64, i32)>,
     acked: Vec<BatchId>,
+    /// Batches that were below a leader's high watermark: consumers may have read them.
+    visible: BTreeSet<BatchId>,
     last_hw: BTreeMap<i32, i64>,
     dirs: BTreeMap<i32, tempfile::TempDir>,
     reopened: usize,
+    elr_elections: usize,
+    /// acks=1 appends made while the leader's ISR was under min ISR.
+    appends_under_min_isr: usize,
 }
 
 fn log_config() -> LogConfig {
@@ -92,13 +109,18 @@ impl Sim {
             leader_epoch: 1,
             partition_epoch: 0,
             isr: BROKERS.to_vec(),
+            elr: Vec::new(),
+            offline: false,
             metadata_behind: false,
             intents: Arc::new(Mutex::new(Vec::new())),
             pending: Vec::new(),
             acked: Vec::new(),
+            visible: BTreeSet::new(),
             last_hw: BTreeMap::new(),
             dirs,
             reopened: 0,
+            elr_elections: 0,
+            appends_under_min_isr: 0,
         };
         sim.install_leader();
         sim
@@ -106,6 +128,11 @@ impl Sim {
 
     fn p(&self, id: i32) -> &Arc<Partition> {
         &self.partitions[&id]
+    }
+
+    /// Whether the partition has a leader that runs.
+    fn leading(&self) -> bool {
+        self.alive[&self.leader] && !self.offline
     }
 
     fn leader_and_isr(&self) -> (LeaderAndIsr, ReplicaConfig) {
@@ -122,6 +149,24 @@ impl Sim {
         (state, config)
     }
 
+    /// The controller commits `new_isr` (Kafka's `PartitionChangeBuilder`): below min ISR the
+    /// members that left it join the ELR; at min ISR the ELR is cleared. Replicas back from an
+    /// unclean shutdown are taken out separately ([`Self::recover`]) and never join.
+    fn set_isr(&mut self, new_isr: Vec<i32>) {
+        let min_isr = self.min_isr.min(BROKERS.len());
+        if new_isr.len() >= min_isr {
+            self.elr.clear();
+        } else {
+            for &r in &self.isr {
+                if !new_isr.contains(&r) && !self.elr.contains(&r) {
+                    self.elr.push(r);
+                }
+            }
+            self.elr.retain(|r| !new_isr.contains(r));
+        }
+        self.isr = new_isr;
+    }
+
     fn sink(&self) -> crate::partition::IsrChangeSink {
         let sink_target = self.intents.clone();
         Arc::new(move |i| sink_target.lock().push(i))
@@ -134,6 +179,7 @@ impl Sim {
             .make_leader_replicated(self.leader, state, config, self.sink(), self.now_ms)
             .unwrap();
         self.metadata_behind = false;
+        self.offline = false;
         for id in BROKERS {
             if id != self.leader && self.alive[&id] {
                 self.p(id)
@@ -171,7 +217,7 @@ impl Sim {
             25..=64 => self.fetch(),
             65..=74 => {
                 self.now_ms += self.rng.random_range(1..=LAG_MS);
-                if self.alive[&self.leader] {
+                if self.leading() {
                     self.p(self.leader).maybe_shrink_isr(self.now_ms);
                 }
             }
@@ -185,13 +231,22 @@ impl Sim {
     }
 
     fn produce(&mut self) {
-        if !self.alive[&self.leader] {
+        if !self.leading() {
             return;
         }
         let records = self.rng.random_range(1..=5);
         let batch = &mut build_simple(BatchSpec::default(), records, 40);
         let leader = self.p(self.leader).clone();
-        if let Ok(info) = leader.append(batch, AppendParams { acks: Acks::All }) {
+        if self.rng.random_bool(0.3) {
+            // acks=1: acknowledged on the leader's append, whatever the ISR.
+            leader
+                .append(batch, AppendParams { acks: Acks::Leader })
+                .expect("acks=1 append");
+            let isr = leader.replica_status().map_or(0, |s| s.1.len());
+            if isr < self.min_isr.min(BROKERS.len()) {
+                self.appends_under_min_isr += 1;
+            }
+        } else if let Ok(info) = leader.append(batch, AppendParams { acks: Acks::All }) {
             self.pending.push((info.last_offset + 1, self.leader_epoch));
         }
     }
@@ -202,7 +257,7 @@ impl Sim {
             .copied()
             .filter(|&b| b != self.leader && self.alive[&b])
             .collect();
-        if followers.is_empty() || !self.alive[&self.leader] {
+        if followers.is_empty() || !self.leading() {
             return;
         }
         let f = followers[self.rng.random_range(0..followers.len())];
@@ -236,7 +291,7 @@ impl Sim {
         };
         let outcome = if current {
             self.partition_epoch += 1;
-            self.isr = intent.change.new_isr.clone();
+            self.set_isr(intent.change.new_isr.clone());
             if lost {
                 self.metadata_behind = true;
                 outcome
@@ -254,7 +309,7 @@ impl Sim {
 
     /// The metadata reaches the leader: the controller's ISR and partition epoch.
     fn deliver_metadata(&mut self) {
-        if !self.metadata_behind || !self.alive[&self.leader] {
+        if !self.metadata_behind || !self.leading() {
             return;
         }
         let (state, config) = self.leader_and_isr();
@@ -270,30 +325,38 @@ impl Sim {
             return;
         }
         self.alive.insert(id, false);
-        // The controller fences it: out of the ISR (unless last), new leader from the ISR.
-        if self.isr.len() > 1 {
-            self.isr.retain(|&b| b != id);
+        // The controller fences it: out of the ISR, even the last member (Kafka 4), into the
+        // ELR if that leaves the ISR below min ISR; a new leader from the ISR or ELR.
+        if self.isr.contains(&id) {
+            let isr = self.isr.iter().copied().filter(|&b| b != id).collect();
+            self.set_isr(isr);
             self.partition_epoch += 1;
         }
         if id == self.leader {
+            self.offline = true;
             self.elect();
         } else {
             self.metadata_behind = true;
         }
     }
 
-    /// Elect any alive ISR member (never one outside the ISR): a controller may pick any.
+    /// Elect any alive ISR member, else any alive ELR member (KIP-966: it becomes the ISR);
+    /// never a replica outside both: a controller may pick any of them.
     fn elect(&mut self) {
-        let candidates: Vec<i32> = self
-            .isr
-            .iter()
-            .copied()
-            .filter(|&b| self.alive[&b])
-            .collect();
+        let alive =
+            |set: &[i32]| -> Vec<i32> { set.iter().copied().filter(|&b| self.alive[&b]).collect() };
+        let (candidates, from_elr) = match alive(&self.isr) {
+            isr if !isr.is_empty() => (isr, false),
+            _ => (alive(&self.elr), true),
+        };
         if candidates.is_empty() {
-            return; // offline until an ISR member returns
+            return; // offline until an ISR or ELR member, or the last known leader, returns
         }
         let next = candidates[self.rng.random_range(0..candidates.len())];
+        if from_elr {
+            self.elr_elections += 1;
+            self.set_isr(vec![next]);
+        }
         self.leader = next;
         self.leader_epoch += 1;
         self.partition_epoch += 1;
@@ -343,11 +406,31 @@ impl Sim {
         };
         self.reopen(id);
         self.alive.insert(id, true);
-        // A reopened partition has no role until the controller gives it one: the leader that
-        // comes back (the last of its ISR) is elected again, in a new epoch.
-        if !self.alive[&self.leader] || id == self.leader {
+        // Back from an unclean shutdown (kill -9, no marker): the controller takes it out of
+        // every ISR and ELR (KIP-966), without it joining the ELR.
+        if self.isr.contains(&id) || self.elr.contains(&id) {
+            self.isr.retain(|&b| b != id);
+            self.elr.retain(|&b| b != id);
+            self.partition_epoch += 1;
+            self.metadata_behind = true;
+        }
+        // A reopened partition has no role until the controller gives it one. Without a leader,
+        // the last known leader is elected (uncleanly) once it is back and the ISR and ELR are
+        // empty, as Kafka 4 does; it holds everything it committed.
+        if !self.leading() {
             self.elect();
-            if !self.alive[&self.leader] {
+            if !self.leading()
+                && self.alive[&self.leader]
+                && self.isr.is_empty()
+                && self.elr.is_empty()
+            {
+                self.isr = vec![self.leader];
+                self.leader_epoch += 1;
+                self.partition_epoch += 1;
+                self.intents.lock().clear();
+                self.install_leader();
+            }
+            if !self.leading() {
                 return;
             }
         }
@@ -360,7 +443,7 @@ impl Sim {
     }
 
     fn collect_acks(&mut self) {
-        if !self.alive[&self.leader] {
+        if !self.leading() {
             return;
         }
         let leader = self.p(self.leader).clone();
@@ -405,12 +488,21 @@ impl Sim {
                 self.p(id).batch_ids(o.log_end_offset).unwrap(),
             ));
         }
-        if self.alive[&self.leader] {
-            let leader = &views.iter().find(|v| v.0 == self.leader).unwrap().2;
+        if self.leading() {
+            let (_, hw, leader) = views.iter().find(|v| v.0 == self.leader).unwrap();
             for acked in &self.acked {
                 assert!(
                     leader.contains(acked),
                     "{ctx}: acknowledged batch {acked:?} lost"
+                );
+            }
+            let committed: Vec<BatchId> = leader.iter().copied().filter(|b| b.1 < *hw).collect();
+            self.check_isr_and_elr_hold(&ctx, &committed);
+            self.visible.extend(committed);
+            for seen in &self.visible {
+                assert!(
+                    leader.contains(seen),
+                    "{ctx}: batch {seen:?} that consumers could read is lost"
                 );
             }
         }
@@ -430,11 +522,33 @@ impl Sim {
     }
 }
 
+impl Sim {
+    /// Invariant 5: every ISR and ELR member (a crashed one as its log was at the crash:
+    /// kill -9 keeps the page cache) holds every batch below the leader's high watermark, so
+    /// electing any of them loses nothing a consumer read.
+    fn check_isr_and_elr_hold(&self, ctx: &str, committed: &[BatchId]) {
+        for &id in self.isr.iter().chain(&self.elr) {
+            let end = self.p(id).offsets().unwrap().log_end_offset;
+            let held = self.p(id).batch_ids(end).unwrap();
+            for b in committed {
+                assert!(
+                    held.contains(b),
+                    "{ctx}: batch {b:?} below the leader's HW is not on {id} (ISR {:?}, ELR {:?})",
+                    self.isr,
+                    self.elr
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn replicas_agree_and_nothing_acknowledged_is_lost_over_many_seeds() {
     let mut acked_total = 0;
     let mut elections = 0;
     let mut reopened = 0;
+    let mut elr_elections = 0;
+    let mut appends_under_min_isr = 0;
     let mut seeds = 0;
     for seed in std::env::var("SIM_SEED")
         .ok()
@@ -449,10 +563,20 @@ fn replicas_agree_and_nothing_acknowledged_is_lost_over_many_seeds() {
         acked_total += sim.acked.len();
         elections += sim.leader_epoch - 1;
         reopened += sim.reopened;
+        elr_elections += sim.elr_elections;
+        appends_under_min_isr += sim.appends_under_min_isr;
         seeds += 1;
     }
+    eprintln!(
+        "{seeds} seeds: {acked_total} acks, {elections} elections ({elr_elections} from the ELR), {reopened} restarts, {appends_under_min_isr} acks=1 appends under min ISR"
+    );
     // The scheduler really exercises the protocol.
     assert!(acked_total > seeds * 5, "only {acked_total} acks");
     assert!(elections > seeds as i32, "only {elections} elections");
     assert!(reopened > seeds, "only {reopened} restarts");
+    assert!(elr_elections > 0, "no election from the ELR");
+    assert!(
+        appends_under_min_isr > seeds,
+        "only {appends_under_min_isr} acks=1 appends under min ISR"
+    );
 }

@@ -169,32 +169,48 @@ async fn a_lagging_follower_leaves_the_isr_and_comes_back_when_caught_up() {
     leader.maybe_shrink_isr(LAG_MS + 1);
     let intent = intents.lock().pop().unwrap();
     assert_eq!(intent.change.new_isr, vec![1]);
-    // Until the controller accepts, acks=all is still allowed; once it does, the waiting
-    // batch is committed (HW = the leader alone) but with too few replicas.
+    // Until the controller accepts, acks=all is still allowed. Once it does, the ISR (the
+    // leader alone) is under min.insync.replicas=2, so the high watermark cannot pass the
+    // waiting batch (KIP-966's strict min ISR): the wait times out, as in Kafka 4.
     leader.complete_isr_change(
         &intent.change,
         IsrChangeOutcome::Committed(intent.change.new_isr.clone(), 1),
     );
     let waits = vec![(leader.clone(), end)];
     let r = ProducePurgatory::default()
-        .wait(&waits, Duration::from_secs(5))
+        .wait(&waits, Duration::from_millis(50))
         .await;
     assert_eq!(
         r[0].as_ref().unwrap_err().kafka_code(),
-        ResponseError::NotEnoughReplicasAfterAppend.code()
+        ResponseError::RequestTimedOut.code()
     );
     let batch = &mut build_simple(BatchSpec::default(), 1, 10);
     let e = leader.append(batch, ALL).unwrap_err();
     assert_eq!(e.kafka_code(), ResponseError::NotEnoughReplicas.code());
-    // acks=1 still works.
+    // acks=1 is appended and acknowledged, but consumers do not see it yet.
     let batch = &mut build_simple(BatchSpec::default(), 1, 10);
-    leader
+    let one_end = leader
         .append(batch, AppendParams { acks: Acks::Leader })
-        .unwrap();
-    // The follower comes back, catches up to the high watermark and is proposed again.
+        .unwrap()
+        .last_offset
+        + 1;
+    let o = leader.offsets().unwrap();
+    assert_eq!((o.high_watermark, o.log_end_offset), (0, one_end));
+    // A waiting consumer fetch (on the HW watch) and an acks=all wait wake once it moves.
+    let mut hw_watch = leader.watch_high_watermark();
+    hw_watch.borrow_and_update();
+    let waiting = tokio::spawn(async move {
+        ProducePurgatory::default()
+            .wait(&waits, Duration::from_secs(10))
+            .await
+    });
+    // The follower comes back, reaches the high watermark and is proposed again; the high
+    // watermark moves only once the controller accepts.
     for now in 0..3 {
         replicate_once(&leader, &follower, 2, MAX_BYTES, LAG_MS + 10 + now).unwrap();
     }
+    assert_eq!(leader.offsets().unwrap().high_watermark, 0);
+    assert!(!hw_watch.has_changed().unwrap());
     let intent = intents.lock().pop().unwrap();
     assert_eq!(intent.change.new_isr, vec![1, 2]);
     leader.complete_isr_change(
@@ -202,6 +218,9 @@ async fn a_lagging_follower_leaves_the_isr_and_comes_back_when_caught_up() {
         IsrChangeOutcome::Committed(intent.change.new_isr.clone(), 2),
     );
     assert_eq!(leader.replica_status().unwrap().1, vec![1, 2]);
+    assert_eq!(leader.offsets().unwrap().high_watermark, one_end);
+    assert!(hw_watch.has_changed().unwrap());
+    assert!(waiting.await.unwrap()[0].is_ok());
     let batch = &mut build_simple(BatchSpec::default(), 1, 10);
     leader.append(batch, ALL).unwrap();
 }

@@ -62,10 +62,22 @@ impl Partition {
             .unwrap_or(0)
     }
 
-    /// Apply changed topic configs (the log's, and whether the topic tiers).
+    /// Apply changed topic configs (the log's, whether the topic tiers, and a leader's
+    /// `min.insync.replicas`: a lower one can release a high watermark held under min ISR,
+    /// which then wakes waiting fetches and acks=all produces).
     pub fn update_config(&self, config: LogConfig, remote_enabled: bool) {
         self.remote_enabled.store(remote_enabled, Ordering::Relaxed);
-        let _ = self.with_log(|log| log.update_config(config));
+        let min_isr = config.min_insync_replicas;
+        let moved = self.with_state(|serving, log| {
+            log.update_config(config);
+            let replica = serving.replica.as_mut()?;
+            let moved = replica.set_min_insync_replicas(log, min_isr);
+            replica.note_min_isr(&self.topic, self.index);
+            moved
+        });
+        if let Ok(Some(hw)) = moved {
+            self.hw_tx.send_replace(hw);
+        }
     }
 
     /// OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): the leader's local log starts at

@@ -21,8 +21,16 @@
 //!   the controller may have committed it, and a member it added may then be elected with
 //!   only what it had (Kafka's AlterPartitionManager retries the same way); an unanswered one
 //!   is sent again after the backoff;
-//! - acks=all needs `min.insync.replicas` members in the committed ISR before the append
-//!   (NOT_ENOUGH_REPLICAS) and when the high watermark passes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+//! - KIP-966's strict min ISR (Kafka's `maybeIncrementLeaderHW` / `isUnderMinIsr`): the high
+//!   watermark does not move while the committed ISR is smaller than the effective min ISR
+//!   (`min.insync.replicas`, the topic's else the broker's, at most the replica count, so an
+//!   RF=1 partition is never under it). Appends (acks=0/1) still land, but consumers see them
+//!   only once the ISR is back at min ISR; the replicas that left the ISR meanwhile (the
+//!   controller's ELR) therefore hold every record a consumer can have read;
+//! - acks=all needs the effective min ISR in the committed ISR before the append
+//!   (NOT_ENOUGH_REPLICAS) and in the maximal ISR when the high watermark passes it
+//!   (NOT_ENOUGH_REPLICAS_AFTER_APPEND), as Kafka's `appendRecordsToLeader` and
+//!   `checkEnoughReplicasReachOffset` do.
 
 use std::collections::BTreeMap;
 
@@ -44,7 +52,8 @@ pub const ISR_CHANGE_RETRY_BACKOFF_MS: i64 = 250;
 pub struct ReplicaConfig {
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: i64,
-    /// `min.insync.replicas` (topic config).
+    /// `min.insync.replicas`: the topic's, else the broker's. The rules use it capped by the
+    /// replica count ([`LeaderState::effective_min_isr`]).
     pub min_insync_replicas: usize,
 }
 
@@ -259,6 +268,28 @@ impl LeaderState {
         self.config
     }
 
+    /// Kafka's `effectiveMinIsr`: `min.insync.replicas`, at most the replica count (a topic may
+    /// set more than it has replicas; RF=1 is then never under min ISR).
+    pub fn effective_min_isr(&self) -> usize {
+        self.config
+            .min_insync_replicas
+            .min(self.replicas.len())
+            .max(1)
+    }
+
+    /// Kafka's `isUnderMinIsr`: the committed ISR is smaller than the effective min ISR. The
+    /// high watermark stays where it is until it is not (KIP-966's strict min ISR).
+    pub fn is_under_min_isr(&self) -> bool {
+        self.isr.len() < self.effective_min_isr()
+    }
+
+    /// New settings (a topic's or the broker's `min.insync.replicas` changed). Returns a high
+    /// watermark that moved: a lower min ISR can release it at once.
+    pub fn set_config(&mut self, config: ReplicaConfig) -> Option<i64> {
+        self.config = config;
+        self.advance_high_watermark()
+    }
+
     /// The committed ISR plus a pending expansion: the replicas the high watermark waits for.
     fn maximal_isr(&self) -> impl Iterator<Item = BrokerId> + '_ {
         let extra = self
@@ -277,8 +308,14 @@ impl LeaderState {
         }
     }
 
-    /// Move the high watermark to the smallest log end offset of the maximal ISR, forward only.
+    /// Move the high watermark to the smallest log end offset of the maximal ISR, forward only,
+    /// and not at all while the committed ISR is under min ISR (KIP-966): every record a
+    /// consumer can read is then on at least min ISR replicas, so on every replica that left
+    /// the ISR below min ISR (the ELR), whichever of them the controller elects.
     fn advance_high_watermark(&mut self) -> Option<i64> {
+        if self.is_under_min_isr() {
+            return None;
+        }
         let min_end = self
             .maximal_isr()
             .map(|r| self.end_offset_of(r))
@@ -293,20 +330,22 @@ impl LeaderState {
         }
     }
 
-    /// acks=all, before the append: is the committed ISR large enough?
+    /// acks=all, before the append: is the committed ISR at the effective min ISR?
     pub fn check_enough_replicas(&self) -> Result<(), ReplicaError> {
-        let (isr, min) = (self.isr.len(), self.config.min_insync_replicas);
+        let (isr, min) = (self.isr.len(), self.effective_min_isr());
         if isr < min {
             return Err(ReplicaError::NotEnoughReplicas { isr, min });
         }
         Ok(())
     }
 
-    /// acks=all, after the append: has every ISR member got `required_offset - 1`?
+    /// acks=all, after the append: has every ISR member got `required_offset - 1`? Once the
+    /// high watermark passed it, the maximal ISR must still be at the effective min ISR (it
+    /// can have shrunk since the high watermark moved).
     pub fn replication(&self, required_offset: i64) -> Replication {
         if self.high_watermark < required_offset {
             Replication::Pending
-        } else if self.isr.len() < self.config.min_insync_replicas {
+        } else if self.maximal_isr().count() < self.effective_min_isr() {
             Replication::NotEnoughReplicasAfterAppend
         } else {
             Replication::Done

@@ -32,6 +32,9 @@ pub struct ReplicaProgress {
     pub partition_epoch: i32,
     /// The leader's log end offset.
     pub log_end_offset: i64,
+    /// Kafka's `UnderMinIsr`: the ISR is smaller than the effective `min.insync.replicas`, so
+    /// the high watermark waits (KIP-966's strict min ISR).
+    pub under_min_isr: bool,
     /// Every replica but the leader, in replica-id order.
     pub followers: Vec<FollowerProgress>,
 }

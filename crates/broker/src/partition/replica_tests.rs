@@ -206,15 +206,117 @@ fn min_insync_replicas_is_checked_before_and_after_the_append() {
     let mut l = leader(&[1, 2], 0, 2);
     assert_eq!(l.check_enough_replicas(), Ok(()));
     l.on_local_append(10);
-    assert_eq!(l.replication(10), Replication::Pending);
-    // The ISR shrinks to the leader before the follower got the batch.
-    let shrink = l.maybe_shrink(LAG + 1).unwrap();
+    l.on_follower_fetch(2, 10, 10, 1).unwrap();
+    l.on_local_append(20);
+    assert_eq!(l.replication(20), Replication::Pending);
+    // The ISR shrinks to the leader before the follower got the second batch.
+    let shrink = l.maybe_shrink(LAG + 2).unwrap();
     l.on_isr_change_result(&shrink, Committed(vec![1], 8));
+    // The first batch passed the high watermark with two replicas, but a wait that looks
+    // only now finds one (Kafka's checkEnoughReplicasReachOffset).
     assert_eq!(l.replication(10), Replication::NotEnoughReplicasAfterAppend);
+    // The second can no longer be committed under min ISR: it waits (REQUEST_TIMED_OUT).
+    assert_eq!(l.replication(20), Replication::Pending);
     assert_eq!(
         l.check_enough_replicas(),
         Err(ReplicaError::NotEnoughReplicas { isr: 1, min: 2 })
     );
+}
+
+#[test]
+fn the_high_watermark_stays_while_the_isr_is_under_min_isr_and_resumes_when_it_grows_back() {
+    let mut l = leader(&[1, 2], 0, 2);
+    l.on_local_append(10);
+    assert_eq!(
+        l.on_follower_fetch(2, 10, 10, 1).unwrap().high_watermark,
+        Some(10)
+    );
+    l.on_local_append(12);
+    let shrink = l.maybe_shrink(LAG + 2).unwrap();
+    assert_eq!(shrink.new_isr, vec![1]);
+    // Before the controller accepts, 2 still holds the high watermark (as before).
+    assert_eq!(l.on_local_append(15), None);
+    // Committed: ISR [1] < min ISR 2. Kafka would have moved the HW to the leader's LEO
+    // here before KIP-966; now it stays, and acks=0/1 appends are not visible.
+    assert_eq!(l.on_isr_change_result(&shrink, Committed(vec![1], 8)), None);
+    assert!(l.is_under_min_isr());
+    assert_eq!(l.on_local_append(30), None);
+    assert_eq!(l.high_watermark(), 10);
+    // 2 comes back at the high watermark: proposed at once. A pending expansion is in the
+    // maximal ISR, but the committed ISR is still under min ISR: the HW waits for the commit.
+    let out = l.on_follower_fetch(2, 10, 30, LAG + 3).unwrap();
+    let expand = out.isr_change.unwrap();
+    assert_eq!(
+        (expand.new_isr.clone(), out.high_watermark),
+        (vec![1, 2], None)
+    );
+    assert_eq!(
+        l.on_follower_fetch(2, 30, 30, LAG + 4)
+            .unwrap()
+            .high_watermark,
+        None
+    );
+    assert_eq!(l.high_watermark(), 10);
+    // The expansion commits: the HW jumps to the smallest log end of the new ISR.
+    assert_eq!(
+        l.on_isr_change_result(&expand, Committed(vec![1, 2], 9)),
+        Some(30)
+    );
+    assert!(!l.is_under_min_isr());
+}
+
+#[test]
+fn metadata_that_brings_the_isr_back_to_min_isr_releases_the_high_watermark() {
+    let mut l = leader(&[1], 0, 2);
+    assert_eq!(l.on_local_append(10), None);
+    l.on_follower_fetch(3, 10, 10, 1).unwrap();
+    assert_eq!(l.high_watermark(), 0);
+    assert_eq!(l.on_metadata_isr(vec![1, 3], 8), Some(10));
+}
+
+#[test]
+fn the_effective_min_isr_is_min_insync_replicas_at_most_the_replica_count() {
+    // Kafka's effectiveMinIsr: min(min.insync.replicas, replicas). Three replicas, min 5.
+    let mut l = leader(&[1, 2, 3], 0, 5);
+    assert_eq!(l.effective_min_isr(), 3);
+    assert_eq!(l.check_enough_replicas(), Ok(()));
+    l.on_local_append(10);
+    l.on_follower_fetch(2, 10, 10, 1).unwrap();
+    l.on_follower_fetch(3, 10, 10, 1).unwrap();
+    assert_eq!(
+        (l.high_watermark(), l.replication(10)),
+        (10, Replication::Done)
+    );
+    // RF=1 with min.insync.replicas=2: never under min ISR, acks=all is accepted.
+    let state = LeaderAndIsr {
+        leader_epoch: 1,
+        partition_epoch: 1,
+        replicas: vec![1],
+        isr: vec![1],
+    };
+    let mut lone = LeaderState::new(1, state, config(2), 0, 0, 0);
+    assert_eq!(lone.effective_min_isr(), 1);
+    assert_eq!(lone.check_enough_replicas(), Ok(()));
+    assert_eq!(lone.on_local_append(4), Some(4));
+    assert_eq!(lone.replication(4), Replication::Done);
+    // A replica added within the leadership raises the cap (and the ISR is then under it).
+    let mut l = leader(&[1, 2], 0, 3);
+    l.on_metadata_replicas(&[1, 2]);
+    assert_eq!(l.effective_min_isr(), 2);
+    l.on_metadata_replicas(&[1, 2, 3]);
+    assert_eq!((l.effective_min_isr(), l.is_under_min_isr()), (3, true));
+}
+
+#[test]
+fn a_lower_min_isr_releases_the_high_watermark_at_once() {
+    let mut l = leader(&[1], 0, 2);
+    assert_eq!(l.on_local_append(10), None);
+    assert_eq!(l.set_config(config(2)), None);
+    assert_eq!(l.set_config(config(1)), Some(10));
+    // And a higher one holds it again.
+    assert_eq!(l.set_config(config(2)), None);
+    assert_eq!(l.on_local_append(20), None);
+    assert_eq!(l.high_watermark(), 10);
 }
 
 #[test]

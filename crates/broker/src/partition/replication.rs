@@ -65,6 +65,8 @@ pub(super) struct ReplicaSet {
     local_id: BrokerId,
     leader: LeaderState,
     sink: IsrChangeSink,
+    /// What was last logged of KIP-966's strict min ISR (the high watermark held).
+    under_min_isr: bool,
 }
 
 impl ReplicaSet {
@@ -81,6 +83,53 @@ impl ReplicaSet {
         if let Some(hw) = self.leader.on_local_append(log_end_offset) {
             log.set_high_watermark(hw);
         }
+    }
+
+    /// Log when the ISR goes under min ISR (the high watermark stops: acks=0/1 records are not
+    /// visible to consumers) and when it is back. Call after anything that changes the ISR,
+    /// the replicas or the config.
+    pub(super) fn note_min_isr(&mut self, topic: &str, partition: i32) {
+        let under = self.leader.is_under_min_isr();
+        if under == self.under_min_isr {
+            return;
+        }
+        self.under_min_isr = under;
+        let (isr, min_isr) = (self.leader.isr(), self.leader.effective_min_isr());
+        let high_watermark = self.leader.high_watermark();
+        if under {
+            tracing::warn!(
+                topic,
+                partition,
+                ?isr,
+                min_isr,
+                high_watermark,
+                "ISR under min.insync.replicas: the high watermark waits until it is back (KIP-966); new records are not visible to consumers"
+            );
+        } else {
+            tracing::info!(
+                topic,
+                partition,
+                ?isr,
+                min_isr,
+                high_watermark,
+                "ISR back at min.insync.replicas: the high watermark moves again"
+            );
+        }
+    }
+
+    /// The topic's effective `min.insync.replicas` changed (AlterConfigs on the topic, or the
+    /// broker default it inherits). Returns a high watermark a lower min ISR released.
+    pub(super) fn set_min_insync_replicas(&mut self, log: &mut Log, min: usize) -> Option<i64> {
+        let config = ReplicaConfig {
+            min_insync_replicas: min.max(1),
+            ..self.leader.config()
+        };
+        if config == self.leader.config() {
+            return None;
+        }
+        let hw = self.leader.set_config(config)?;
+        log.set_high_watermark(hw);
+        Some(hw)
     }
 }
 
@@ -149,11 +198,14 @@ impl Partition {
             let leader =
                 LeaderState::new(local_id, state, config, leo, log.high_watermark(), now_ms);
             log.set_high_watermark(leader.high_watermark());
-            serving.replica = Some(ReplicaSet {
+            let mut replica = ReplicaSet {
                 local_id,
                 leader,
                 sink,
-            });
+                under_min_isr: false,
+            };
+            replica.note_min_isr(&self.topic, self.index);
+            serving.replica = Some(replica);
             Ok(log.high_watermark())
         })??;
         self.hw_tx.send_replace(hw);
@@ -180,9 +232,13 @@ impl Partition {
             let settled = replica
                 .leader
                 .on_metadata_isr(state.isr.clone(), state.partition_epoch);
-            if let Some(hw) = settled.or(moved) {
+            let configured = (replica.leader.config() != config)
+                .then(|| replica.leader.set_config(config))
+                .flatten();
+            if let Some(hw) = configured.or(settled).or(moved) {
                 log.set_high_watermark(hw);
             }
+            replica.note_min_isr(&self.topic, self.index);
             Some(log.high_watermark())
         })?;
         match updated {
@@ -206,6 +262,7 @@ impl Partition {
             if replica.leader.partition_epoch() != epoch {
                 self.replication_counters
                     .count_isr_change(&before, replica.leader.isr());
+                replica.note_min_isr(&self.topic, self.index);
             }
             let hw = hw?;
             log.set_high_watermark(hw);
@@ -551,6 +608,7 @@ impl Partition {
             isr: leader.isr().to_vec(),
             partition_epoch: leader.partition_epoch(),
             log_end_offset,
+            under_min_isr: leader.is_under_min_isr(),
             followers,
         })
     }

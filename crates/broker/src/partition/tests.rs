@@ -465,3 +465,74 @@ async fn a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_n
         .unwrap();
     assert_eq!(by_time.offset, 30);
 }
+
+#[tokio::test]
+async fn under_min_isr_acks_1_records_are_hidden_until_min_insync_replicas_allows_them() {
+    use super::replica::{LeaderAndIsr, ReplicaConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path(), RemoteTier::default());
+    let state = LeaderAndIsr {
+        leader_epoch: 1,
+        partition_epoch: 1,
+        replicas: vec![1, 2, 3],
+        isr: vec![1],
+    };
+    let config = ReplicaConfig {
+        min_insync_replicas: 2,
+        ..ReplicaConfig::default()
+    };
+    let sink: IsrChangeSink = Arc::new(|_| {});
+    p.make_leader_replicated(1, state.clone(), config, sink.clone(), 0)
+        .unwrap();
+    // acks=all is refused before the append; acks=1 is appended but stays invisible.
+    let all = p.append(&mut build_simple(BatchSpec::default(), 5, 10), APPEND);
+    assert_eq!(
+        all.unwrap_err().kafka_code(),
+        code(ResponseError::NotEnoughReplicas)
+    );
+    let one = AppendParams { acks: Acks::Leader };
+    let info = p
+        .append(&mut build_simple(BatchSpec::default(), 5, 10), one)
+        .unwrap();
+    assert_eq!((info.first_offset, info.last_offset), (0, 4));
+    let o = p.offsets().unwrap();
+    assert_eq!((o.high_watermark, o.log_end_offset), (0, 5));
+    let latest = p.list_offsets(OffsetSpec::Latest, -1).await.unwrap();
+    assert_eq!(latest.offset, 0);
+    let read = p.read(fetch(0)).await.unwrap();
+    assert_eq!(read.records.unwrap().bytes, 0, "nothing is visible");
+    assert!(p.replica_progress(0).unwrap().under_min_isr, "for /metrics");
+    // The same leadership with a new config (the metadata's): still 2, nothing moves.
+    let mut watch = p.watch_high_watermark();
+    watch.borrow_and_update();
+    p.lead_replicated(1, state.clone(), config, sink.clone(), 1)
+        .unwrap();
+    assert_eq!(p.offsets().unwrap().high_watermark, 0);
+    // AlterConfigs lowers the topic's min.insync.replicas to 1: the records appear at once,
+    // and waiting fetches wake.
+    watch.borrow_and_update();
+    p.update_config(
+        LogConfig {
+            min_insync_replicas: 1,
+            ..small_config()
+        },
+        false,
+    );
+    assert!(watch.has_changed().unwrap());
+    assert_eq!(*watch.borrow_and_update(), 5);
+    assert_eq!(
+        p.list_offsets(OffsetSpec::Latest, -1).await.unwrap().offset,
+        5
+    );
+    assert!(!p.replica_progress(0).unwrap().under_min_isr);
+    // Raised again (through the metadata's role update this time): new appends wait again.
+    let two = ReplicaConfig {
+        min_insync_replicas: 2,
+        ..config
+    };
+    p.lead_replicated(1, state, two, sink, 2).unwrap();
+    p.append(&mut build_simple(BatchSpec::default(), 5, 10), one)
+        .unwrap();
+    let o = p.offsets().unwrap();
+    assert_eq!((o.high_watermark, o.log_end_offset), (5, 10));
+}
