@@ -28,9 +28,40 @@ const RECOVERY_TIMEOUT: Duration = Duration::from_secs(300);
 pub const LATENCY_WINDOW_BATCHES: u64 = 2;
 /// Long-poll wait of the tailing consumer (it is answered as soon as data arrives).
 const TAIL_FETCH_MAX_WAIT_MS: i32 = 100;
+/// Longest a created topic may take to reach every broker's metadata.
+const TOPIC_PROPAGATION_WAIT: Duration = Duration::from_secs(10);
+/// Pause between two looks for a created topic.
+const TOPIC_PROPAGATION_RETRY: Duration = Duration::from_millis(20);
 
 pub(crate) fn client_config(bootstrap: &str) -> ClientConfig {
     ClientConfig::new(bootstrap)
+}
+
+/// Describes a topic just created. Another broker of a cluster can answer before the new topic
+/// reached its metadata (the creating broker answered once it had it; the others follow within
+/// milliseconds), so UNKNOWN_TOPIC_OR_PARTITION is asked again, as Kafka's clients do, for at
+/// most [`TOPIC_PROPAGATION_WAIT`].
+async fn describe_created(
+    admin: &Admin,
+    topic: &str,
+) -> Result<Vec<streamforge_client::TopicInfo>, BenchError> {
+    let unknown = kafka_protocol::ResponseError::UnknownTopicOrPartition.code();
+    let started = Instant::now();
+    loop {
+        match admin.describe_topics(&[topic.to_string()]).await {
+            Err(e)
+                if (e.kafka_code() == Some(unknown)
+                    || matches!(
+                        e,
+                        streamforge_client::ClientError::UnknownTopicOrPartition(_)
+                    ))
+                    && started.elapsed() < TOPIC_PROPAGATION_WAIT =>
+            {
+                tokio::time::sleep(TOPIC_PROPAGATION_RETRY).await;
+            }
+            other => return Ok(other?),
+        }
+    }
 }
 
 pub async fn run(
@@ -62,8 +93,7 @@ pub async fn run(
     };
     let brokers = admin.describe_cluster().await?.brokers.len();
     // What the topic really got (a `-1` request takes the broker's default).
-    let replication_factor = admin
-        .describe_topics(std::slice::from_ref(&topic))
+    let replication_factor = describe_created(&admin, &topic)
         .await?
         .first()
         .and_then(|t| t.partitions.first())
