@@ -46,23 +46,36 @@ async fn create_topic(client: &mut RawClient) {
 /// the ISR (the other broker does not run here, so it never fetches: with it in the ISR an
 /// offset commit would wait for it, as Kafka's does).
 fn move_offsets_leader(state: &BrokerState, leader: i32) {
-    change_offsets_partition(state, leader, &[leader]);
+    change_offsets_partition(state, leader, &[leader], 1);
 }
 
-/// Applies `__consumer_offsets-0` led by `leader` with ISR `isr` (replicas 2 and 1) under the
-/// next leader epoch, as the controller would.
-fn change_offsets_partition(state: &BrokerState, leader: i32, isr: &[i32]) {
+/// Sets the ISR of `__consumer_offsets-0` (replicas 2 and 1) to `isr` under this broker's
+/// leadership, in the same leader epoch (the controller's AlterPartition: only the partition
+/// epoch moves, so the coordinator keeps its load).
+fn set_offsets_isr(state: &BrokerState, isr: &[i32]) {
+    change_offsets_partition(state, NODE, isr, 0);
+}
+
+/// Applies `__consumer_offsets-0` led by `leader` with ISR `isr` (replicas 2 and 1), its leader
+/// epoch moved by `epoch_step`, as the controller would.
+fn change_offsets_partition(state: &BrokerState, leader: i32, isr: &[i32], epoch_step: i32) {
     let image = state.replicas.image();
     let t = image.topic_by_name(OFFSETS_TOPIC).unwrap();
     let local = state.replicas.partition(OFFSETS_TOPIC, 0).unwrap();
     let mut before = t.partitions[&0].clone();
     before.leader = local.leader_id().unwrap_or(NODE);
     before.leader_epoch = local.leader_epoch();
+    // The test applies deltas straight to the partitions (its image stays as created): the
+    // partition epoch to follow is the leader's own.
+    if let Some((_, _, partition_epoch)) = local.replica_status() {
+        before.partition_epoch = partition_epoch;
+    }
     let mut after = before.clone();
     after.replicas = vec![NODE, 1];
     after.isr = isr.to_vec();
     after.leader = leader;
-    after.leader_epoch += 1;
+    after.leader_epoch += epoch_step;
+    after.partition_epoch += 1;
     let mut delta = MetadataDelta::default();
     let moved = PartitionDelta {
         topic: OFFSETS_TOPIC.into(),
@@ -181,7 +194,7 @@ async fn a_sync_group_is_answered_only_once_the_assignment_is_on_every_isr_membe
     // Broker 1 is in the ISR but never fetches: the group's record cannot be committed, so the
     // assignment must not be handed out (Kafka answers COORDINATOR_NOT_AVAILABLE after
     // offsets.commit.timeout.ms) and the generation is not kept: the group rebalances.
-    change_offsets_partition(&broker.state(), NODE, &[NODE, 1]);
+    set_offsets_isr(&broker.state(), &[NODE, 1]);
     let started = Instant::now();
     let (code, generation, member) = join_and_sync_alone(&mut client).await;
     assert_eq!(code, ResponseError::CoordinatorNotAvailable.code());
@@ -197,7 +210,7 @@ async fn a_sync_group_is_answered_only_once_the_assignment_is_on_every_isr_membe
 
     // With the ISR back to this broker alone, the same member's next generation is stable at
     // once.
-    change_offsets_partition(&broker.state(), NODE, &[NODE]);
+    set_offsets_isr(&broker.state(), &[NODE]);
     let join = join_loaded(&mut client, &member).await;
     assert_eq!(join.error_code, 0, "{join:?}");
     assert!(join.generation_id > generation);
