@@ -164,12 +164,19 @@ class BrokerProcess:
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def request_stop(self) -> None:
+        """SIGTERM without waiting (a paused process is resumed first, or it would never see
+        the signal); `stop` then waits for it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the exit code."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.request_stop()
             try:
                 self.proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
