@@ -7,8 +7,7 @@
 //! the follower quota is exceeded, a throttled partition that is not caught up is left out
 //! of the Fetch; the records of throttled partitions are recorded against the quota.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +26,7 @@ use tokio::sync::{Notify, watch};
 
 use super::apply::{Applied, FetchedPartition, apply};
 use super::connection::{FetcherError, LeaderConnection};
+use crate::inter_broker::{InterBroker, PeerAddr};
 use crate::partition::Partition;
 use crate::quota::replication::{ReplicationQuotas, Side};
 
@@ -69,7 +69,11 @@ struct Fetcher {
 pub struct FetcherManager {
     config: FetcherConfig,
     /// Where each broker listens (the metadata image's endpoints, once wired).
-    peers: Arc<RwLock<HashMap<i32, SocketAddr>>>,
+    peers: Arc<RwLock<HashMap<i32, PeerAddr>>>,
+    /// Peers the image names without an inter-broker endpoint (logged once each).
+    unreachable: Mutex<BTreeSet<i32>>,
+    /// How peers are connected to (TCP, TLS, SASL).
+    link: Arc<InterBroker>,
     fetchers: Mutex<HashMap<i32, Fetcher>>,
     /// The follower side of the reassignment throttles.
     quotas: Arc<ReplicationQuotas>,
@@ -80,11 +84,14 @@ impl FetcherManager {
     pub fn new(
         config: FetcherConfig,
         quotas: Arc<ReplicationQuotas>,
+        link: Arc<InterBroker>,
         shutdown: watch::Receiver<bool>,
     ) -> FetcherManager {
         FetcherManager {
             config,
             peers: Arc::default(),
+            unreachable: Mutex::default(),
+            link,
             fetchers: Mutex::default(),
             quotas,
             shutdown,
@@ -92,13 +99,36 @@ impl FetcherManager {
     }
 
     /// Record where broker `id` listens.
-    pub fn set_peer(&self, id: i32, addr: SocketAddr) {
-        self.peers.write().insert(id, addr);
+    pub fn set_peer(&self, id: i32, addr: impl Into<PeerAddr>) {
+        self.peers.write().insert(id, addr.into());
+    }
+
+    /// Record the brokers the image names without an inter-broker endpoint: they are not
+    /// reached at all (not on another listener); each is logged when it first shows up.
+    pub fn set_unreachable(&self, ids: BTreeSet<i32>) {
+        let mut known = self.unreachable.lock();
+        for id in ids.difference(&known) {
+            tracing::warn!(
+                broker = id,
+                listener = self.link.listener_name(),
+                "a peer broker has no endpoint on the inter-broker listener; not replicating from it"
+            );
+        }
+        let mut peers = self.peers.write();
+        for id in &ids {
+            peers.remove(id);
+        }
+        *known = ids;
     }
 
     /// Where broker `id` listens, if the image has told us.
-    pub fn peer(&self, id: i32) -> Option<SocketAddr> {
-        self.peers.read().get(&id).copied()
+    pub fn peer(&self, id: i32) -> Option<PeerAddr> {
+        self.peers.read().get(&id).cloned()
+    }
+
+    /// How peers are connected to.
+    pub fn link(&self) -> &Arc<InterBroker> {
+        &self.link
     }
 
     /// Follow `partition` from `leader_id` (moving it off any other fetcher).
@@ -114,6 +144,7 @@ impl FetcherManager {
                 config: self.config,
                 leader_id,
                 peers: self.peers.clone(),
+                link: self.link.clone(),
                 partitions: fetcher.partitions.clone(),
                 wake: fetcher.wake.clone(),
                 quotas: self.quotas.clone(),
@@ -180,7 +211,8 @@ impl FetcherManager {
 struct FetcherTask {
     config: FetcherConfig,
     leader_id: i32,
-    peers: Arc<RwLock<HashMap<i32, SocketAddr>>>,
+    peers: Arc<RwLock<HashMap<i32, PeerAddr>>>,
+    link: Arc<InterBroker>,
     partitions: Followed,
     wake: Arc<Notify>,
     quotas: Arc<ReplicationQuotas>,
@@ -222,14 +254,14 @@ impl FetcherTask {
     }
 
     async fn connect(&self) -> Result<LeaderConnection, FetcherError> {
-        let addr = self
+        let peer = self
             .peers
             .read()
             .get(&self.leader_id)
-            .copied()
+            .cloned()
             .ok_or(FetcherError::UnknownBroker(self.leader_id))?;
         let response_max = self.config.response_max_bytes + RESPONSE_OVERHEAD_MAX_BYTES;
-        LeaderConnection::connect(addr, response_max, CALL_TIMEOUT).await
+        self.link.connect(&peer, response_max, CALL_TIMEOUT).await
     }
 
     /// One Fetch for every followed partition, and what follows from its answer.
