@@ -222,6 +222,9 @@ struct FetcherTask {
 impl FetcherTask {
     async fn run(mut self) {
         let mut connection: Option<LeaderConnection> = None;
+        // The last TLS or SASL refusal logged: a misconfiguration is shown once per change,
+        // not on every retry.
+        let mut refusal_logged: Option<String> = None;
         loop {
             if *self.shutdown.borrow() {
                 return;
@@ -237,12 +240,20 @@ impl FetcherTask {
                 None => match self.connect().await {
                     Ok(c) => {
                         connection = Some(c);
+                        refusal_logged = None;
                         continue;
                     }
                     Err(e) => Err(e),
                 },
             };
             if let Err(e) = result {
+                let message = e.to_string();
+                if matches!(e, FetcherError::Tls(_) | FetcherError::Sasl(_))
+                    && refusal_logged.as_ref() != Some(&message)
+                {
+                    tracing::warn!(leader_id = self.leader_id, error = %e, "cannot connect to the leader on the inter-broker listener; retrying");
+                    refusal_logged = Some(message);
+                }
                 tracing::debug!(leader_id = self.leader_id, error = %e, "replica fetch failed; backing off");
                 connection = None;
                 tokio::select! {
