@@ -5,7 +5,8 @@ authorizer on, the broker user (SCRAM-SHA-512, written into each data dir before
 topic with min.insync.replicas=2 over SASL_SSL and reads everything back; every partition ends
 with all three replicas in its ISR and the same high watermark on each, so the follower fetches
 ran over TLS and SASL (no other listener exists). A broker whose inter-broker password is wrong
-starts but is refused by its peers, and its replicas stay out of the ISR.
+starts but is refused by its peers, and its replicas stay out of the ISR; one that logs in as a
+user without CLUSTER_ACTION is answered TOPIC_AUTHORIZATION_FAILED and drops out of the ISR too.
 """
 
 from __future__ import annotations
@@ -87,14 +88,17 @@ def create_user(data_dir: Path, user: str, password: str) -> None:
                     "--data-dir", str(data_dir)], check=True, capture_output=True, timeout=60)
 
 
-def start_secure_cluster(tmp_path_factory, certs: Path, passwords: list[str]) -> list[SaslSslBroker]:
-    """Three voters, SASL_SSL only; broker i logs in to the others with passwords[i]."""
+def start_secure_cluster(tmp_path_factory, certs: Path, passwords: list[str],
+                         users: tuple[str, ...] = (BROKER_USER,) * 3) -> list[SaslSslBroker]:
+    """Three voters, SASL_SSL only; broker i logs in to the others as users[i] with
+    passwords[i]. Every user exists on every broker; only BROKER_USER is a super user."""
     brokers = [SaslSslBroker(tmp_path_factory.mktemp(f"ibsec{i + 1}"), certs, name=f"broker{i + 1}")
                for i in range(3)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(3))
     for i, b in enumerate(brokers):
         b.data_dir.mkdir(parents=True, exist_ok=True)
-        create_user(b.data_dir, BROKER_USER, BROKER_PASSWORD)
+        for user in sorted(set(users)):
+            create_user(b.data_dir, user, BROKER_PASSWORD)
         create_user(b.data_dir, CLIENT_USER, CLIENT_PASSWORD)
         b.extra_args += [
             "--listeners", f"SASL_SSL://127.0.0.1:{b.port}",
@@ -103,7 +107,7 @@ def start_secure_cluster(tmp_path_factory, certs: Path, passwords: list[str]) ->
             "--sasl-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512",
             "--inter-broker-listener-name", "SASL_SSL",
             "--sasl-mechanism-inter-broker-protocol", "SCRAM-SHA-512",
-            "--inter-broker-sasl-username", BROKER_USER,
+            "--inter-broker-sasl-username", users[i],
             "--authorizer", "acl", "--super-users", f"User:{BROKER_USER};User:{CLIENT_USER}",
             "--node-id", str(i + 1),
             "--controller-quorum-voters", voters,
@@ -247,3 +251,29 @@ def test_a_broker_with_a_wrong_inter_broker_password_is_refused(tmp_path_factory
     log = brokers[2].log_text()
     assert "cannot connect to the leader on the inter-broker listener" in log, brokers[2].log_tail()
     assert "SASL login at the peer" in log, brokers[2].log_tail()
+
+
+def test_a_broker_user_without_cluster_action_is_not_replicated_to(tmp_path_factory, certs, stop_after):
+    """Kafka: a follower's Fetch needs CLUSTER_ACTION on the cluster. Broker 3 logs in as a user
+    that is not a super user and has no ACL: its leaders answer TOPIC_AUTHORIZATION_FAILED and it
+    falls out of every ISR it does not lead."""
+    brokers = start_secure_cluster(tmp_path_factory, certs, [BROKER_PASSWORD] * 3,
+                                   users=(BROKER_USER, BROKER_USER, "outsider"))
+    stop_after += brokers
+    conf = client_conf(brokers[0], certs)
+    admin = AdminClient(conf)
+    wait_for("three brokers", lambda: len(admin.list_topics(timeout=10).brokers) == 3)
+    create_topic(admin)
+    p = Producer({**conf, "acks": "all", "linger.ms": 5})
+    for i in range(30):
+        p.produce(TOPIC, f"m{i}".encode(), partition=i % PARTITIONS)
+    assert p.flush(WAIT_S) == 0
+    wait_for("broker 3 out of every ISR it does not lead",
+             lambda: (pl := placement(admin)) and all(3 not in v[2] or v[0] == 3 for v in pl.values())
+             and all(len(v[2]) >= 2 for v in pl.values()), timeout_s=WAIT_S)
+    log = brokers[2].log_text()
+    assert "the leader refused the fetch" in log and "code=29" in log, brokers[2].log_tail()
+    # Refused partitions wait replica.fetch.backoff.ms (no hot loop) and are logged once per
+    # code, not on every retry.
+    assert log.count("the leader refused the fetch") <= 4 * PARTITIONS + 10
+    assert "operation=CLUSTER_ACTION" in brokers[0].log_text() + brokers[1].log_text()

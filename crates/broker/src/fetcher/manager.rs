@@ -149,6 +149,7 @@ impl FetcherManager {
                 wake: fetcher.wake.clone(),
                 quotas: self.quotas.clone(),
                 shutdown: self.shutdown.clone(),
+                refused: HashMap::new(),
             };
             tokio::spawn(task.run());
             fetcher
@@ -217,6 +218,12 @@ struct FetcherTask {
     wake: Arc<Notify>,
     quotas: Arc<ReplicationQuotas>,
     shutdown: watch::Receiver<bool>,
+    /// Partitions the leader refused (an error other than a fenced epoch, e.g.
+    /// TOPIC_AUTHORIZATION_FAILED when this broker lacks CLUSTER_ACTION): left out of the
+    /// Fetch until the instant, as Kafka's fetcher delays a partition with an error by
+    /// `replica.fetch.backoff.ms`; and the code, logged again only when it changes. At most
+    /// one entry per followed partition (pruned every round).
+    refused: HashMap<Key, (tokio::time::Instant, i16)>,
 }
 
 impl FetcherTask {
@@ -281,10 +288,21 @@ impl FetcherTask {
         let mut positions = HashMap::new();
         let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
         let quota_exceeded = self.quotas.is_exceeded(Side::Follower);
+        let now = tokio::time::Instant::now();
+        let followed_keys: BTreeSet<Key> = followed
+            .iter()
+            .map(|p| (p.topic.clone(), p.index))
+            .collect();
+        self.refused.retain(|k, _| followed_keys.contains(k));
         for p in &followed {
             let Ok(pos) = p.follower_position() else {
                 continue;
             };
+            if let Some((until, _)) = self.refused.get(&(p.topic.clone(), p.index))
+                && *until > now
+            {
+                continue;
+            }
             if quota_exceeded && self.throttled_out_of_sync(p) {
                 continue;
             }
@@ -374,7 +392,10 @@ impl FetcherTask {
         applied: Result<Applied, crate::partition::PartitionError>,
     ) -> Result<(), FetcherError> {
         match applied {
-            Ok(Applied::Appended { .. } | Applied::Truncated { done: true, .. }) => Ok(()),
+            Ok(Applied::Appended { .. } | Applied::Truncated { done: true, .. }) => {
+                self.refused.remove(key);
+                Ok(())
+            }
             Ok(Applied::ResolveByEpoch | Applied::Truncated { done: false, .. }) => {
                 self.truncate_by_epoch(connection, partition, leader_epoch)
                     .await
@@ -385,10 +406,17 @@ impl FetcherTask {
             }
             Ok(Applied::Stop(code)) => {
                 let fenced = code == kafka_protocol::ResponseError::FencedLeaderEpoch.code();
-                tracing::warn!(topic = %key.0, partition = key.1, leader_id = self.leader_id, code, "the leader refused the fetch");
                 if fenced {
+                    tracing::warn!(topic = %key.0, partition = key.1, leader_id = self.leader_id, code, "the leader refused the fetch");
                     // Our epoch is older than the leader's: wait for the metadata.
                     self.partitions.lock().remove(key);
+                    return Ok(());
+                }
+                let until =
+                    tokio::time::Instant::now() + Duration::from_millis(REPLICA_FETCH_BACKOFF_MS);
+                let previous = self.refused.insert(key.clone(), (until, code));
+                if previous.map(|(_, c)| c) != Some(code) {
+                    tracing::warn!(topic = %key.0, partition = key.1, leader_id = self.leader_id, code, "the leader refused the fetch; retrying every replica.fetch.backoff.ms");
                 }
                 Ok(())
             }
