@@ -2,7 +2,8 @@
 SASL_SSL with mutual TLS required (plus the controller listener for the Raft quorum), the ACL
 authorizer on, the broker user (SCRAM-SHA-512, written into each data dir before start with
 `streamforge users create --data-dir`) a super user. confluent-kafka produces acks=all to an RF=3
-topic with min.insync.replicas=2 over SASL_SSL and reads everything back; every partition ends
+topic with min.insync.replicas=2 over SASL_SSL and reads everything back, a transaction over every partition commits (markers and verification
+between brokers); every partition ends
 with all three replicas in its ISR and the same high watermark on each, so the follower fetches
 ran over TLS and SASL (no other listener exists). A broker whose inter-broker password is wrong
 starts but is refused by its peers, and its replicas stay out of the ISR; one that logs in as a
@@ -208,6 +209,26 @@ def test_a_sasl_ssl_only_cluster_replicates(tmp_path_factory, certs, stop_after)
     c.close()
     assert sorted(got) == sorted(f"m{i}" for i in range(MESSAGES))
 
+    # A transaction over every partition: the coordinator sends WriteTxnMarkers to the other
+    # leaders (and leaders verify with AddPartitionsToTxn) over the inter-broker listener.
+    tp = Producer({**conf, "transactional.id": "ibsec-txn", "linger.ms": 5})
+    tp.init_transactions(WAIT_S)
+    tp.begin_transaction()
+    for i in range(PARTITIONS):
+        tp.produce(TOPIC, f"t{i}".encode(), partition=i)
+    tp.commit_transaction(WAIT_S)
+    rc = Consumer({**conf, "group.id": "ibsec-rc", "auto.offset.reset": "earliest",
+                   "isolation.level": "read_committed", "enable.auto.commit": False})
+    rc.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    committed: list[str] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(committed) < PARTITIONS and time.monotonic() < deadline:
+        m = rc.poll(1.0)
+        if m is not None and not m.error() and m.value().startswith(b"t"):
+            committed.append(m.value().decode())
+    rc.close()
+    assert sorted(committed) == [f"t{i}" for i in range(PARTITIONS)]
+
     # Every partition: all three replicas in the ISR, and each broker's copy is complete (a
     # follower that stopped fetching would drop out of the ISR after replica.lag.time.max.ms).
     final = wait_for("the full ISR after the writes",
@@ -219,11 +240,11 @@ def test_a_sasl_ssl_only_cluster_replicates(tmp_path_factory, certs, stop_after)
         seen = wait_for(f"broker {b.bootstrap}'s view", lambda: placement(own))
         assert all(v[2] == [1, 2, 3] for v in seen.values()), (b.bootstrap, seen)
     # The replicas' own files: the same batches (base offset, last offset, CRC) on all three,
-    # every message in them. Only SASL_SSL connects the brokers, so the copies came over it.
+    # every message in them (and per partition the transaction's record and commit marker). Only SASL_SSL connects the brokers, so the copies came over it.
     for part in range(PARTITIONS):
         copies = [wait_for(f"partition {part} complete on {b.bootstrap}",
                            lambda b=b: (x := batches(b.data_dir, part))
-                           and x[-1][1] + 1 == MESSAGES // PARTITIONS and x)
+                           and x[-1][1] + 1 == MESSAGES // PARTITIONS + 2 and x)
                   for b in brokers]
         assert copies[0] == copies[1] == copies[2], f"partition {part}: {copies}"
     for b in brokers:
