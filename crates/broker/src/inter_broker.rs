@@ -138,6 +138,9 @@ pub struct InterBroker {
     protocol: SecurityProtocol,
     tls: Option<TlsClient>,
     sasl: Option<SaslLogin>,
+    /// Why peers cannot be reached (a broker alone, without the inter-broker settings its
+    /// listener would need: it has no peers, so that is no reason not to start).
+    unusable: Option<String>,
 }
 
 impl std::fmt::Debug for InterBroker {
@@ -146,6 +149,7 @@ impl std::fmt::Debug for InterBroker {
             .field("protocol", &self.protocol)
             .field("tls", &self.tls.is_some())
             .field("sasl", &self.sasl)
+            .field("unusable", &self.unusable)
             .finish()
     }
 }
@@ -157,7 +161,53 @@ impl InterBroker {
             protocol: SecurityProtocol::Plaintext,
             tls: None,
             sasl: None,
+            unusable: None,
         }
+    }
+
+    /// [`InterBroker::from_config`] for a broker that is `alone` (no metadata quorum of
+    /// others) or not: alone, a missing CA or login is not an error (there are no peers to
+    /// reach); connecting then fails with the reason.
+    pub fn for_broker(
+        cfg: &SecurityConfig,
+        listeners: &[SecurityProtocol],
+        alone: bool,
+    ) -> Result<InterBroker, InterBrokerError> {
+        match InterBroker::from_config(cfg, listeners) {
+            Err(
+                e @ (InterBrokerError::NoTrustedCa(_)
+                | InterBrokerError::NoCredentials(_)
+                | InterBrokerError::MechanismNotSpoken(_)
+                | InterBrokerError::Tls(_)),
+            ) if alone => Ok(InterBroker {
+                protocol: InterBroker::protocol_of(cfg, listeners)?,
+                tls: None,
+                sasl: None,
+                unusable: Some(e.to_string()),
+            }),
+            other => other,
+        }
+    }
+
+    fn protocol_of(
+        cfg: &SecurityConfig,
+        listeners: &[SecurityProtocol],
+    ) -> Result<SecurityProtocol, InterBrokerError> {
+        let protocol = match (
+            cfg.inter_broker_listener,
+            cfg.security_inter_broker_protocol,
+        ) {
+            (Some(_), Some(_)) => return Err(InterBrokerError::BothNamed),
+            (Some(p), None) | (None, Some(p)) => p,
+            (None, None) => listeners
+                .first()
+                .copied()
+                .unwrap_or(SecurityProtocol::Plaintext),
+        };
+        if !listeners.contains(&protocol) {
+            return Err(InterBrokerError::NoSuchListener(protocol.name()));
+        }
+        Ok(protocol)
     }
 
     /// From the settings and the listeners this broker bound (in order), checked as Kafka
@@ -225,6 +275,7 @@ impl InterBroker {
             protocol,
             tls,
             sasl,
+            unusable: None,
         })
     }
 
@@ -240,6 +291,9 @@ impl InterBroker {
         response_max_bytes: usize,
         timeout: Duration,
     ) -> Result<LeaderConnection, FetcherError> {
+        if let Some(reason) = &self.unusable {
+            return Err(FetcherError::NotConfigured(reason.clone()));
+        }
         let stream = tokio::time::timeout(timeout, self.open(peer))
             .await
             .map_err(|_| FetcherError::Timeout(timeout))??;
@@ -383,6 +437,12 @@ mod tests {
             InterBroker::from_config(&ssl, &[Plaintext, Ssl]),
             Err(InterBrokerError::NoTrustedCa("SSL"))
         ));
+        // A broker alone has no peers: what only reaching them needs is not asked for.
+        let alone = InterBroker::for_broker(&ssl, &[Plaintext, Ssl], true).unwrap();
+        assert_eq!(alone.listener_name(), "SSL");
+        assert!(alone.unusable.as_deref().unwrap().contains("--ssl-ca"));
+        assert!(InterBroker::for_broker(&ssl, &[Plaintext, Ssl], false).is_err());
+        assert!(InterBroker::for_broker(&named, &[Plaintext], true).is_err());
     }
 
     #[test]

@@ -176,8 +176,12 @@ impl Broker {
         let security = security_state(&config, &bound)?;
         let protocols: Vec<_> = bound.iter().map(|(p, _)| *p).collect();
         let inter_broker = Arc::new(
-            inter_broker::InterBroker::from_config(&config.security, &protocols)
-                .map_err(|e| BrokerError::Config(e.to_string()))?,
+            inter_broker::InterBroker::for_broker(
+                &config.security,
+                &protocols,
+                config.cluster.is_none(),
+            )
+            .map_err(|e| BrokerError::Config(e.to_string()))?,
         );
         let http_listener = match config.http_listen {
             Some(addr) => Some(bind_http(addr).await?),

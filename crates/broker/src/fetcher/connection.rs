@@ -21,6 +21,8 @@ pub enum FetcherError {
     Io(#[from] std::io::Error),
     #[error("the leader did not answer within {0:?}")]
     Timeout(Duration),
+    #[error("peers cannot be reached: {0}")]
+    NotConfigured(String),
     #[error("TLS with the peer: {0}")]
     Tls(String),
     #[error("SASL login at the peer: {0}")]

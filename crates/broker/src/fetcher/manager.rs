@@ -255,8 +255,10 @@ impl FetcherTask {
             };
             if let Err(e) = result {
                 let message = e.to_string();
-                if matches!(e, FetcherError::Tls(_) | FetcherError::Sasl(_))
-                    && refusal_logged.as_ref() != Some(&message)
+                if matches!(
+                    e,
+                    FetcherError::Tls(_) | FetcherError::Sasl(_) | FetcherError::NotConfigured(_)
+                ) && refusal_logged.as_ref() != Some(&message)
                 {
                     tracing::warn!(leader_id = self.leader_id, error = %e, "cannot connect to the leader on the inter-broker listener; retrying");
                     refusal_logged = Some(message);
