@@ -53,6 +53,13 @@ class SaslSslBroker(BrokerProcess):
         super().__init__(work_dir, **kw)
         self.certs = certs
 
+    def command(self) -> list[str]:
+        # `--listeners` names every listener; the legacy `--advertised-listener` would apply to
+        # the first one, which is not always the SASL_SSL one here.
+        cmd = super().command()
+        i = cmd.index("--advertised-listener")
+        return cmd[:i] + cmd[i + 2:]
+
     def wait_ready(self, timeout_s: float) -> None:
         ctx = ssl.create_default_context(cafile=str(self.certs / "ca.pem"))
         ctx.load_cert_chain(str(self.certs / "client.pem"), str(self.certs / "client.key"))
@@ -90,9 +97,11 @@ def create_user(data_dir: Path, user: str, password: str) -> None:
 
 
 def start_secure_cluster(tmp_path_factory, certs: Path, passwords: list[str],
-                         users: tuple[str, ...] = (BROKER_USER,) * 3) -> list[SaslSslBroker]:
-    """Three voters, SASL_SSL only; broker i logs in to the others as users[i] with
-    passwords[i]. Every user exists on every broker; only BROKER_USER is a super user."""
+                         users: tuple[str, ...] = (BROKER_USER,) * 3,
+                         plaintext_first: bool = False) -> list[SaslSslBroker]:
+    """Three voters, SASL_SSL only (or a PLAINTEXT listener first, which peers must not be
+    reached on); broker i logs in to the others as users[i] with passwords[i]. Every user
+    exists on every broker; only BROKER_USER is a super user."""
     brokers = [SaslSslBroker(tmp_path_factory.mktemp(f"ibsec{i + 1}"), certs, name=f"broker{i + 1}")
                for i in range(3)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(3))
@@ -102,7 +111,8 @@ def start_secure_cluster(tmp_path_factory, certs: Path, passwords: list[str],
             create_user(b.data_dir, user, BROKER_PASSWORD)
         create_user(b.data_dir, CLIENT_USER, CLIENT_PASSWORD)
         b.extra_args += [
-            "--listeners", f"SASL_SSL://127.0.0.1:{b.port}",
+            "--listeners", (f"PLAINTEXT://127.0.0.1:{free_port()}," if plaintext_first else "")
+            + f"SASL_SSL://127.0.0.1:{b.port}",
             "--ssl-cert", str(certs / "broker.pem"), "--ssl-key", str(certs / "broker.key"),
             "--ssl-ca", str(certs / "ca.pem"), "--ssl-client-auth", "required",
             "--sasl-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512",
@@ -253,8 +263,11 @@ def test_a_sasl_ssl_only_cluster_replicates(tmp_path_factory, certs, stop_after)
 
 
 def test_a_broker_with_a_wrong_inter_broker_password_is_refused(tmp_path_factory, certs, stop_after):
+    """With a PLAINTEXT listener first, `--inter-broker-listener-name SASL_SSL` still sends the
+    fetches to SASL_SSL: broker 3's wrong password keeps it out (PLAINTEXT would let it in)."""
     brokers = start_secure_cluster(tmp_path_factory, certs,
-                                   [BROKER_PASSWORD, BROKER_PASSWORD, "wrong-password"])
+                                   [BROKER_PASSWORD, BROKER_PASSWORD, "wrong-password"],
+                                   plaintext_first=True)
     stop_after += brokers
     conf = client_conf(brokers[0], certs)
     admin = AdminClient(conf)
