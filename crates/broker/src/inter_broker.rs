@@ -259,7 +259,7 @@ impl InterBroker {
             }
             let (Some(username), Some(password)) = (
                 cfg.inter_broker_sasl_username.clone(),
-                cfg.inter_broker_sasl_password.clone(),
+                cfg.inter_broker_sasl_password.clone().map(|p| p.0),
             ) else {
                 return Err(InterBrokerError::NoCredentials(protocol.name()));
             };
@@ -450,7 +450,7 @@ mod tests {
         let login = SecurityConfig {
             inter_broker_listener: Some(SaslPlaintext),
             inter_broker_sasl_username: Some("broker".into()),
-            inter_broker_sasl_password: Some("pw".into()),
+            inter_broker_sasl_password: Some(crate::security::Secret("pw".into())),
             sasl_mechanisms: vec![Mechanism::ScramSha512, Mechanism::Plain],
             ..SecurityConfig::default()
         };

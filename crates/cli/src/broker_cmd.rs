@@ -692,7 +692,8 @@ fn inter_broker_settings(
     sec.inter_broker_sasl_password = pick(
         &args.inter_broker_sasl_password,
         &file.inter_broker_sasl_password,
-    );
+    )
+    .map(streamforge_broker::security::Secret);
     Ok(())
 }
 

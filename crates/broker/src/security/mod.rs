@@ -152,7 +152,17 @@ pub struct SecurityConfig {
     /// The broker's own SASL user on a SASL inter-broker listener (Kafka: the listener's
     /// `sasl.jaas.config` username/password).
     pub inter_broker_sasl_username: Option<String>,
-    pub inter_broker_sasl_password: Option<String>,
+    pub inter_broker_sasl_password: Option<Secret>,
+}
+
+/// A password in the settings: `Debug` does not show it (the settings are `Debug`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 impl Default for SecurityConfig {
