@@ -188,6 +188,10 @@ def batches(data_dir: Path, partition: int) -> list[tuple[int, int, int]]:
 def test_a_sasl_ssl_only_cluster_replicates(tmp_path_factory, certs, stop_after):
     brokers = start_secure_cluster(tmp_path_factory, certs, [BROKER_PASSWORD] * 3)
     stop_after += brokers
+    # The offline user tool takes the data dir lock: a running broker's store is refused.
+    running = subprocess.run([str(find_binary()), "users", "create", "late", "--password", "x",
+                              "--data-dir", str(brokers[0].data_dir)], capture_output=True, timeout=60)
+    assert running.returncode != 0 and b"is its broker running" in running.stderr, running
     conf = client_conf(brokers[0], certs)
     admin = AdminClient(conf)
     wait_for("three brokers", lambda: len(admin.list_topics(timeout=10).brokers) == 3)
