@@ -18,6 +18,7 @@ pub mod http_view;
 mod http_view_console;
 mod http_view_groups;
 mod http_view_txn;
+pub mod inter_broker;
 pub mod metadata_cluster;
 mod metadata_import;
 pub mod metadata_service;
@@ -173,6 +174,15 @@ impl Broker {
         let kafka_addr = bound[0].1;
         // Before any file is created: a bad certificate or listener list fails here.
         let security = security_state(&config, &bound)?;
+        let protocols: Vec<_> = bound.iter().map(|(p, _)| *p).collect();
+        let inter_broker = Arc::new(
+            inter_broker::InterBroker::for_broker(
+                &config.security,
+                &protocols,
+                config.cluster.is_none(),
+            )
+            .map_err(|e| BrokerError::Config(e.to_string()))?,
+        );
         let http_listener = match config.http_listen {
             Some(addr) => Some(bind_http(addr).await?),
             None => None,
@@ -229,6 +239,7 @@ impl Broker {
             fetchers: fetcher::FetcherManager::new(
                 fetcher_config,
                 replication_quotas,
+                inter_broker,
                 shutdown_rx.clone(),
             ),
             shutdown: shutdown_rx.clone(),

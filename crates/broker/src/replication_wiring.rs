@@ -9,8 +9,8 @@
 //! are applied (`replica_manager/roles.rs`), under the admin lock, before anything is served
 //! in the new role.
 
-use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::collections::{BTreeSet, HashMap};
+use std::net::ToSocketAddrs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use streamforge_metadata::controller::{AlterPartition, Reply};
 use tokio::sync::watch;
 
 use crate::BrokerState;
+use crate::inter_broker::PeerAddr;
 use crate::partition::replica::IsrChangeOutcome;
 use crate::partition::{AlterPartitionIntent, Partition, PartitionRole};
 
@@ -53,14 +54,12 @@ async fn follow_image(state: Arc<BrokerState>, mut shutdown: watch::Receiver<boo
 /// Peers' addresses from the image, then every follower partition fetched from its leader.
 fn sync_fetchers(state: &BrokerState) {
     let image = state.replicas.image();
-    let listener = image
-        .broker(state.node_id())
-        .and_then(|b| b.endpoints.first())
-        .map(|e| e.name.clone())
-        .unwrap_or_default();
-    for (id, addr) in peer_addresses(&image, &listener, state.node_id()) {
+    let listener = state.fetchers.link().listener_name();
+    let peers = peer_addresses(&image, listener, state.node_id());
+    for (id, addr) in peers.reachable {
         state.fetchers.set_peer(id, addr);
     }
+    state.fetchers.set_unreachable(peers.missing);
     let wanted: Vec<(Arc<Partition>, i32)> = state
         .replicas
         .all_partitions()
@@ -74,31 +73,34 @@ fn sync_fetchers(state: &BrokerState) {
     state.fetchers.sync(wanted);
 }
 
-/// Where each other registered broker listens: its endpoint on `listener` (the name of the
-/// first listener this broker registered, as Kafka's `inter.broker.listener.name` defaults to
-/// the first), else its first endpoint. Names that do not resolve are left out (logged).
-pub fn peer_addresses(
-    image: &MetadataImage,
-    listener: &str,
-    local: i32,
-) -> HashMap<i32, SocketAddr> {
-    let mut out = HashMap::new();
+/// The other registered brokers, by whether they can be reached on the inter-broker listener.
+#[derive(Debug, Default)]
+pub struct Peers {
+    /// Each one's endpoint on that listener, resolved.
+    pub reachable: HashMap<i32, PeerAddr>,
+    /// Registered without an endpoint of that name: not reached at all (Kafka does not fall
+    /// back to another listener either).
+    pub missing: BTreeSet<i32>,
+}
+
+/// Where each other registered broker listens on `listener` (`inter.broker.listener.name`).
+/// Names that do not resolve are left out (logged); a broker without that listener is
+/// `missing`.
+pub fn peer_addresses(image: &MetadataImage, listener: &str, local: i32) -> Peers {
+    let mut out = Peers::default();
     for (&id, broker) in image.brokers() {
         if id == local {
             continue;
         }
-        let endpoint = broker
-            .endpoints
-            .iter()
-            .find(|e| e.name == listener)
-            .or_else(|| broker.endpoints.first());
-        let Some(e) = endpoint else {
+        let Some(e) = broker.endpoints.iter().find(|e| e.name == listener) else {
+            out.missing.insert(id);
             continue;
         };
         match (e.host.as_str(), e.port).to_socket_addrs() {
             Ok(mut addrs) => {
                 if let Some(addr) = addrs.next() {
-                    out.insert(id, addr);
+                    let host = e.host.clone();
+                    out.reachable.insert(id, PeerAddr { addr, host });
                 }
             }
             Err(error) => {
@@ -229,15 +231,22 @@ mod tests {
     }
 
     #[test]
-    fn peers_are_reached_on_the_listener_this_broker_uses_first() {
+    fn peers_are_reached_on_the_inter_broker_listener_only() {
         let image = image_with(&[
             (1, vec![endpoint("PLAINTEXT", 9092)]),
-            (2, vec![endpoint("SASL", 9193), endpoint("PLAINTEXT", 9192)]),
+            (
+                2,
+                vec![endpoint("SASL_SSL", 9193), endpoint("PLAINTEXT", 9192)],
+            ),
             (3, vec![endpoint("OTHER", 9292)]),
         ]);
         let peers = peer_addresses(&image, "PLAINTEXT", 1);
-        assert_eq!(peers.len(), 2, "not itself: {peers:?}");
-        assert_eq!(peers[&2].port(), 9192);
-        assert_eq!(peers[&3].port(), 9292, "else the first endpoint");
+        assert_eq!(peers.reachable.len(), 1, "not itself: {peers:?}");
+        assert_eq!(peers.reachable[&2].addr.port(), 9192);
+        assert_eq!(peers.reachable[&2].host, "127.0.0.1");
+        assert_eq!(peers.missing, BTreeSet::from([3]), "not sent elsewhere");
+        let peers = peer_addresses(&image, "SASL_SSL", 1);
+        assert_eq!(peers.reachable[&2].addr.port(), 9193);
+        assert_eq!(peers.missing, BTreeSet::from([3]));
     }
 }

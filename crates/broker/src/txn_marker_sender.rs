@@ -7,7 +7,6 @@
 //! acks=all).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +25,7 @@ use tokio::task::JoinSet;
 
 use crate::BrokerState;
 use crate::fetcher::connection::LeaderConnection;
+use crate::inter_broker::{InterBroker, PeerAddr};
 use crate::partition::Partition;
 use crate::partition::purgatory::ProducePurgatory;
 use crate::txn_markers::{Destination, Marker, MarkerQueue, Outcome};
@@ -245,18 +245,20 @@ impl Appended {
 
 /// One WriteTxnMarkers request to `addr` with `markers`; a connection error retries them all.
 async fn send_remote(
+    link: Arc<InterBroker>,
     conn: &mut Option<LeaderConnection>,
-    addr: Option<SocketAddr>,
+    peer: Option<PeerAddr>,
     markers: Vec<Marker>,
 ) -> Vec<(Marker, Outcome)> {
     let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
     let retry_all =
         |markers: Vec<Marker>| markers.into_iter().map(|m| (m, Outcome::Retry)).collect();
-    let Some(addr) = addr else {
+    let Some(peer) = peer else {
         return retry_all(markers);
     };
+    let addr = peer.addr;
     if conn.is_none() {
-        match LeaderConnection::connect(addr, RESPONSE_BYTES_MAX, timeout).await {
+        match link.connect(&peer, RESPONSE_BYTES_MAX, timeout).await {
             Ok(c) => *conn = Some(c),
             Err(e) => {
                 tracing::warn!(%addr, error = %e, "connecting to send transaction markers failed");
@@ -342,20 +344,19 @@ fn request_of(markers: &[Marker]) -> WriteTxnMarkersRequest {
     request
 }
 
-/// Other brokers' addresses in `image`, on the listener this broker is reached on (as the
-/// fetchers connect).
-fn peers_in(image: &streamforge_metadata::MetadataImage, me: i32) -> HashMap<i32, SocketAddr> {
-    let listener = image
-        .broker(me)
-        .and_then(|b| b.endpoints.first())
-        .map(|e| e.name.clone())
-        .unwrap_or_default();
-    crate::replication_wiring::peer_addresses(image, &listener, me)
+/// Other brokers' addresses in `image`, on the inter-broker listener (as the fetchers
+/// connect).
+fn peers_in(
+    image: &streamforge_metadata::MetadataImage,
+    state: &BrokerState,
+) -> HashMap<i32, PeerAddr> {
+    let listener = state.fetchers.link().listener_name();
+    crate::replication_wiring::peer_addresses(image, listener, state.node_id()).reachable
 }
 
 /// Other brokers' addresses in the current metadata image.
-pub(crate) fn peers(state: &BrokerState) -> HashMap<i32, SocketAddr> {
-    peers_in(&state.replicas.image(), state.node_id())
+pub(crate) fn peers(state: &BrokerState) -> HashMap<i32, PeerAddr> {
+    peers_in(&state.replicas.image(), state)
 }
 
 /// One request's answer: the destination, its connection to keep, each marker's outcome.
@@ -384,7 +385,7 @@ pub async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
                 .map(|b| (b, q.take_batch(b)))
                 .collect()
         };
-        let peers = peers_in(&image, me);
+        let peers = peers_in(&image, &state);
         for (broker, markers) in batches {
             if markers.is_empty() {
                 continue;
@@ -395,9 +396,10 @@ pub async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
                 continue;
             }
             let mut conn = connections.remove(&broker).flatten();
-            let addr = peers.get(&broker).copied();
+            let peer = peers.get(&broker).cloned();
+            let link = state.fetchers.link().clone();
             jobs.spawn(async move {
-                let results = send_remote(&mut conn, addr, markers).await;
+                let results = send_remote(link, &mut conn, peer, markers).await;
                 (broker, conn, results)
             });
         }

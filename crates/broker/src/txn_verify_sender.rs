@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 
 use crate::BrokerState;
 use crate::fetcher::connection::LeaderConnection;
+use crate::inter_broker::{InterBroker, PeerAddr};
 use crate::txn_markers::Destination;
 use crate::txn_verify::{Answer, Check, CheckQueue, answer_all, answers_of, request_of};
 
@@ -149,8 +150,9 @@ async fn check_here(state: &BrokerState, check: &Check) -> Answer {
 /// One AddPartitionsToTxn request with `checks`; a connection failure answers them all
 /// NETWORK_EXCEPTION (retriable for the client).
 async fn send(
+    link: Arc<InterBroker>,
     conn: &mut Option<LeaderConnection>,
-    addr: Option<std::net::SocketAddr>,
+    peer: Option<PeerAddr>,
     checks: &[Check],
 ) -> Vec<(u64, Answer)> {
     let network = |checks: &[Check]| {
@@ -160,12 +162,13 @@ async fn send(
             .map(|c| (c.ticket, answer_all(c, code)))
             .collect()
     };
-    let Some(addr) = addr else {
+    let Some(peer) = peer else {
         return network(checks);
     };
+    let addr = peer.addr;
     let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
     if conn.is_none() {
-        match LeaderConnection::connect(addr, RESPONSE_BYTES_MAX, timeout).await {
+        match link.connect(&peer, RESPONSE_BYTES_MAX, timeout).await {
             Ok(c) => *conn = Some(c.with_client_id(CLIENT_ID)),
             Err(e) => {
                 tracing::warn!(%addr, error = %e, "connecting to a transaction coordinator failed");
@@ -211,10 +214,11 @@ pub async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
             let peers = crate::txn_marker_sender::peers(&state);
             for (broker, checks) in batches {
                 let mut conn = connections.remove(&broker).flatten();
-                let addr = peers.get(&broker).copied();
+                let peer = peers.get(&broker).cloned();
+                let link = state.fetchers.link().clone();
                 let channel = channel.clone();
                 jobs.spawn(async move {
-                    let answers = send(&mut conn, addr, &checks).await;
+                    let answers = send(link, &mut conn, peer, &checks).await;
                     channel.queue.lock().0.done(broker);
                     channel.answer(answers);
                     (broker, conn)

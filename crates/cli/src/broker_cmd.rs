@@ -60,6 +60,27 @@ pub struct Args {
     /// `connections.max.reauth.ms` (KIP-368): SASL sessions last this long, 0 = forever [default: 0].
     #[arg(long, env = "STREAMFORGE_CONNECTIONS_MAX_REAUTH_MS")]
     pub connections_max_reauth_ms: Option<u64>,
+    /// `inter.broker.listener.name`: the listener (= its protocol: PLAINTEXT, SSL,
+    /// SASL_PLAINTEXT, SASL_SSL) brokers replicate and talk on [default: the first listener].
+    #[arg(long, env = "STREAMFORGE_INTER_BROKER_LISTENER_NAME")]
+    pub inter_broker_listener_name: Option<String>,
+    /// `security.inter.broker.protocol`: the same, by protocol (set only one of the two).
+    #[arg(long, env = "STREAMFORGE_SECURITY_INTER_BROKER_PROTOCOL")]
+    pub security_inter_broker_protocol: Option<String>,
+    /// `sasl.mechanism.inter.broker.protocol`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    /// [default: the first of --sasl-mechanisms].
+    #[arg(long, env = "STREAMFORGE_SASL_MECHANISM_INTER_BROKER_PROTOCOL")]
+    pub sasl_mechanism_inter_broker_protocol: Option<String>,
+    /// The broker's own SASL user on a SASL inter-broker listener.
+    #[arg(long, env = "STREAMFORGE_INTER_BROKER_SASL_USERNAME")]
+    pub inter_broker_sasl_username: Option<String>,
+    /// Its password (prefer the environment variable or the config file to the command line).
+    #[arg(
+        long,
+        env = "STREAMFORGE_INTER_BROKER_SASL_PASSWORD",
+        hide_env_values = true
+    )]
+    pub inter_broker_sasl_password: Option<String>,
     /// SASL/OAUTHBEARER token checks (`sasl.oauthbearer.*`).
     #[command(flatten)]
     pub oauthbearer: crate::oauth_args::OAuthArgs,
@@ -271,6 +292,11 @@ struct FileConfig {
     ssl_reload_interval_ms: Option<u64>,
     sasl_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
+    inter_broker_listener_name: Option<String>,
+    security_inter_broker_protocol: Option<String>,
+    sasl_mechanism_inter_broker_protocol: Option<String>,
+    inter_broker_sasl_username: Option<String>,
+    inter_broker_sasl_password: Option<String>,
     quota_window_num: Option<usize>,
     quota_window_size_seconds: Option<u64>,
     replication_quota_window_num: Option<usize>,
@@ -615,7 +641,60 @@ fn security_settings(
         sasl_oauthbearer_sub_claim_name: file.sasl_oauthbearer_sub_claim_name.clone(),
     };
     crate::oauth_args::apply(&mut sec.oauthbearer, &args.oauthbearer, &file_oauth)?;
+    inter_broker_settings(sec, args, file)?;
     acl_settings(sec, args, file)
+}
+
+/// `inter.broker.listener.name`, `security.inter.broker.protocol`,
+/// `sasl.mechanism.inter.broker.protocol` and the broker's own SASL login.
+fn inter_broker_settings(
+    sec: &mut streamforge_broker::security::SecurityConfig,
+    args: &Args,
+    file: &FileConfig,
+) -> anyhow::Result<()> {
+    let pick = |a: &Option<String>, f: &Option<String>| a.clone().or_else(|| f.clone());
+    let protocol = |flag: &str, v: Option<String>| -> anyhow::Result<_> {
+        v.map(|v| {
+            v.parse()
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("--{flag} {v}"))
+        })
+        .transpose()
+    };
+    sec.inter_broker_listener = protocol(
+        "inter-broker-listener-name",
+        pick(
+            &args.inter_broker_listener_name,
+            &file.inter_broker_listener_name,
+        ),
+    )?;
+    sec.security_inter_broker_protocol = protocol(
+        "security-inter-broker-protocol",
+        pick(
+            &args.security_inter_broker_protocol,
+            &file.security_inter_broker_protocol,
+        ),
+    )?;
+    if let Some(v) = pick(
+        &args.sasl_mechanism_inter_broker_protocol,
+        &file.sasl_mechanism_inter_broker_protocol,
+    ) {
+        sec.sasl_mechanism_inter_broker = Some(
+            v.parse()
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("--sasl-mechanism-inter-broker-protocol {v}"))?,
+        );
+    }
+    sec.inter_broker_sasl_username = pick(
+        &args.inter_broker_sasl_username,
+        &file.inter_broker_sasl_username,
+    );
+    sec.inter_broker_sasl_password = pick(
+        &args.inter_broker_sasl_password,
+        &file.inter_broker_sasl_password,
+    )
+    .map(streamforge_broker::security::Secret);
+    Ok(())
 }
 
 /// `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.

@@ -16,6 +16,15 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
     ("ssl.principal.mapping.rules", "ssl_principal_mapping_rules"),
     ("sasl.enabled.mechanisms", "sasl_mechanisms"),
     ("connections.max.reauth.ms", "connections_max_reauth_ms"),
+    ("inter.broker.listener.name", "inter_broker_listener_name"),
+    (
+        "security.inter.broker.protocol",
+        "security_inter_broker_protocol",
+    ),
+    (
+        "sasl.mechanism.inter.broker.protocol",
+        "sasl_mechanism_inter_broker_protocol",
+    ),
     (
         "sasl.oauthbearer.jwks.endpoint.url",
         "sasl_oauthbearer_jwks_endpoint_url",
@@ -233,6 +242,27 @@ fn print_security(
             "connections_max_reauth_ms",
             toml::Value::Integer(sec.connections_max_reauth_ms as i64),
         );
+    }
+    for (key, protocol) in [
+        ("inter_broker_listener_name", sec.inter_broker_listener),
+        (
+            "security_inter_broker_protocol",
+            sec.security_inter_broker_protocol,
+        ),
+    ] {
+        if let Some(p) = protocol {
+            put(key, string(p.name().to_string()));
+        }
+    }
+    if let Some(m) = sec.sasl_mechanism_inter_broker {
+        put(
+            "sasl_mechanism_inter_broker_protocol",
+            string(m.name().to_string()),
+        );
+    }
+    // The password is a secret: not printed (set it again where the printed file is used).
+    if let Some(u) = &sec.inter_broker_sasl_username {
+        put("inter_broker_sasl_username", string(u.clone()));
     }
     if sec.serves_oauthbearer() {
         crate::oauth_args::print(&sec.oauthbearer, put);

@@ -41,6 +41,11 @@ enum UsersCommand {
         /// PBKDF2 iterations (4096 to 16384).
         #[arg(long, default_value_t = ITERATIONS_DEFAULT)]
         iterations: u32,
+        /// Offline: write the credential into this stopped broker's data dir instead of
+        /// sending it (as Kafka's `kafka-storage format --add-scram`): the user a broker
+        /// logs in to the others with, before any SASL listener is up.
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
     },
     /// Delete a user's credentials (every SCRAM mechanism unless --mechanisms).
     Delete {
@@ -77,6 +82,16 @@ fn scram_mechanisms(text: &str) -> anyhow::Result<Vec<Mechanism>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let UsersCommand::Create {
+        name,
+        password,
+        mechanisms,
+        iterations,
+        data_dir: Some(dir),
+    } = &args.command
+    {
+        return create_offline(dir, name, password, mechanisms, *iterations);
+    }
     block_on(async move {
         let admin = Admin::new(args.conn.client_config());
         let bootstrap = args
@@ -98,6 +113,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 password,
                 mechanisms,
                 iterations,
+                data_dir: _,
             } => {
                 let mut req = AlterUserScramCredentialsRequest::default();
                 for m in scram_mechanisms(&mechanisms)? {
@@ -154,6 +170,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     })
+}
+
+/// `users create --data-dir`: the credential written into a stopped broker's store (its data
+/// dir lock is taken, so a running broker is refused).
+fn create_offline(
+    dir: &std::path::Path,
+    name: &str,
+    password: &str,
+    mechanisms: &str,
+    iterations: u32,
+) -> anyhow::Result<()> {
+    use streamforge_broker::security::credentials::CredentialStore;
+    let _lock = streamforge_broker::data_dir_lock::DataDirLock::acquire(dir)
+        .with_context(|| format!("{} (is its broker running?)", dir.display()))?;
+    let store = CredentialStore::open(dir).with_context(|| dir.display().to_string())?;
+    let mut upserts = Vec::new();
+    for m in scram_mechanisms(mechanisms)? {
+        let cred = scram::new_credential(m, password, iterations).map_err(anyhow::Error::msg)?;
+        upserts.push((name.to_string(), m, cred));
+    }
+    store
+        .apply(upserts, Vec::new())
+        .with_context(|| dir.display().to_string())?;
+    println!("user {name} created in {}", dir.display());
+    Ok(())
 }
 
 fn mech_name(t: i8) -> &'static str {

@@ -1,16 +1,16 @@
 //! One fetcher's connection to its source broker: a request, then its response, with the
 //! `kafka-protocol` codecs; responses bounded in size, every call bounded in time. Also the
 //! connection a broker forwards a request to another broker on (DescribeQuorum to the active
-//! controller).
+//! controller). [`crate::inter_broker::InterBroker::connect`] opens them (TCP, TLS, SASL).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use crate::inter_broker::PeerIo;
 
 /// Errors talking to the leader; the fetcher backs off and reconnects.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +21,12 @@ pub enum FetcherError {
     Io(#[from] std::io::Error),
     #[error("the leader did not answer within {0:?}")]
     Timeout(Duration),
+    #[error("peers cannot be reached: {0}")]
+    NotConfigured(String),
+    #[error("TLS with the peer: {0}")]
+    Tls(String),
+    #[error("SASL login at the peer: {0}")]
+    Sasl(String),
     #[error("bad response: {0}")]
     Decode(String),
     #[error("response of {0} bytes exceeds the fetcher's bound")]
@@ -31,28 +37,21 @@ pub enum FetcherError {
 const FETCHER_CLIENT_ID: &str = "streamforge-replica-fetcher";
 
 pub(crate) struct LeaderConnection {
-    stream: TcpStream,
+    stream: Box<dyn PeerIo>,
     correlation_id: i32,
     response_max_bytes: usize,
     client_id: &'static str,
 }
 
 impl LeaderConnection {
-    pub(crate) async fn connect(
-        addr: SocketAddr,
-        response_max_bytes: usize,
-        timeout: Duration,
-    ) -> Result<LeaderConnection, FetcherError> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| FetcherError::Timeout(timeout))??;
-        stream.set_nodelay(true)?;
-        Ok(LeaderConnection {
+    /// A connection over `stream` (connected, and encrypted if the listener says so).
+    pub(crate) fn over(stream: Box<dyn PeerIo>, response_max_bytes: usize) -> LeaderConnection {
+        LeaderConnection {
             stream,
             correlation_id: 0,
             response_max_bytes,
             client_id: FETCHER_CLIENT_ID,
-        })
+        }
     }
 
     /// The client id the requests on this connection carry (the receiver can tell a forwarded
@@ -95,6 +94,8 @@ impl LeaderConnection {
         frame.put_i32(body.len() as i32);
         frame.extend_from_slice(&body);
         self.stream.write_all(&frame).await?;
+        // TLS holds the last record until flushed.
+        self.stream.flush().await?;
         let len = usize::try_from(self.stream.read_i32().await?)
             .map_err(|_| FetcherError::Decode("negative frame length".into()))?;
         if len > self.response_max_bytes {

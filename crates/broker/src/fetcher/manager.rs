@@ -7,8 +7,7 @@
 //! the follower quota is exceeded, a throttled partition that is not caught up is left out
 //! of the Fetch; the records of throttled partitions are recorded against the quota.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +26,7 @@ use tokio::sync::{Notify, watch};
 
 use super::apply::{Applied, FetchedPartition, apply};
 use super::connection::{FetcherError, LeaderConnection};
+use crate::inter_broker::{InterBroker, PeerAddr};
 use crate::partition::Partition;
 use crate::quota::replication::{ReplicationQuotas, Side};
 
@@ -69,7 +69,11 @@ struct Fetcher {
 pub struct FetcherManager {
     config: FetcherConfig,
     /// Where each broker listens (the metadata image's endpoints, once wired).
-    peers: Arc<RwLock<HashMap<i32, SocketAddr>>>,
+    peers: Arc<RwLock<HashMap<i32, PeerAddr>>>,
+    /// Peers the image names without an inter-broker endpoint (logged once each).
+    unreachable: Mutex<BTreeSet<i32>>,
+    /// How peers are connected to (TCP, TLS, SASL).
+    link: Arc<InterBroker>,
     fetchers: Mutex<HashMap<i32, Fetcher>>,
     /// The follower side of the reassignment throttles.
     quotas: Arc<ReplicationQuotas>,
@@ -80,11 +84,14 @@ impl FetcherManager {
     pub fn new(
         config: FetcherConfig,
         quotas: Arc<ReplicationQuotas>,
+        link: Arc<InterBroker>,
         shutdown: watch::Receiver<bool>,
     ) -> FetcherManager {
         FetcherManager {
             config,
             peers: Arc::default(),
+            unreachable: Mutex::default(),
+            link,
             fetchers: Mutex::default(),
             quotas,
             shutdown,
@@ -92,13 +99,36 @@ impl FetcherManager {
     }
 
     /// Record where broker `id` listens.
-    pub fn set_peer(&self, id: i32, addr: SocketAddr) {
-        self.peers.write().insert(id, addr);
+    pub fn set_peer(&self, id: i32, addr: impl Into<PeerAddr>) {
+        self.peers.write().insert(id, addr.into());
+    }
+
+    /// Record the brokers the image names without an inter-broker endpoint: they are not
+    /// reached at all (not on another listener); each is logged when it first shows up.
+    pub fn set_unreachable(&self, ids: BTreeSet<i32>) {
+        let mut known = self.unreachable.lock();
+        for id in ids.difference(&known) {
+            tracing::warn!(
+                broker = id,
+                listener = self.link.listener_name(),
+                "a peer broker has no endpoint on the inter-broker listener; not replicating from it"
+            );
+        }
+        let mut peers = self.peers.write();
+        for id in &ids {
+            peers.remove(id);
+        }
+        *known = ids;
     }
 
     /// Where broker `id` listens, if the image has told us.
-    pub fn peer(&self, id: i32) -> Option<SocketAddr> {
-        self.peers.read().get(&id).copied()
+    pub fn peer(&self, id: i32) -> Option<PeerAddr> {
+        self.peers.read().get(&id).cloned()
+    }
+
+    /// How peers are connected to.
+    pub fn link(&self) -> &Arc<InterBroker> {
+        &self.link
     }
 
     /// Follow `partition` from `leader_id` (moving it off any other fetcher).
@@ -114,10 +144,12 @@ impl FetcherManager {
                 config: self.config,
                 leader_id,
                 peers: self.peers.clone(),
+                link: self.link.clone(),
                 partitions: fetcher.partitions.clone(),
                 wake: fetcher.wake.clone(),
                 quotas: self.quotas.clone(),
                 shutdown: self.shutdown.clone(),
+                refused: HashMap::new(),
             };
             tokio::spawn(task.run());
             fetcher
@@ -180,16 +212,26 @@ impl FetcherManager {
 struct FetcherTask {
     config: FetcherConfig,
     leader_id: i32,
-    peers: Arc<RwLock<HashMap<i32, SocketAddr>>>,
+    peers: Arc<RwLock<HashMap<i32, PeerAddr>>>,
+    link: Arc<InterBroker>,
     partitions: Followed,
     wake: Arc<Notify>,
     quotas: Arc<ReplicationQuotas>,
     shutdown: watch::Receiver<bool>,
+    /// Partitions the leader refused (an error other than a fenced epoch, e.g.
+    /// TOPIC_AUTHORIZATION_FAILED when this broker lacks CLUSTER_ACTION): left out of the
+    /// Fetch until the instant, as Kafka's fetcher delays a partition with an error by
+    /// `replica.fetch.backoff.ms`; and the code, logged again only when it changes. At most
+    /// one entry per followed partition (pruned every round).
+    refused: HashMap<Key, (tokio::time::Instant, i16)>,
 }
 
 impl FetcherTask {
     async fn run(mut self) {
         let mut connection: Option<LeaderConnection> = None;
+        // The last TLS or SASL refusal logged: a misconfiguration is shown once per change,
+        // not on every retry.
+        let mut refusal_logged: Option<String> = None;
         loop {
             if *self.shutdown.borrow() {
                 return;
@@ -205,12 +247,22 @@ impl FetcherTask {
                 None => match self.connect().await {
                     Ok(c) => {
                         connection = Some(c);
+                        refusal_logged = None;
                         continue;
                     }
                     Err(e) => Err(e),
                 },
             };
             if let Err(e) = result {
+                let message = e.to_string();
+                if matches!(
+                    e,
+                    FetcherError::Tls(_) | FetcherError::Sasl(_) | FetcherError::NotConfigured(_)
+                ) && refusal_logged.as_ref() != Some(&message)
+                {
+                    tracing::warn!(leader_id = self.leader_id, error = %e, "cannot connect to the leader on the inter-broker listener; retrying");
+                    refusal_logged = Some(message);
+                }
                 tracing::debug!(leader_id = self.leader_id, error = %e, "replica fetch failed; backing off");
                 connection = None;
                 tokio::select! {
@@ -222,14 +274,14 @@ impl FetcherTask {
     }
 
     async fn connect(&self) -> Result<LeaderConnection, FetcherError> {
-        let addr = self
+        let peer = self
             .peers
             .read()
             .get(&self.leader_id)
-            .copied()
+            .cloned()
             .ok_or(FetcherError::UnknownBroker(self.leader_id))?;
         let response_max = self.config.response_max_bytes + RESPONSE_OVERHEAD_MAX_BYTES;
-        LeaderConnection::connect(addr, response_max, CALL_TIMEOUT).await
+        self.link.connect(&peer, response_max, CALL_TIMEOUT).await
     }
 
     /// One Fetch for every followed partition, and what follows from its answer.
@@ -238,10 +290,21 @@ impl FetcherTask {
         let mut positions = HashMap::new();
         let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
         let quota_exceeded = self.quotas.is_exceeded(Side::Follower);
+        let now = tokio::time::Instant::now();
+        let followed_keys: BTreeSet<Key> = followed
+            .iter()
+            .map(|p| (p.topic.clone(), p.index))
+            .collect();
+        self.refused.retain(|k, _| followed_keys.contains(k));
         for p in &followed {
             let Ok(pos) = p.follower_position() else {
                 continue;
             };
+            if let Some((until, _)) = self.refused.get(&(p.topic.clone(), p.index))
+                && *until > now
+            {
+                continue;
+            }
             if quota_exceeded && self.throttled_out_of_sync(p) {
                 continue;
             }
@@ -331,7 +394,10 @@ impl FetcherTask {
         applied: Result<Applied, crate::partition::PartitionError>,
     ) -> Result<(), FetcherError> {
         match applied {
-            Ok(Applied::Appended { .. } | Applied::Truncated { done: true, .. }) => Ok(()),
+            Ok(Applied::Appended { .. } | Applied::Truncated { done: true, .. }) => {
+                self.refused.remove(key);
+                Ok(())
+            }
             Ok(Applied::ResolveByEpoch | Applied::Truncated { done: false, .. }) => {
                 self.truncate_by_epoch(connection, partition, leader_epoch)
                     .await
@@ -342,10 +408,17 @@ impl FetcherTask {
             }
             Ok(Applied::Stop(code)) => {
                 let fenced = code == kafka_protocol::ResponseError::FencedLeaderEpoch.code();
-                tracing::warn!(topic = %key.0, partition = key.1, leader_id = self.leader_id, code, "the leader refused the fetch");
                 if fenced {
+                    tracing::warn!(topic = %key.0, partition = key.1, leader_id = self.leader_id, code, "the leader refused the fetch");
                     // Our epoch is older than the leader's: wait for the metadata.
                     self.partitions.lock().remove(key);
+                    return Ok(());
+                }
+                let until =
+                    tokio::time::Instant::now() + Duration::from_millis(REPLICA_FETCH_BACKOFF_MS);
+                let previous = self.refused.insert(key.clone(), (until, code));
+                if previous.map(|(_, c)| c) != Some(code) {
+                    tracing::warn!(topic = %key.0, partition = key.1, leader_id = self.leader_id, code, "the leader refused the fetch; retrying every replica.fetch.backoff.ms");
                 }
                 Ok(())
             }

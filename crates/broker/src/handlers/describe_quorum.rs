@@ -21,7 +21,6 @@ use streamforge_metadata::quorum::VoterStatus;
 use streamforge_protocol::{RequestFrame, ResponseError};
 
 use crate::BrokerState;
-use crate::fetcher::connection::LeaderConnection;
 use crate::router::HandlerResult;
 use crate::security::acl::{Access, Operation};
 
@@ -102,11 +101,12 @@ async fn forward(
     request: &DescribeQuorumRequest,
     version: i16,
 ) -> Result<DescribeQuorumResponse, String> {
-    let addr = state
+    let peer = state
         .fetchers
         .peer(leader_id)
         .ok_or_else(|| format!("no address known for broker {leader_id}"))?;
-    let mut conn = LeaderConnection::connect(addr, FORWARD_RESPONSE_MAX_BYTES, FORWARD_TIMEOUT)
+    let mut conn = (state.fetchers.link())
+        .connect(&peer, FORWARD_RESPONSE_MAX_BYTES, FORWARD_TIMEOUT)
         .await
         .map_err(|e| e.to_string())?
         .with_client_id(FORWARDED_CLIENT_ID);

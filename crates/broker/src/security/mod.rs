@@ -14,6 +14,7 @@ pub mod principal;
 pub mod reload;
 pub mod sasl;
 pub mod scram;
+pub mod scram_client;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -141,6 +142,27 @@ pub struct SecurityConfig {
     pub authorizer: acl::AuthorizerKind,
     /// `super.users` (`User:name` each) and `allow.everyone.if.no.acl.found`.
     pub acl: acl::AuthorizerConfig,
+    /// `inter.broker.listener.name` / `security.inter.broker.protocol` (one of them; our
+    /// listener names are their protocols): the listener brokers reach each other on.
+    /// Neither = this broker's first listener.
+    pub inter_broker_listener: Option<SecurityProtocol>,
+    pub security_inter_broker_protocol: Option<SecurityProtocol>,
+    /// `sasl.mechanism.inter.broker.protocol` [default: the first of `sasl_mechanisms`].
+    pub sasl_mechanism_inter_broker: Option<Mechanism>,
+    /// The broker's own SASL user on a SASL inter-broker listener (Kafka: the listener's
+    /// `sasl.jaas.config` username/password).
+    pub inter_broker_sasl_username: Option<String>,
+    pub inter_broker_sasl_password: Option<Secret>,
+}
+
+/// A password in the settings: `Debug` does not show it (the settings are `Debug`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 impl Default for SecurityConfig {
@@ -162,6 +184,11 @@ impl Default for SecurityConfig {
             oauthbearer: jwt::OAuthConfig::default(),
             authorizer: Default::default(),
             acl: Default::default(),
+            inter_broker_listener: None,
+            security_inter_broker_protocol: None,
+            sasl_mechanism_inter_broker: None,
+            inter_broker_sasl_username: None,
+            inter_broker_sasl_password: None,
         }
     }
 }

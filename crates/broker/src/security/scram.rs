@@ -65,13 +65,13 @@ fn algorithms(
     }
 }
 
-fn hmac_sign(m: Mechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
+pub(super) fn hmac_sign(m: Mechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
     hmac::sign(&hmac::Key::new(algorithms(m).1, key), data)
         .as_ref()
         .to_vec()
 }
 
-fn hash(m: Mechanism, data: &[u8]) -> Vec<u8> {
+pub(super) fn hash(m: Mechanism, data: &[u8]) -> Vec<u8> {
     digest::digest(algorithms(m).2, data).as_ref().to_vec()
 }
 
@@ -126,7 +126,7 @@ pub fn verify_password(m: Mechanism, cred: &ScramCredential, password: &str) -> 
     constant_time_eq(&hash(m, &client_key), &cred.stored_key)
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

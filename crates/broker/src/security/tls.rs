@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use parking_lot::RwLock;
 use rustls::RootCertStore;
+use rustls::client::ClientConfig;
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -153,6 +154,37 @@ fn build_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
         .with_single_cert(certs, key)
         .map_err(rustls_err)?;
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The client side of inter-broker TLS: peers' certificates must chain to `ca`; `cert_key`
+/// (this broker's own, as Kafka's listener keystore serves both sides) is presented when the
+/// peer asks for a client certificate.
+pub fn client_config(
+    ca: &Path,
+    cert_key: Option<(&Path, &Path)>,
+) -> Result<ClientConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let rustls_err = |e: rustls::Error| TlsError::Rustls(e.to_string());
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs(ca)? {
+        roots.add(cert).map_err(rustls_err)?;
+    }
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(rustls_err)?
+        .with_root_certificates(roots);
+    match cert_key {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => {
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::File {
+                path: key.to_path_buf(),
+                message: format!("no private key: {e}"),
+            })?;
+            builder
+                .with_client_auth_cert(read_certs(cert)?, key)
+                .map_err(rustls_err)
+        }
+    }
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
