@@ -110,6 +110,7 @@ SLOWEST_FILES = (
     "test_replication_cluster.py",
     "test_librdkafka_examples.py",
     "test_quotas.py",
+    "test_inter_broker_security.py",
     "test_min_isr_cluster.py",
     "test_compaction.py",
     "test_transactions.py",
