@@ -9,6 +9,8 @@
 //! count i32, then per offset: topic string, partition i32, offset i64, leader epoch i32,
 //! metadata string.
 
+use std::collections::BTreeSet;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use streamforge_coordinator::TxnOffset;
 use streamforge_coordinator::records::OffsetsRecord;
@@ -118,6 +120,19 @@ pub fn decode(record: &OffsetsRecord) -> Option<Pending> {
     Some(((tid, group), Some((pid, offsets))))
 }
 
+/// The partitions of `group` with transactional offsets held until their transaction ends (by
+/// any producer): what OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT.
+pub fn pending_partitions(
+    pending: &crate::txn_service::PendingOffsets,
+    group: &str,
+) -> BTreeSet<(String, i32)> {
+    pending
+        .iter()
+        .filter(|((g, _), _)| g == group)
+        .flat_map(|(_, offsets)| offsets.keys().cloned())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +156,35 @@ mod tests {
             value: None,
         };
         assert_eq!(decode(&other), None);
+    }
+
+    #[test]
+    fn pending_partitions_of_one_group() {
+        let offset = |topic: &str, partition| TxnOffset {
+            topic: topic.into(),
+            partition,
+            offset: 1,
+            leader_epoch: -1,
+            metadata: String::new(),
+        };
+        let mut pending = crate::txn_service::PendingOffsets::new();
+        for (group, pid, topic, partition) in [
+            ("g", 1, "a", 0),
+            ("g", 1, "a", 1),
+            ("g", 2, "a", 1),
+            ("g", 2, "b", 5),
+            ("other", 3, "c", 0),
+        ] {
+            pending
+                .entry((group.to_string(), pid))
+                .or_default()
+                .insert((topic.to_string(), partition), offset(topic, partition));
+        }
+        let want: BTreeSet<(String, i32)> = [("a", 0), ("a", 1), ("b", 5)]
+            .iter()
+            .map(|(t, p)| (t.to_string(), *p))
+            .collect();
+        assert_eq!(pending_partitions(&pending, "g"), want);
+        assert!(pending_partitions(&pending, "none").is_empty());
     }
 }

@@ -356,6 +356,12 @@ impl TxnService {
         Ok(f(&inner.coordinator))
     }
 
+    /// The partitions of `group` with pending transactional offsets (OffsetFetch's
+    /// `require_stable`).
+    pub fn pending_partitions(&self, group: &str) -> std::collections::BTreeSet<(String, i32)> {
+        crate::txn_pending::pending_partitions(&self.inner.lock().pending_offsets, group)
+    }
+
     /// TxnOffsetCommit: hold `offsets` until the transaction ends.
     pub fn add_pending_offsets(
         &self,

@@ -284,3 +284,167 @@ fn versions_before_kip_588_get_invalid_producer_epoch_for_a_fenced_producer() {
     assert_eq!(add_partition_v(&mut c, 1, "kip588", pid, e0, 0), old_code);
     assert_eq!(add_partition_v(&mut c, 2, "kip588", pid, e0, 0), fenced);
 }
+
+/// FindCoordinator for `group` until it is served (the first call creates __consumer_offsets).
+fn group_coordinator_ready(c: &mut Conn, group: &str) {
+    let mut req = FindCoordinatorRequest::default();
+    req.key = StrBytes::from_string(group.to_string());
+    for _ in 0..100 {
+        let r: FindCoordinatorResponse = c.call(ApiKey::FindCoordinator, 3, &req);
+        if r.error_code == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("no coordinator for {group}");
+}
+
+fn add_offsets(c: &mut Conn, id: &str, pid: i64, epoch: i16, group: &str) -> i16 {
+    let mut req = AddOffsetsToTxnRequest::default();
+    req.transactional_id = tid(id);
+    req.producer_id = ProducerId(pid);
+    req.producer_epoch = epoch;
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    let r: AddOffsetsToTxnResponse = c.call(ApiKey::AddOffsetsToTxn, 3, &req);
+    r.error_code
+}
+
+/// TxnOffsetCommit v3 of `offset` for partition 0 with the consumer's generation and member.
+fn txn_offset_commit(
+    c: &mut Conn,
+    producer: (&str, i64, i16),
+    group: &str,
+    (generation, member): (i32, &str),
+    offset: i64,
+) -> i16 {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    let mut p = TxnOffsetCommitRequestPartition::default();
+    p.partition_index = 0;
+    p.committed_offset = offset;
+    p.committed_leader_epoch = -1;
+    let mut t = TxnOffsetCommitRequestTopic::default();
+    t.name = name(TOPIC);
+    t.partitions = vec![p];
+    let mut req = TxnOffsetCommitRequest::default();
+    req.transactional_id = tid(producer.0);
+    req.producer_id = ProducerId(producer.1);
+    req.producer_epoch = producer.2;
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.generation_id = generation;
+    req.member_id = StrBytes::from_string(member.to_string());
+    req.topics = vec![t];
+    let r: TxnOffsetCommitResponse = c.call(ApiKey::TxnOffsetCommit, 3, &req);
+    r.topics[0].partitions[0].error_code
+}
+
+/// OffsetFetch of partitions 0 and 1: (offset, error) of each, v7 (one group) or v8 (groups).
+fn offset_fetch(c: &mut Conn, version: i16, group: &str, stable: bool) -> Vec<(i64, i16)> {
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
+    let mut req = OffsetFetchRequest::default();
+    req.require_stable = stable;
+    let group_id = GroupId(StrBytes::from_string(group.to_string()));
+    if version >= 8 {
+        let mut t = OffsetFetchRequestTopics::default();
+        t.name = name(TOPIC);
+        t.partition_indexes = vec![0, 1];
+        let mut g = OffsetFetchRequestGroup::default();
+        g.group_id = group_id;
+        g.topics = Some(vec![t]);
+        req.groups = vec![g];
+        let r: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, version, &req);
+        assert_eq!(
+            r.groups[0].error_code, 0,
+            "answered per partition, not per group"
+        );
+        let parts = &r.groups[0].topics[0].partitions;
+        parts
+            .iter()
+            .map(|p| (p.committed_offset, p.error_code))
+            .collect()
+    } else {
+        let mut t = OffsetFetchRequestTopic::default();
+        t.name = name(TOPIC);
+        t.partition_indexes = vec![0, 1];
+        req.group_id = group_id;
+        req.topics = Some(vec![t]);
+        let r: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, version, &req);
+        assert_eq!(r.error_code, 0, "answered per partition, not at the top");
+        let parts = &r.topics[0].partitions;
+        parts
+            .iter()
+            .map(|p| (p.committed_offset, p.error_code))
+            .collect()
+    }
+}
+
+#[test]
+fn kip_447_txn_offset_commit_fencing_and_require_stable() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProc::start(dir.path(), &[]);
+    let mut c = broker.connect();
+    create_topic(&mut c);
+    let group = "stable-app";
+    group_coordinator_ready(&mut c, group);
+    group_coordinator_ready(&mut c, "no-such-group");
+    // An offset committed outside any transaction (a simple group).
+    {
+        use kafka_protocol::messages::offset_commit_request::{
+            OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+        };
+        let mut p = OffsetCommitRequestPartition::default();
+        p.partition_index = 0;
+        p.committed_offset = 5;
+        let mut t = OffsetCommitRequestTopic::default();
+        t.name = name(TOPIC);
+        t.partitions = vec![p];
+        let mut req = OffsetCommitRequest::default();
+        req.group_id = GroupId(StrBytes::from_static_str("stable-app"));
+        req.generation_id_or_member_epoch = -1;
+        req.topics = vec![t];
+        let r: OffsetCommitResponse = c.call(ApiKey::OffsetCommit, 8, &req);
+        assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    }
+    let (pid, epoch) = init(&mut c, "offs");
+    let producer = ("offs", pid, epoch);
+    assert_eq!(add_offsets(&mut c, "offs", pid, epoch, group), 0);
+    assert_eq!(add_offsets(&mut c, "offs", pid, epoch, "no-such-group"), 0);
+    // KIP-447: a member the group does not have, a group that does not exist with a generation.
+    assert_eq!(
+        txn_offset_commit(&mut c, producer, group, (1, "zombie"), 9),
+        ResponseError::UnknownMemberId.code()
+    );
+    assert_eq!(
+        txn_offset_commit(&mut c, producer, "no-such-group", (3, "m"), 9),
+        ResponseError::IllegalGeneration.code()
+    );
+    // Without a member and generation the offsets are taken.
+    assert_eq!(txn_offset_commit(&mut c, producer, group, (-1, ""), 12), 0);
+    let unstable = ResponseError::UnstableOffsetCommit.code();
+    for version in [7, 8] {
+        assert_eq!(
+            offset_fetch(&mut c, version, group, true),
+            vec![(-1, unstable), (-1, 0)],
+            "v{version} require_stable"
+        );
+        assert_eq!(
+            offset_fetch(&mut c, version, group, false),
+            vec![(5, 0), (-1, 0)],
+            "v{version} without require_stable"
+        );
+    }
+    assert_eq!(end_txn(&mut c, 4, "offs", pid, epoch, true).error_code, 0);
+    // Once the marker reached the group's partition the transaction's offset is answered.
+    let mut last = Vec::new();
+    for _ in 0..100 {
+        last = offset_fetch(&mut c, 7, group, true);
+        if last[0] == (12, 0) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(last, vec![(12, 0), (-1, 0)]);
+}

@@ -1,5 +1,7 @@
 //! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete and offsets retention.
 
+use std::collections::BTreeSet;
+
 use crate::coordinator::{Effects, GroupCoordinator};
 use crate::group::{CommittedOffset, Group, GroupState};
 use crate::records;
@@ -101,6 +103,19 @@ impl GroupCoordinator {
         group_id: &str,
         topics: Option<&[(String, Vec<i32>)]>,
     ) -> OffsetFetchResult {
+        self.fetch_offsets_stable(group_id, topics, &BTreeSet::new())
+    }
+
+    /// OffsetFetch with `require_stable` (v7+, KIP-447): a partition in `pending` (the group's
+    /// partitions with transactional offsets not yet committed or aborted) is answered
+    /// UNSTABLE_OFFSET_COMMIT with no offset, per partition, as Kafka's `fetchOffsets` and
+    /// `fetchAllOffsets` do (the latter only list partitions that have a committed offset).
+    pub fn fetch_offsets_stable(
+        &self,
+        group_id: &str,
+        topics: Option<&[(String, Vec<i32>)]>,
+        pending: &BTreeSet<(String, i32)>,
+    ) -> OffsetFetchResult {
         let group = self.groups.get(group_id);
         if group.is_some_and(|g| g.is(GroupState::Dead)) {
             return OffsetFetchResult {
@@ -109,7 +124,17 @@ impl GroupCoordinator {
             };
         }
         let lookup = |topic: &str, partition: i32| -> FetchedOffset {
-            match group.and_then(|g| g.offsets.get(&(topic.to_string(), partition))) {
+            let key = (topic.to_string(), partition);
+            if pending.contains(&key) {
+                return FetchedOffset {
+                    partition,
+                    offset: -1,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    error_code: ResponseError::UnstableOffsetCommit.code(),
+                };
+            }
+            match group.and_then(|g| g.offsets.get(&key)) {
                 Some(c) => FetchedOffset {
                     partition,
                     offset: c.offset,
@@ -270,27 +295,45 @@ impl GroupCoordinator {
     }
 }
 
-/// Kafka's `validateOffsetCommit` for classic groups.
+/// Kafka's `validateOffsetCommit` for classic groups (OffsetCommit).
 fn validate_commit(group: &Group, request: &OffsetCommitRequest) -> Result<(), i16> {
+    validate_group_commit(
+        group,
+        request.generation_id,
+        &request.member_id,
+        request.group_instance_id.as_deref(),
+        false,
+    )
+}
+
+/// Kafka's `ClassicGroup.validateOffsetCommit`, shared by OffsetCommit and (`transactional`)
+/// TxnOffsetCommit: a transactional commit without a member id and generation is accepted
+/// whatever the group's state (TxnOffsetCommit v0-2 carry neither, and
+/// `sendOffsetsToTransaction(offsets, groupId)` sends -1 and ""), and a member's transactional
+/// commit during CompletingRebalance is not refused.
+pub(crate) fn validate_group_commit(
+    group: &Group,
+    generation_id: i32,
+    member_id: &str,
+    group_instance_id: Option<&str>,
+    transactional: bool,
+) -> Result<(), i16> {
     if group.is(GroupState::Dead) {
         return Err(ResponseError::CoordinatorNotAvailable.code());
     }
-    if request.generation_id < 0 && group.is(GroupState::Empty) {
+    if generation_id < 0 && group.is(GroupState::Empty) {
         return Ok(());
     }
-    if request.generation_id >= 0
-        || !request.member_id.is_empty()
-        || request.group_instance_id.is_some()
-    {
-        group.validate_member(&request.member_id, request.group_instance_id.as_deref())?;
-        if request.generation_id != group.generation_id {
+    if generation_id >= 0 || !member_id.is_empty() || group_instance_id.is_some() {
+        group.validate_member(member_id, group_instance_id)?;
+        if generation_id != group.generation_id {
             return Err(ResponseError::IllegalGeneration.code());
         }
-    } else if !group.is(GroupState::Empty) {
+    } else if !transactional && !group.is(GroupState::Empty) {
         // Only members may commit for a group that has members.
         return Err(ResponseError::UnknownMemberId.code());
     }
-    if group.is(GroupState::CompletingRebalance) {
+    if !transactional && group.is(GroupState::CompletingRebalance) {
         // The member already has the new generation but no assignment yet.
         return Err(ResponseError::RebalanceInProgress.code());
     }

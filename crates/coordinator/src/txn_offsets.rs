@@ -5,7 +5,9 @@
 
 use crate::coordinator::{Effects, GroupCoordinator};
 use crate::group::{CommittedOffset, Group};
+use crate::offsets::validate_group_commit;
 use crate::records;
+use kafka_protocol::ResponseError;
 
 /// One pending transactional offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +20,33 @@ pub struct TxnOffset {
 }
 
 impl GroupCoordinator {
+    /// TxnOffsetCommit's check of the committing consumer against the group (KIP-447, Kafka's
+    /// `validateTransactionalOffsetCommit`): a zombie whose member was removed gets
+    /// UNKNOWN_MEMBER_ID, one whose static instance id was taken over FENCED_INSTANCE_ID, one
+    /// of an older generation ILLEGAL_GENERATION. A group that does not exist takes offsets
+    /// only without a generation (a simple group, made when they commit), else
+    /// ILLEGAL_GENERATION; a Dead group answers COORDINATOR_NOT_AVAILABLE. Without a member id,
+    /// instance id or generation (v0-2, or `sendOffsetsToTransaction(offsets, groupId)`) the
+    /// offsets are taken whatever the group's state.
+    pub fn validate_txn_offset_commit(
+        &self,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+    ) -> Result<(), i16> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId.code());
+        }
+        match self.groups.get(group_id) {
+            None if generation_id < 0 => Ok(()),
+            None => Err(ResponseError::IllegalGeneration.code()),
+            Some(group) => {
+                validate_group_commit(group, generation_id, member_id, group_instance_id, true)
+            }
+        }
+    }
+
     /// Make a committed transaction's offsets for `group_id` visible (and durable).
     pub fn commit_txn_offsets(
         &mut self,

@@ -518,6 +518,21 @@ fn requested_offsets<T>(
     topics.map(|ts| ts.iter().map(parts).collect())
 }
 
+/// OffsetFetch v7+ `require_stable` (KIP-447; the Java consumer sets it under
+/// read_committed): the group's partitions with transactional offsets not yet committed or
+/// aborted, answered UNSTABLE_OFFSET_COMMIT (retriable) per partition, in v7 as in v8+.
+fn stable_pending(
+    state: &BrokerState,
+    require_stable: bool,
+    group: &str,
+) -> std::collections::BTreeSet<(String, i32)> {
+    if require_stable {
+        state.txns.pending_partitions(group)
+    } else {
+        Default::default()
+    }
+}
+
 pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: OffsetFetchRequest = req.decode()?;
     let access = Access::of(&state, &req);
@@ -530,8 +545,9 @@ pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> 
             let mut group = OffsetFetchResponseGroup::default();
             group.group_id = g.group_id.clone();
             // v8+: a group not coordinated here has its own error, the others are answered.
+            let pending = stable_pending(&state, request.require_stable, &g.group_id);
             let fetched = state.groups.read_group(&g.group_id, |c| {
-                c.fetch_offsets(&g.group_id, topics.as_deref())
+                c.fetch_offsets_stable(&g.group_id, topics.as_deref(), &pending)
             });
             let mut result = match fetched {
                 Ok(result) => result,
@@ -554,8 +570,10 @@ pub async fn handle_offset_fetch(state: Arc<BrokerState>, req: RequestFrame) -> 
         let topics = requested_offsets(request.topics.as_ref(), |t| {
             (t.name.to_string(), t.partition_indexes.clone())
         });
+        // `require_stable` is false below v7.
+        let pending = stable_pending(&state, request.require_stable, &request.group_id);
         let fetched = state.groups.read_group(&request.group_id, |c| {
-            c.fetch_offsets(&request.group_id, topics.as_deref())
+            c.fetch_offsets_stable(&request.group_id, topics.as_deref(), &pending)
         });
         let mut result = match fetched {
             Ok(result) => result,

@@ -285,6 +285,33 @@ async fn offsets_in_txn(
     }
 }
 
+/// KIP-447: TxnOffsetCommit v3+ carries the consumer's generation, member id and instance id,
+/// checked against the group as Kafka does (a zombie whose consumer was rebalanced out is
+/// fenced); v0-2 carry none and are not checked. Kafka checks the producer's transaction
+/// first, then the group.
+fn consumer_check(
+    state: &BrokerState,
+    request: &TxnOffsetCommitRequest,
+    api_version: i16,
+) -> Result<(), i16> {
+    let group = request.group_id.0.as_str();
+    let (generation, member, instance) = if api_version >= 3 {
+        (
+            request.generation_id,
+            request.member_id.as_str(),
+            request.group_instance_id.as_ref().map(|i| i.as_str()),
+        )
+    } else {
+        (-1, "", None)
+    };
+    state
+        .groups
+        .read_group(group, |c| {
+            c.validate_txn_offset_commit(group, generation, member, instance)
+        })
+        .and_then(|r| r)
+}
+
 pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
     let request: TxnOffsetCommitRequest = req.decode()?;
     let group = request.group_id.0.to_string();
@@ -326,17 +353,25 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     }
     let error = if let Some(code) = denied {
         code
+    } else if group.is_empty() {
+        // Kafka's group coordinator refuses it before looking at the transaction.
+        ResponseError::InvalidGroupId.code()
     } else if let Err(code) = state.groups.serves(&group) {
         // Sent to the group's coordinator (FindCoordinator for the group), as Kafka.
         code
     } else {
         let (tid, pid, epoch) = (tid.as_str(), pid, epoch);
         match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition).await {
-            0 => code(
-                state
-                    .txns
-                    .add_pending_offsets(&state.replicas, tid, &group, pid, offsets),
-            ),
+            0 => match consumer_check(&state, &request, req.api_version) {
+                Ok(()) => {
+                    code(
+                        state
+                            .txns
+                            .add_pending_offsets(&state.replicas, tid, &group, pid, offsets),
+                    )
+                }
+                Err(code) => code,
+            },
             check => check,
         }
     };

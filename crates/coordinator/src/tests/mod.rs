@@ -5,3 +5,4 @@ mod membership_tests;
 mod offsets_tests;
 mod records_tests;
 mod static_tests;
+mod txn_offsets_tests;
