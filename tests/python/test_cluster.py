@@ -65,10 +65,22 @@ def admin(b) -> AdminClient:
     return _admins[b.bootstrap]
 
 
+# Client errors a look at the cluster meets while a broker dies under it: librdkafka ties a
+# Metadata request to one connection, so a request in flight to a broker that is killed times
+# out (or fails in transport) rather than going to another broker. Kafka's clients refresh
+# metadata again; `wait_for` takes such an answer as "not yet".
+TRANSIENT_CLIENT_ERRORS = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+
+
 def wait_for(what, f, timeout_s=WAIT_S):
     deadline = time.monotonic() + timeout_s
     while True:
-        v = f()
+        try:
+            v = f()
+        except KafkaException as e:
+            if e.args[0].code() not in TRANSIENT_CLIENT_ERRORS or time.monotonic() > deadline:
+                raise
+            v = None
         if v:
             return v
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
