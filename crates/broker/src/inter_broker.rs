@@ -216,20 +216,7 @@ impl InterBroker {
         cfg: &SecurityConfig,
         listeners: &[SecurityProtocol],
     ) -> Result<InterBroker, InterBrokerError> {
-        let protocol = match (
-            cfg.inter_broker_listener,
-            cfg.security_inter_broker_protocol,
-        ) {
-            (Some(_), Some(_)) => return Err(InterBrokerError::BothNamed),
-            (Some(p), None) | (None, Some(p)) => p,
-            (None, None) => listeners
-                .first()
-                .copied()
-                .unwrap_or(SecurityProtocol::Plaintext),
-        };
-        if !listeners.contains(&protocol) {
-            return Err(InterBrokerError::NoSuchListener(protocol.name()));
-        }
+        let protocol = Self::protocol_of(cfg, listeners)?;
         let tls = if protocol.is_tls() {
             let ca = cfg
                 .ssl_ca
