@@ -215,6 +215,14 @@ pub struct Args {
     /// per transaction) to clients that use it, 0 keeps every client on KIP-98 [default: 2].
     #[arg(long, env = "STREAMFORGE_TRANSACTION_VERSION", value_parser = clap::value_parser!(i16).range(0..=2))]
     pub transaction_version: Option<i16>,
+    /// `transactional.id.expiration.ms`: a transactional id with no transaction open whose
+    /// state has not changed for this long is removed [default: 604800000].
+    #[arg(long, env = "STREAMFORGE_TRANSACTIONAL_ID_EXPIRATION_MS", value_parser = clap::value_parser!(i64).range(1..))]
+    pub transactional_id_expiration_ms: Option<i64>,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how often expired
+    /// transactional ids are looked for [default: 3600000].
+    #[arg(long, env = "STREAMFORGE_TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS", value_parser = clap::value_parser!(i64).range(1..))]
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: Option<i64>,
     /// `connections.max.idle.ms` [default: 600000].
     #[arg(long, env = "STREAMFORGE_CONNECTIONS_MAX_IDLE_MS")]
     pub connections_max_idle_ms: Option<u64>,
@@ -348,6 +356,8 @@ struct FileConfig {
     queued_max_request_bytes: Option<usize>,
     max_connections: Option<usize>,
     transaction_version: Option<i16>,
+    transactional_id_expiration_ms: Option<i64>,
+    transaction_remove_expired_transaction_cleanup_interval_ms: Option<i64>,
     connections_max_idle_ms: Option<u64>,
     request_read_timeout_ms: Option<u64>,
     fetch_max_bytes: Option<usize>,
@@ -475,6 +485,12 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(queued_max_request_bytes);
     set!(max_connections);
     set!(transaction_version => c.txn.transaction_version);
+    set!(transactional_id_expiration_ms => c.txn.transactional_id_expiration_ms);
+    set!(transaction_remove_expired_transaction_cleanup_interval_ms => c.txn.remove_expired_interval_ms);
+    anyhow::ensure!(
+        c.txn.transactional_id_expiration_ms > 0 && c.txn.remove_expired_interval_ms > 0,
+        "transactional-id-expiration-ms and transaction-remove-expired-transaction-cleanup-interval-ms must be positive"
+    );
     set!(connections_max_idle_ms);
     set!(request_read_timeout_ms);
     set!(fetch_max_bytes);

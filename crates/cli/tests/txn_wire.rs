@@ -448,3 +448,98 @@ fn kip_447_txn_offset_commit_fencing_and_require_stable() {
     }
     assert_eq!(last, vec![(12, 0), (-1, 0)]);
 }
+
+/// The transactional ids ListTransactions reports, with their states.
+fn listed(c: &mut Conn) -> Vec<(String, String)> {
+    let req = ListTransactionsRequest::default();
+    let r: ListTransactionsResponse = c.call(ApiKey::ListTransactions, 0, &req);
+    assert_eq!(r.error_code, 0);
+    let mut ids: Vec<(String, String)> = r
+        .transaction_states
+        .iter()
+        .map(|s| {
+            (
+                s.transactional_id.0.to_string(),
+                s.transaction_state.to_string(),
+            )
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn describe_error(c: &mut Conn, id: &str) -> i16 {
+    let mut req = DescribeTransactionsRequest::default();
+    req.transactional_ids = vec![tid(id)];
+    let r: DescribeTransactionsResponse = c.call(ApiKey::DescribeTransactions, 0, &req);
+    r.transaction_states[0].error_code
+}
+
+#[test]
+fn an_idle_transactional_id_expires_and_stays_gone_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let expiring = [
+        "--transactional-id-expiration-ms",
+        "1500",
+        "--transaction-remove-expired-transaction-cleanup-interval-ms",
+        "200",
+    ];
+    let mut broker = BrokerProc::start(dir.path(), &expiring);
+    let mut c = broker.connect();
+    create_topic(&mut c);
+    // "idle": one committed transaction, then nothing. "open": a transaction left open (its
+    // 60 s timeout is far away), which never expires.
+    let (idle_pid, idle_epoch) = init(&mut c, "idle");
+    assert_eq!(add_partition(&mut c, "idle", idle_pid, idle_epoch, 0), 0);
+    assert_eq!(
+        produce(&mut c, 11, "idle", 0, txn_batch(idle_pid, idle_epoch, 0, 2)),
+        0
+    );
+    let r = end_txn(&mut c, 4, "idle", idle_pid, idle_epoch, true);
+    assert_eq!(r.error_code, 0);
+    let (open_pid, open_epoch) = init(&mut c, "open");
+    assert_eq!(add_partition(&mut c, "open", open_pid, open_epoch, 1), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let ids = listed(&mut c);
+        if !ids.iter().any(|(id, _)| id == "idle") {
+            assert_eq!(ids, vec![("open".to_string(), "Ongoing".to_string())]);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "idle id not expired: {ids:?}\n{}",
+            broker.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(
+        describe_error(&mut c, "idle"),
+        ResponseError::TransactionalIdNotFound.code()
+    );
+    // The tombstone is in __transaction_state: after a restart with the default expiration
+    // (7 days, so nothing expires again) the id is still gone.
+    drop(c);
+    broker.terminate();
+    let broker = BrokerProc::start(dir.path(), &[]);
+    let mut c = broker.connect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let ids = loop {
+        // Loading __transaction_state answers COORDINATOR_LOAD_IN_PROGRESS at first.
+        let ids = listed(&mut c);
+        if !ids.is_empty() || std::time::Instant::now() > deadline {
+            break ids;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(ids, vec![("open".to_string(), "Ongoing".to_string())]);
+    assert_eq!(
+        describe_error(&mut c, "idle"),
+        ResponseError::TransactionalIdNotFound.code()
+    );
+    // A new InitProducerId starts the id over under a fresh producer id at epoch 0.
+    let (pid, epoch) = init(&mut c, "idle");
+    assert_ne!(pid, idle_pid);
+    assert_ne!(pid, open_pid);
+    assert_eq!(epoch, 0);
+}

@@ -12,6 +12,8 @@
 //! rebuilds the state, and a transaction found in a Prepare state after replay has its markers
 //! written again (they are idempotent for the log: a second marker ends nothing).
 
+#[cfg(test)]
+mod expiry_tests;
 pub mod records;
 mod records_v1;
 #[cfg(test)]
@@ -31,8 +33,8 @@ use crate::records::{OffsetsRecord, RecordsError};
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 /// `transaction.state.log.num.partitions` default.
 pub const DEFAULT_TRANSACTION_STATE_PARTITIONS: i32 = 50;
-/// Transactional ids one coordinator holds (a named bound; Kafka expires idle ones after
-/// `transactional.id.expiration.ms`).
+/// Transactional ids one coordinator holds (a named bound; idle ones expire after
+/// `transactional.id.expiration.ms`, as in Kafka).
 pub const TRANSACTIONAL_IDS_MAX: usize = 100_000;
 /// Partitions one transaction may span (a named bound on the per-transaction set).
 pub const TXN_PARTITIONS_MAX: usize = 100_000;
@@ -146,7 +148,19 @@ pub struct TxnConfig {
     /// default for a new cluster is 2): at 2, clients use KIP-890 part 2 (EndTxn v5, Produce
     /// v12, no client AddPartitionsToTxn); at 0 or 1 they use the KIP-98 protocol.
     pub transaction_version: i16,
+    /// `transactional.id.expiration.ms` (Kafka's default 7 days): an id with no transaction
+    /// open (Empty, CompleteCommit, CompleteAbort) whose state has not changed for this long
+    /// is removed (a tombstone in `__transaction_state`).
+    pub transactional_id_expiration_ms: i64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms` (Kafka's default 1 hour):
+    /// how often expired ids are looked for.
+    pub remove_expired_interval_ms: i64,
 }
+
+/// `transactional.id.expiration.ms` default: 7 days.
+pub const DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+/// `transaction.remove.expired.transaction.cleanup.interval.ms` default: 1 hour.
+pub const DEFAULT_REMOVE_EXPIRED_INTERVAL_MS: i64 = 60 * 60 * 1000;
 
 impl Default for TxnConfig {
     fn default() -> Self {
@@ -154,6 +168,8 @@ impl Default for TxnConfig {
             state_partitions: DEFAULT_TRANSACTION_STATE_PARTITIONS,
             max_timeout_ms: 900_000,
             transaction_version: v2::TRANSACTION_VERSION_EPOCH_BUMP,
+            transactional_id_expiration_ms: DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+            remove_expired_interval_ms: DEFAULT_REMOVE_EXPIRED_INTERVAL_MS,
         }
     }
 }
@@ -191,6 +207,8 @@ pub type InitResult = Result<(i64, i16), ResponseError>;
 pub struct TxnCoordinator {
     config: TxnConfig,
     txns: BTreeMap<String, TxnMetadata>,
+    /// When [`TxnCoordinator::tick`] next looks for expired ids (set by the first tick).
+    next_expiry_check_ms: Option<i64>,
 }
 
 impl TxnCoordinator {
@@ -198,6 +216,7 @@ impl TxnCoordinator {
         TxnCoordinator {
             config,
             txns: BTreeMap::new(),
+            next_expiry_check_ms: None,
         }
     }
 
@@ -490,8 +509,17 @@ impl TxnCoordinator {
     }
 
     /// Abort transactions open for longer than their timeout (Kafka's proactive abort): the
-    /// epoch is bumped so the producer, still at the old epoch, is fenced.
+    /// epoch is bumped so the producer, still at the old epoch, is fenced. Every
+    /// `remove_expired_interval_ms` (counted from the first tick) idle ids expire too.
     pub fn tick(&mut self, now_ms: i64, out: &mut TxnEffects) {
+        let interval_ms = self.config.remove_expired_interval_ms.max(1);
+        let due = *self
+            .next_expiry_check_ms
+            .get_or_insert(now_ms.saturating_add(interval_ms));
+        if now_ms >= due {
+            self.next_expiry_check_ms = Some(now_ms.saturating_add(interval_ms));
+            self.expire_transactional_ids(now_ms, out);
+        }
         let expired: Vec<String> = self
             .txns
             .iter()
@@ -528,6 +556,34 @@ impl TxnCoordinator {
         }
     }
 
+    /// Removes the ids that have no transaction open (Empty, CompleteCommit, CompleteAbort)
+    /// and whose state last changed `transactional_id_expiration_ms` ago or earlier, with a
+    /// tombstone each (Kafka's `removeExpiredTransactionalIds`). An open or completing
+    /// transaction (Ongoing, a Prepare state) is never expired. A new InitProducerId for a
+    /// removed id starts it again under a fresh producer id.
+    pub fn expire_transactional_ids(&mut self, now_ms: i64, out: &mut TxnEffects) {
+        let horizon_ms = now_ms.saturating_sub(self.config.transactional_id_expiration_ms);
+        let expired: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, m)| {
+                matches!(
+                    m.state,
+                    TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+                ) && m.last_update_ms <= horizon_ms
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        for tid in expired {
+            let m = self.txns.remove(&tid).expect("listed above");
+            tracing::info!(transactional_id = %tid, producer_id = m.producer_id, last_update_ms = m.last_update_ms, "transactional id expired");
+            out.appends.push(TxnStateAppend {
+                partition: self.partition_for(&tid),
+                record: records::tombstone(&tid),
+            });
+        }
+    }
+
     fn fence_and_abort(&mut self, tid: &str, now_ms: i64, out: &mut TxnEffects) {
         let m = self.txns.get_mut(tid).expect("caller checked the id");
         if m.producer_epoch < i16::MAX - 1 {
@@ -536,12 +592,14 @@ impl TxnCoordinator {
         self.prepare(tid, false, now_ms, out);
     }
 
-    /// Earliest time a transaction may time out (the broker's timer sleeps until then).
+    /// Earliest time a transaction may time out or ids may expire (the broker's timer sleeps
+    /// until then).
     pub fn next_deadline_ms(&self) -> Option<i64> {
         self.txns
             .values()
             .filter(|m| m.state == TxnState::Ongoing)
             .map(|m| m.start_ms.saturating_add(i64::from(m.timeout_ms)) + 1)
+            .chain(self.next_expiry_check_ms)
             .min()
     }
 

@@ -50,6 +50,14 @@ pub fn record(transactional_id: &str, m: &TxnMetadata) -> OffsetsRecord {
     }
 }
 
+/// The tombstone removing `transactional_id` (expiry).
+pub fn tombstone(transactional_id: &str) -> OffsetsRecord {
+    OffsetsRecord {
+        key: key(transactional_id),
+        value: None,
+    }
+}
+
 /// The partitions of a transaction grouped by topic, in order.
 pub(super) fn by_topic(m: &TxnMetadata) -> Vec<(&str, Vec<i32>)> {
     let mut topics: Vec<(&str, Vec<i32>)> = Vec::new();
