@@ -543,3 +543,40 @@ fn an_idle_transactional_id_expires_and_stays_gone_after_a_restart() {
     assert_ne!(pid, open_pid);
     assert_eq!(epoch, 0);
 }
+
+#[test]
+fn end_txn_v4_with_nothing_open_is_invalid_txn_state_and_retries_are_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProc::start(dir.path(), &[]);
+    let mut c = broker.connect();
+    create_topic(&mut c);
+    let (pid, epoch) = init(&mut c, "empty-end");
+    // Nothing added: Kafka's EndTxn below v5 answers INVALID_TXN_STATE for either outcome
+    // (the clients complete such a transaction without sending EndTxn).
+    for commit in [false, true] {
+        let r = end_txn(&mut c, 4, "empty-end", pid, epoch, commit);
+        assert_eq!(r.error_code, ResponseError::InvalidTxnState.code());
+    }
+    // A completed abort and a completed commit: the retry of the same outcome is answered,
+    // the other outcome is not.
+    for commit in [false, true] {
+        assert_eq!(add_partition(&mut c, "empty-end", pid, epoch, 0), 0);
+        assert_eq!(
+            end_txn(&mut c, 4, "empty-end", pid, epoch, commit).error_code,
+            0
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            // The markers may still be on their way (CONCURRENT_TRANSACTIONS).
+            let r = end_txn(&mut c, 4, "empty-end", pid, epoch, commit);
+            if r.error_code == 0 {
+                break;
+            }
+            assert_eq!(r.error_code, ResponseError::ConcurrentTransactions.code());
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let r = end_txn(&mut c, 4, "empty-end", pid, epoch, !commit);
+        assert_eq!(r.error_code, ResponseError::InvalidTxnState.code());
+    }
+}

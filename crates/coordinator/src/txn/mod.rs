@@ -456,7 +456,11 @@ impl TxnCoordinator {
         }
     }
 
-    /// EndTxn: commit or abort the open transaction. A retry of a completed EndTxn succeeds.
+    /// EndTxn below v5 (transaction version 0/1, Kafka's `endTransactionWithTV1`): commit or
+    /// abort the open transaction. A retry of a completed EndTxn succeeds; any other EndTxn
+    /// with nothing open is INVALID_TXN_STATE, an abort in Empty too (clients complete an
+    /// abort with no partition added without asking: Java, librdkafka, kafka-python, kafkajs,
+    /// aiokafka, sarama, franz-go).
     pub fn end_txn(
         &mut self,
         now_ms: i64,
@@ -478,8 +482,6 @@ impl TxnCoordinator {
             (TxnState::PrepareCommit | TxnState::PrepareAbort, _) => {
                 Err(ResponseError::ConcurrentTransactions)
             }
-            // An abort with nothing open is a no-op for the clients (Kafka answers it too).
-            (TxnState::Empty, false) => Ok(()),
             _ => Err(ResponseError::InvalidTxnState),
         }
     }

@@ -184,3 +184,32 @@ fn an_operator_abort_fences_the_producer_and_only_applies_to_an_open_transaction
         Err(ResponseError::ProducerFenced)
     );
 }
+
+#[test]
+fn end_txn_with_nothing_open_is_invalid_txn_state_but_a_retry_is_answered() {
+    let mut c = coordinator();
+    let mut alloc = ids();
+    let mut out = TxnEffects::default();
+    let (pid, epoch) = c
+        .init_producer_id(0, "tx", 60_000, None, &mut alloc, &mut out)
+        .unwrap();
+    // Empty: neither outcome has anything to end (Kafka's `endTransactionWithTV1`).
+    for commit in [false, true] {
+        assert_eq!(
+            c.end_txn(1, "tx", pid, epoch, commit, &mut out),
+            Err(ResponseError::InvalidTxnState)
+        );
+    }
+    assert_eq!(c.get("tx").unwrap().state, TxnState::Empty);
+    // An abort completed: its retry is answered, a commit is not.
+    c.add_partitions(2, "tx", pid, epoch, &[tp("a", 0)], &mut out)
+        .unwrap();
+    c.end_txn(3, "tx", pid, epoch, false, &mut out).unwrap();
+    c.markers_written("tx", 4, &mut out);
+    assert_eq!(c.end_txn(5, "tx", pid, epoch, false, &mut out), Ok(()));
+    assert_eq!(
+        c.end_txn(5, "tx", pid, epoch, true, &mut out),
+        Err(ResponseError::InvalidTxnState)
+    );
+    assert_eq!(c.get("tx").unwrap().state, TxnState::CompleteAbort);
+}
