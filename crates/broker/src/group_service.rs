@@ -298,6 +298,18 @@ impl GroupService {
         (result, durable)
     }
 
+    /// Where the group coordinator looks up pending transactional offsets (offsets retention
+    /// keeps their partitions' offsets).
+    pub fn watch_pending_txn_offsets(
+        &self,
+        pending: Arc<dyn streamforge_coordinator::PendingTxnOffsets>,
+    ) {
+        self.inner
+            .lock()
+            .coordinator
+            .set_pending_txn_offsets(pending);
+    }
+
     /// Read-only access (describe, list, fetch offsets).
     pub fn read<R>(&self, f: impl FnOnce(&GroupCoordinator) -> R) -> R {
         f(&self.inner.lock().coordinator)

@@ -206,6 +206,8 @@ impl Broker {
             txn_service::TxnService::open(&replicas, config.txn.clone())
                 .map_err(|e| BrokerError::Config(e.to_string()))?,
         );
+        // Offsets retention skips partitions with transactional offsets pending (Kafka's).
+        groups.watch_pending_txn_offsets(txns.pending_offsets());
         let quotas = quota::open_in(
             &config.data_dir,
             config.quota_window,

@@ -83,7 +83,7 @@ fn install(inner: &mut Inner, job: LoadJob, loaded: (TxnCoordinator, PendingOffs
     let (coordinator, pending, records) = loaded;
     let ids = coordinator.all().count();
     inner.coordinator.absorb(coordinator);
-    inner.pending_offsets.extend(pending);
+    inner.pending_offsets.lock().extend(pending);
     inner.loads[job.index as usize] = Load::Loaded {
         partition: job.partition,
         epoch: job.epoch,
@@ -102,6 +102,7 @@ fn unload_partition(inner: &mut Inner, index: i32) {
     let producers: BTreeSet<i64> = gone.iter().map(|(_, pid)| *pid).collect();
     inner
         .pending_offsets
+        .lock()
         .retain(|(_, pid), _| !producers.contains(pid));
     tracing::info!(
         partition = index,

@@ -65,6 +65,12 @@ fn offsets() -> Vec<TxnOffset> {
     }]
 }
 
+/// A group check that passes (the consumer is not checked).
+fn unchecked(hold: &mut dyn FnMut()) -> Result<(), i16> {
+    hold();
+    Ok(())
+}
+
 #[test]
 fn transactional_ids_follow_their_partitions_leadership() {
     let dir = tempfile::tempdir().unwrap();
@@ -75,7 +81,7 @@ fn transactional_ids_follow_their_partitions_leadership() {
         assert_eq!(known(&service, &other), Err(ResponseError::NotCoordinator));
         // The group's coordinator is here, the transaction's another broker: the offsets wait
         // in memory for the marker of the group's offsets partition.
-        let added = service.add_pending_offsets(&rm, &other, "g", 7, offsets());
+        let added = service.add_pending_offsets(&rm, &other, "g", 7, offsets(), unchecked);
         assert_eq!(added, Ok(()), "{p}");
     }
     assert!(
@@ -85,7 +91,7 @@ fn transactional_ids_follow_their_partitions_leadership() {
             .pending_remote
             .contains(&("g".to_string(), 7))
     );
-    service.inner.lock().pending_offsets.clear();
+    service.inner.lock().pending_offsets.lock().clear();
     service.inner.lock().pending_remote.clear();
     write_ongoing(&rm, &tid);
     // Away and back: the transaction is loaded from the log.
@@ -95,13 +101,16 @@ fn transactional_ids_follow_their_partitions_leadership() {
     service.load(follow(&rm, &service).remove(0));
     assert_eq!(known(&service, &tid), Ok(true));
     service
-        .add_pending_offsets(&rm, &tid, "g", 42, offsets())
+        .add_pending_offsets(&rm, &tid, "g", 42, offsets(), unchecked)
         .unwrap();
 
     move_leader(&rm, TRANSACTION_STATE_TOPIC, 0, 1);
     assert!(follow(&rm, &service).is_empty());
     assert_eq!(known(&service, &tid), Err(ResponseError::NotCoordinator));
-    assert!(service.inner.lock().pending_offsets.is_empty(), "dropped");
+    assert!(
+        service.inner.lock().pending_offsets.lock().is_empty(),
+        "dropped"
+    );
 
     move_leader(&rm, TRANSACTION_STATE_TOPIC, 0, NODE);
     let job = follow(&rm, &service).remove(0);
@@ -116,7 +125,10 @@ fn transactional_ids_follow_their_partitions_leadership() {
         inner.coordinator.get(&tid).unwrap().state,
         TxnState::Ongoing
     );
-    assert_eq!(inner.pending_offsets[&("g".to_string(), 42)].len(), 1);
+    assert_eq!(
+        inner.pending_offsets.lock()[&("g".to_string(), 42)].len(),
+        1
+    );
     drop(inner);
     rm.close_all();
 }
@@ -152,7 +164,7 @@ fn the_first_use_creates_the_topic_and_serves_the_partitions_it_leads() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn({
         let (rm, service) = (rm.clone(), service.clone());
-        move || tx.send(service.add_pending_offsets(&rm, "tid", "g", 1, offsets()))
+        move || tx.send(service.add_pending_offsets(&rm, "tid", "g", 1, offsets(), unchecked))
     });
     let added = rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
     assert_eq!(added, Ok(()));

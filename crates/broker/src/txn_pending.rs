@@ -120,6 +120,31 @@ pub fn decode(record: &OffsetsRecord) -> Option<Pending> {
     Some(((tid, group), Some((pid, offsets))))
 }
 
+/// The pending offsets behind a lock of their own, shared by the transaction service (which
+/// holds and completes them) and the group coordinator (whose offsets retention skips their
+/// partitions, as Kafka's). Taken last: under the transaction coordinator's lock or the group
+/// coordinator's, never held while another lock is taken.
+#[derive(Default)]
+pub struct SharedPending(parking_lot::Mutex<crate::txn_service::PendingOffsets>);
+
+impl From<crate::txn_service::PendingOffsets> for SharedPending {
+    fn from(pending: crate::txn_service::PendingOffsets) -> SharedPending {
+        SharedPending(parking_lot::Mutex::new(pending))
+    }
+}
+
+impl SharedPending {
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, crate::txn_service::PendingOffsets> {
+        self.0.lock()
+    }
+}
+
+impl streamforge_coordinator::PendingTxnOffsets for SharedPending {
+    fn pending_partitions(&self, group_id: &str) -> BTreeSet<(String, i32)> {
+        pending_partitions(&self.0.lock(), group_id)
+    }
+}
+
 /// The partitions of `group` with transactional offsets held until their transaction ends (by
 /// any producer): what OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT.
 pub fn pending_partitions(

@@ -38,8 +38,9 @@ const STATE_REPLICATION_TIMEOUT_MS: u64 = 5_000;
 
 pub(crate) struct Inner {
     pub coordinator: TxnCoordinator,
-    /// TxnOffsetCommit offsets by (group, producer id), visible on the COMMIT marker.
-    pub pending_offsets: PendingOffsets,
+    /// TxnOffsetCommit offsets by (group, producer id), visible on the COMMIT marker (their own
+    /// lock, taken last; the group coordinator reads it too).
+    pub pending_offsets: Arc<crate::txn_pending::SharedPending>,
     /// What is loaded of each `__transaction_state` partition (empty until the topic exists:
     /// this broker creates it on first use, so every id is served here until then).
     pub loads: Vec<Load>,
@@ -110,7 +111,7 @@ impl TxnService {
             return Ok(TxnService {
                 inner: Mutex::new(Inner {
                     coordinator: TxnCoordinator::new(config.clone()),
-                    pending_offsets: HashMap::new(),
+                    pending_offsets: Default::default(),
                     loads: Vec::new(),
                     pending_remote: Default::default(),
                 }),
@@ -156,7 +157,7 @@ impl TxnService {
         Ok(TxnService {
             inner: Mutex::new(Inner {
                 coordinator,
-                pending_offsets,
+                pending_offsets: Arc::new(crate::txn_pending::SharedPending::from(pending_offsets)),
                 loads,
                 pending_remote: Default::default(),
             }),
@@ -359,10 +360,20 @@ impl TxnService {
     /// The partitions of `group` with pending transactional offsets (OffsetFetch's
     /// `require_stable`).
     pub fn pending_partitions(&self, group: &str) -> std::collections::BTreeSet<(String, i32)> {
-        crate::txn_pending::pending_partitions(&self.inner.lock().pending_offsets, group)
+        crate::txn_pending::pending_partitions(&self.pending_offsets().lock(), group)
     }
 
-    /// TxnOffsetCommit: hold `offsets` until the transaction ends.
+    /// The pending offsets as the group coordinator sees them (offsets retention skips them).
+    pub fn pending_offsets(&self) -> Arc<crate::txn_pending::SharedPending> {
+        Arc::clone(&self.inner.lock().pending_offsets)
+    }
+
+    /// TxnOffsetCommit: hold `offsets` until the transaction ends. `check_group` is the
+    /// group's check (KIP-447): it runs under the group coordinator's lock and, when the
+    /// consumer passes, calls the hold it is given before it lets that lock go. So a rebalance
+    /// comes either before the check (which then refuses the zombie) or after the offsets are
+    /// held (the new member's OffsetFetch with `require_stable` finds them pending), never in
+    /// between. Locks: this coordinator's, the group coordinator's, the pending offsets'.
     pub fn add_pending_offsets(
         &self,
         replicas: &ReplicaManager,
@@ -370,37 +381,54 @@ impl TxnService {
         group: &str,
         producer_id: i64,
         offsets: Vec<TxnOffset>,
-    ) -> Result<(), ResponseError> {
+        check_group: impl FnOnce(&mut dyn FnMut()) -> Result<(), i16>,
+    ) -> Result<(), i16> {
         let mut inner = self.inner.lock();
         let remote = match self.serving(replicas, &mut inner, transactional_id) {
             Ok(()) => false,
             // The transaction's coordinator is another broker (the group's is this one): the
             // offsets wait here for the marker of the group's offsets partition.
             Err(ResponseError::NotCoordinator) => true,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.code()),
         };
         let partition = inner.coordinator.partition_for(transactional_id);
         let key = (group.to_string(), producer_id);
-        if !inner.pending_offsets.contains_key(&key)
-            && inner.pending_offsets.len() >= PENDING_OFFSET_SETS_MAX
+        let pending = Arc::clone(&inner.pending_offsets);
         {
-            return Err(ResponseError::CoordinatorLoadInProgress);
+            // Sets are only added under this coordinator's lock, held here.
+            let held = pending.lock();
+            if !held.contains_key(&key) && held.len() >= PENDING_OFFSET_SETS_MAX {
+                return Err(ResponseError::CoordinatorLoadInProgress.code());
+            }
         }
-        if remote {
-            inner.pending_remote.insert(key.clone());
-        }
-        let set = inner.pending_offsets.entry(key).or_default();
-        for o in offsets {
-            set.insert((o.topic.clone(), o.partition), o);
-        }
-        if remote {
+        let mut offsets = Some(offsets);
+        let mut hold = || {
+            let mut held = pending.lock();
+            let set = held.entry(key.clone()).or_default();
+            for o in offsets.take().into_iter().flatten() {
+                set.insert((o.topic.clone(), o.partition), o);
+            }
+        };
+        check_group(&mut hold)?;
+        if offsets.is_some() {
+            // The check passed without holding anything: nothing to store.
             return Ok(());
         }
-        // Durable before the answer: the record holds every pending offset of the group.
-        let record = crate::txn_pending::record(transactional_id, group, producer_id, set.values());
+        if remote {
+            inner.pending_remote.insert(key);
+            return Ok(());
+        }
+        // Durable before the answer: the record holds every pending offset of the group
+        // (removed only under this coordinator's lock, held here).
+        let Some(record) = pending.lock().get(&key).map(|set| {
+            crate::txn_pending::record(transactional_id, group, producer_id, set.values())
+        }) else {
+            return Ok(());
+        };
         self.append_record(replicas, &mut inner, partition, &record)
-            .inspect_err(|e| {
+            .map_err(|e| {
                 tracing::error!(error = %e, "appending pending offsets to {TRANSACTION_STATE_TOPIC} failed");
+                e.code()
             })
     }
 
@@ -555,3 +583,7 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
 }
 
 pub(crate) type PendingOffsets = HashMap<(String, i64), BTreeMap<(String, i32), TxnOffset>>;
+
+#[cfg(test)]
+#[path = "txn_hold_tests.rs"]
+mod hold_tests;

@@ -158,6 +158,7 @@ impl TxnService {
         let commit = marker.kind == ControlType::Commit;
         let keys: Vec<(String, i64)> = inner
             .pending_offsets
+            .lock()
             .keys()
             .filter(|(g, pid)| {
                 *pid == marker.producer_id
@@ -167,8 +168,13 @@ impl TxnService {
             .collect();
         for key in keys {
             if commit {
-                let offsets: Vec<TxnOffset> =
-                    inner.pending_offsets[&key].values().cloned().collect();
+                // Copied out: the group coordinator takes the pending offsets' lock itself.
+                let offsets: Vec<TxnOffset> = inner
+                    .pending_offsets
+                    .lock()
+                    .get(&key)
+                    .map(|set| set.values().cloned().collect())
+                    .unwrap_or_default();
                 let committed = state.groups.with_group(&key.0, |c, now, out| {
                     c.commit_txn_offsets(now, &key.0, &offsets, out)
                 });
@@ -192,7 +198,7 @@ impl TxnService {
                 }
             }
             inner.pending_remote.remove(&key);
-            inner.pending_offsets.remove(&key);
+            inner.pending_offsets.lock().remove(&key);
         }
         true
     }

@@ -88,6 +88,9 @@ impl Effects {
 pub struct GroupCoordinator {
     pub(crate) config: CoordinatorConfig,
     pub(crate) groups: HashMap<String, Group>,
+    /// Which partitions have transactional offsets waiting for their transaction's marker
+    /// (held by the transaction service); their committed offsets do not expire meanwhile.
+    pub(crate) pending_txn_offsets: Option<std::sync::Arc<dyn crate::PendingTxnOffsets>>,
     /// No timer of any group fires before this (a lower bound; `i64::MAX` when none).
     earliest_deadline_ms: i64,
     next_retention_check_ms: i64,
@@ -102,6 +105,7 @@ impl GroupCoordinator {
         GroupCoordinator {
             config,
             groups: HashMap::new(),
+            pending_txn_offsets: None,
             earliest_deadline_ms: i64::MAX,
             next_retention_check_ms,
             member_id_state,
@@ -142,7 +146,18 @@ impl GroupCoordinator {
     /// An empty coordinator with this one's settings, to replay one partition into off the
     /// request path before [`absorb`](Self::absorb) takes its groups.
     pub fn empty_like(&self, now_ms: i64) -> GroupCoordinator {
-        GroupCoordinator::new(self.config.clone(), now_ms)
+        let mut c = GroupCoordinator::new(self.config.clone(), now_ms);
+        c.pending_txn_offsets = self.pending_txn_offsets.clone();
+        c
+    }
+
+    /// Where pending transactional offsets are looked up (the broker's transaction service):
+    /// offsets retention skips their partitions, as Kafka's `removeExpiredOffsets`.
+    pub fn set_pending_txn_offsets(
+        &mut self,
+        pending: std::sync::Arc<dyn crate::PendingTxnOffsets>,
+    ) {
+        self.pending_txn_offsets = Some(pending);
     }
 
     /// Takes every group of `loaded` (one partition replayed by itself: Kafka's

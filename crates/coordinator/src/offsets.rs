@@ -239,10 +239,13 @@ impl GroupCoordinator {
     /// Offsets retention (`offsets.retention.minutes`, KIP-211): an Empty group's offsets expire
     /// a retention period after it became empty; a simple group's (and a Stable consumer
     /// group's offsets for topics it no longer subscribes to) a retention period after their
-    /// commit. Groups left empty without offsets are deleted.
+    /// commit. Groups left empty without offsets are deleted. A partition with transactional
+    /// offsets pending (their transaction not yet committed or aborted) keeps its offset, as
+    /// Kafka's `removeExpiredOffsets` skips them.
     pub(crate) fn expire_offsets(&mut self, now_ms: i64, out: &mut Effects) {
         let retention_ms = self.config.offsets_retention_ms;
         let partitions = self.config.offsets_topic_partitions;
+        let pending = self.pending_txn_offsets.clone();
         let mut dead = Vec::new();
         for group in self.groups.values_mut() {
             let partition = crate::partition_for_group(&group.group_id, partitions);
@@ -254,11 +257,18 @@ impl GroupCoordinator {
                 _ => continue,
             };
             let stable = group.is(GroupState::Stable);
+            let held = pending
+                .as_ref()
+                .map(|v| v.pending_partitions(&group.group_id))
+                .unwrap_or_default();
             let expired: Vec<(String, i32)> = group
                 .offsets
                 .iter()
-                .filter(|((topic, _), c)| {
-                    if stable && group.is_subscribed_to(topic) {
+                .filter(|(key, c)| {
+                    if stable && group.is_subscribed_to(&key.0) {
+                        return false;
+                    }
+                    if held.contains(*key) {
                         return false;
                     }
                     match c.expire_timestamp_ms {

@@ -9,6 +9,14 @@ use crate::offsets::validate_group_commit;
 use crate::records;
 use kafka_protocol::ResponseError;
 
+/// Which partitions have transactional offsets pending (TxnOffsetCommit taken, the
+/// transaction's marker not yet written), as the group coordinator asks it. The broker's
+/// answer comes from a lock taken last: implementations must not take any other lock.
+pub trait PendingTxnOffsets: Send + Sync {
+    /// The partitions of `group_id` with transactional offsets pending (any producer's).
+    fn pending_partitions(&self, group_id: &str) -> std::collections::BTreeSet<(String, i32)>;
+}
+
 /// One pending transactional offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxnOffset {

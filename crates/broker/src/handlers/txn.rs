@@ -288,11 +288,13 @@ async fn offsets_in_txn(
 /// KIP-447: TxnOffsetCommit v3+ carries the consumer's generation, member id and instance id,
 /// checked against the group as Kafka does (a zombie whose consumer was rebalanced out is
 /// fenced); v0-2 carry none and are not checked. Kafka checks the producer's transaction
-/// first, then the group.
+/// first, then the group. When the consumer passes, `hold` runs under the same group lock
+/// (`TxnService::add_pending_offsets`), so no rebalance comes between the check and the hold.
 fn consumer_check(
     state: &BrokerState,
     request: &TxnOffsetCommitRequest,
     api_version: i16,
+    hold: &mut dyn FnMut(),
 ) -> Result<(), i16> {
     let group = request.group_id.0.as_str();
     let (generation, member, instance) = if api_version >= 3 {
@@ -308,6 +310,7 @@ fn consumer_check(
         .groups
         .read_group(group, |c| {
             c.validate_txn_offset_commit(group, generation, member, instance)
+                .map(|()| hold())
         })
         .and_then(|r| r)
 }
@@ -362,16 +365,17 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     } else {
         let (tid, pid, epoch) = (tid.as_str(), pid, epoch);
         match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition).await {
-            0 => match consumer_check(&state, &request, req.api_version) {
-                Ok(()) => {
-                    code(
-                        state
-                            .txns
-                            .add_pending_offsets(&state.replicas, tid, &group, pid, offsets),
-                    )
-                }
-                Err(code) => code,
-            },
+            0 => {
+                let held = state.txns.add_pending_offsets(
+                    &state.replicas,
+                    tid,
+                    &group,
+                    pid,
+                    offsets,
+                    |hold| consumer_check(&state, &request, req.api_version, hold),
+                );
+                held.err().unwrap_or(0)
+            }
             check => check,
         }
     };

@@ -195,3 +195,48 @@ fn require_stable_answers_pending_partitions_unstable() {
     assert_eq!((parts[0].offset, parts[0].error_code), (-1, unstable));
     assert_eq!((parts[1].offset, parts[1].error_code), (20, 0));
 }
+
+/// Pending transactional offsets as a test sets them.
+#[derive(Default)]
+struct Pending(std::sync::Mutex<BTreeSet<(String, String, i32)>>);
+
+impl PendingTxnOffsets for Pending {
+    fn pending_partitions(&self, group_id: &str) -> BTreeSet<(String, i32)> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(g, _, _)| g == group_id)
+            .map(|(_, t, p)| (t.clone(), *p))
+            .collect()
+    }
+}
+
+#[test]
+fn pending_transactional_offsets_hold_back_offset_expiry() {
+    let mut cfg = config(100);
+    cfg.offsets_retention_ms = 60_000;
+    cfg.offsets_retention_check_interval_ms = 1_000;
+    let mut h = Harness::new(cfg);
+    let pending = std::sync::Arc::new(Pending::default());
+    h.c.set_pending_txn_offsets(pending.clone());
+    // A simple group: its offsets expire 60 s after their commit.
+    assert_eq!(h.commit("s", "", -1, "t", 0, 5), 0);
+    assert_eq!(h.commit("s", "", -1, "t", 1, 6), 0);
+    // A transaction holds offsets for t-0 (not yet committed or aborted).
+    pending
+        .0
+        .lock()
+        .unwrap()
+        .insert(("s".to_string(), "t".to_string(), 0));
+    h.advance(61_000);
+    assert_eq!(h.fetch("s", "t", 0).offset, 5, "pending: kept");
+    assert_eq!(h.fetch("s", "t", 1).offset, -1, "expired");
+    assert!(h.c.group_state("s").is_some(), "the group keeps its offset");
+    // The transaction ended (aborted: nothing committed): the old offset expires now.
+    pending.0.lock().unwrap().clear();
+    h.advance(1_000);
+    assert_eq!(h.fetch("s", "t", 0).offset, -1);
+    h.advance(1_000);
+    assert_eq!(h.c.group_state("s"), None, "no offsets left: group removed");
+}
