@@ -105,6 +105,12 @@ pub(crate) fn append(
                 producer_epoch: epoch,
             }
         }
-        Err(e) => TxnAppend::Done(Err(txn.rejection(e.code()))),
+        Err(e) => {
+            if e == kafka_protocol::ResponseError::InvalidTxnState {
+                // Fatal for most clients: worth a line in the log.
+                tracing::info!(transactional_id = %txn.transactional_id, producer_id = pid, producer_epoch = epoch, topic = %partition.topic, partition = partition.index, produce_version = txn.produce_version, "transactional Produce answered INVALID_TXN_STATE");
+            }
+            TxnAppend::Done(Err(txn.rejection(e.code())))
+        }
     }
 }

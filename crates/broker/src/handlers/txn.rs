@@ -230,6 +230,22 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
             c.end_txn(now, tid, pid, epoch, request.committed, out)
         }
     });
+    if result == Err(ResponseError::InvalidTxnState) {
+        // Fatal for the client: say what the coordinator had, for whoever reads the log.
+        let had = state.txns.read(|c| {
+            c.get(tid)
+                .map(|m| (m.state.name(), m.producer_id, m.producer_epoch))
+        });
+        tracing::info!(
+            transactional_id = %tid,
+            api_version = req.api_version,
+            commit = request.committed,
+            producer_id = pid,
+            producer_epoch = epoch,
+            coordinator = ?had,
+            "EndTxn answered INVALID_TXN_STATE"
+        );
+    }
     // Answered once the Prepare record is in the ISR (as Kafka); the markers go on meanwhile.
     let result = state.txns.replicated(&state, tid, result).await;
     metrics::histogram!("streamforge_end_txn_seconds").record(started.elapsed().as_secs_f64());

@@ -13,6 +13,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -22,35 +23,69 @@ import java.util.stream.Stream;
 /**
  * One real `streamforge broker` child process ($STREAMFORGE_BIN) on a free loopback port with a
  * temporary data dir, like tests/python/harness.py. Stopped by its own pid (SIGTERM, then
- * SIGKILL after a bounded wait); the data dir is removed on close.
+ * SIGKILL after a bounded wait); the data dir is removed on close, the log is kept until the JVM
+ * exits, so that {@link BrokerLogs} can save the logs of the brokers a failed test used
+ * (target/broker-logs/).
  */
 public final class Broker implements AutoCloseable {
     static final Duration START_TIMEOUT = Duration.ofSeconds(60);
     static final Duration STOP_TIMEOUT = Duration.ofSeconds(20);
 
     private static Broker shared;
+    /** Every broker of this JVM, for {@link BrokerLogs} and the clean-up at exit. */
+    private static final List<Broker> ALL = new CopyOnWriteArrayList<>();
+
+    static {
+        Runtime.getRuntime().addShutdownHook(new Thread(Broker::cleanUpAtExit));
+    }
 
     private final Path workDir;
     private final Path logFile;
     private final int port;
     private final List<String> extraArgs;
     private Process process;
+    /** When close() stopped it (System.nanoTime), or Long.MIN_VALUE while open. */
+    private volatile long closedAtNanos = Long.MIN_VALUE;
 
     private Broker(List<String> extraArgs) throws IOException {
         this.workDir = Files.createTempDirectory("sf-java-");
         this.logFile = workDir.resolve("broker.log");
         this.port = freePort();
         this.extraArgs = List.copyOf(extraArgs);
+        ALL.add(this);
     }
 
     /** The broker shared by every test class that needs no special flags (stopped at JVM exit). */
     public static synchronized Broker shared() {
         if (shared == null) {
             shared = start();
-            Broker b = shared;
-            Runtime.getRuntime().addShutdownHook(new Thread(b::close));
         }
         return shared;
+    }
+
+    /** The brokers running now or closed since `sinceNanos` (System.nanoTime). */
+    static List<Broker> usedSince(long sinceNanos) {
+        List<Broker> used = new ArrayList<>();
+        for (Broker b : ALL) {
+            long closed = b.closedAtNanos;
+            if (closed == Long.MIN_VALUE || closed - sinceNanos >= 0) {
+                used.add(b);
+            }
+        }
+        return used;
+    }
+
+    /** This broker's whole log file (kept after close until the JVM exits). */
+    Path logFile() {
+        return logFile;
+    }
+
+    /** At JVM exit: stop what still runs (the shared broker) and remove every work dir. */
+    private static void cleanUpAtExit() {
+        for (Broker b : ALL) {
+            b.close();
+            deleteTree(b.workDir);
+        }
     }
 
     /** A fresh broker with extra command-line flags; the caller closes it. */
@@ -195,6 +230,7 @@ public final class Broker implements AutoCloseable {
         }
     }
 
+    /** Stops the broker and removes its data; the log stays until the JVM exits. */
     @Override
     public synchronized void close() {
         if (process != null && process.isAlive()) {
@@ -207,7 +243,14 @@ public final class Broker implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
         }
-        try (Stream<Path> walk = Files.walk(workDir)) {
+        if (closedAtNanos == Long.MIN_VALUE) {
+            closedAtNanos = System.nanoTime();
+        }
+        deleteTree(workDir.resolve("data"));
+    }
+
+    private static void deleteTree(Path root) {
+        try (Stream<Path> walk = Files.walk(root)) {
             walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
         } catch (IOException ignored) {
             // best effort: a temp dir
