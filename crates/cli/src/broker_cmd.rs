@@ -119,6 +119,11 @@ pub struct Args {
     /// The controller listener (Raft and forwarded controller requests) [default: this node's voter address].
     #[arg(long, env = "STREAMFORGE_CONTROLLER_LISTEN")]
     pub controller_listen: Option<String>,
+    /// What the controller listener speaks (Kafka: the `listener.security.protocol.map` entry
+    /// of `controller.listener.names`): PLAINTEXT, or SSL (mutual TLS with --ssl-cert/--ssl-key,
+    /// peers checked against --ssl-ca). Every node of a cluster must use the same [default: PLAINTEXT].
+    #[arg(long, env = "STREAMFORGE_CONTROLLER_LISTENER_SECURITY_PROTOCOL")]
+    pub controller_listener_security_protocol: Option<String>,
     /// This node's roles in a cluster (`process.roles`): `broker,controller` (a voter and
     /// controller, combined mode) or `broker` (a broker-only node that follows the metadata
     /// quorum without voting; needs --controller-listen) [default: broker,controller when
@@ -318,6 +323,7 @@ struct FileConfig {
     node_id: Option<i32>,
     controller_quorum_voters: Option<String>,
     controller_listen: Option<String>,
+    controller_listener_security_protocol: Option<String>,
     process_roles: Option<String>,
     cluster_id: Option<String>,
     num_partitions: Option<i32>,
@@ -445,6 +451,12 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
             .as_deref()
             .or(file.process_roles.as_deref()),
         c.node_id,
+    )?;
+    controller_security(
+        &mut c,
+        args.controller_listener_security_protocol
+            .as_deref()
+            .or(file.controller_listener_security_protocol.as_deref()),
     )?;
     c.cluster_id = args.cluster_id.clone().or(file.cluster_id.clone());
     set!(num_partitions);
@@ -694,6 +706,31 @@ fn inter_broker_settings(
         &file.inter_broker_sasl_password,
     )
     .map(streamforge_broker::security::Secret);
+    Ok(())
+}
+
+/// `--controller-listener-security-protocol`: what the controller listener speaks (a cluster
+/// setting: refused without `--controller-quorum-voters`).
+fn controller_security(c: &mut BrokerConfig, text: Option<&str>) -> anyhow::Result<()> {
+    let Some(text) = text else {
+        return Ok(());
+    };
+    let flag = "--controller-listener-security-protocol";
+    let protocol: streamforge_broker::security::SecurityProtocol = text
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("{flag} {text}"))?;
+    let security = streamforge_broker::security::controller::ControllerSecurity::from_config(
+        protocol,
+        &c.security,
+    )?;
+    match &mut c.cluster {
+        Some(cluster) => cluster.security = security,
+        None => anyhow::ensure!(
+            protocol == streamforge_broker::security::SecurityProtocol::Plaintext,
+            "{flag} {text} needs --controller-quorum-voters (a node alone has no controller listener)"
+        ),
+    }
     Ok(())
 }
 

@@ -141,7 +141,8 @@ impl ForwardPool {
         let call = async {
             let result = call.await;
             if let Err(error) = &result {
-                self.transport.report(addr, "forwarded controller event", error);
+                self.transport
+                    .report(addr, "forwarded controller event", error);
             }
             result
         };

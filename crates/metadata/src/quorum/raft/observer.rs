@@ -172,7 +172,9 @@ impl RaftQuorum {
                     hint = leader.map(|(_, a)| a).filter(|a| *a != target);
                 }
                 Ok(JoinAnswer::Retry(why)) => tracing::debug!(%target, %why, "join: ask again"),
-                Err(error) => self.transport.report(&target, "join: voter unreachable", &error),
+                Err(error) => self
+                    .transport
+                    .report(&target, "join: voter unreachable", &error),
             }
             if Instant::now() >= deadline {
                 return Err(RaftStartError::Raft(format!(

@@ -185,10 +185,16 @@ async fn accept(
                 transport.protocol_name()
             ));
             transport.report(&peer, "controller listener refused a connection", &error);
-            // Best effort: the refusal is what the peer logs instead of a bare close.
-            let refusal = Response::Refused(why);
-            let refusal = write_frame(&mut tcp, &refusal);
-            let _ = tokio::time::timeout(Duration::from_millis(RPC_TIMEOUT_MS), refusal).await;
+            // Best effort: the refusal is what the peer logs instead of a bare close. Its
+            // request is read and dropped until it closes (bounded), as closing with unread
+            // bytes would reset the connection and could discard the refusal before it is read.
+            let refuse = async {
+                write_frame(&mut tcp, &Response::Refused(why)).await?;
+                tcp.shutdown().await?;
+                let mut unread = (&mut tcp).take(RPC_FRAME_BYTES_MAX as u64);
+                tokio::io::copy(&mut unread, &mut tokio::io::sink()).await
+            };
+            let _ = tokio::time::timeout(Duration::from_millis(RPC_TIMEOUT_MS), refuse).await;
             None
         }
         Err(error) => {

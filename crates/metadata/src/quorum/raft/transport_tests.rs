@@ -87,7 +87,9 @@ async fn three_voters_commit_over_an_injected_transport() {
     wait_until("the leader is ready", || lead.is_ready_leader()).await;
     lead.propose(register(1)).unwrap();
     wait_until("the batch on every voter", || {
-        nodes.iter().all(|q| q.read_committed(0, 10).unwrap().len() == 1)
+        nodes
+            .iter()
+            .all(|q| q.read_committed(0, 10).unwrap().len() == 1)
     })
     .await;
     // A forwarded event over the same transport gets an answer (no handler: NOT_CONTROLLER).
@@ -121,7 +123,10 @@ async fn a_tls_peer_of_a_plaintext_listener_fails_at_once() {
     let result = ForwardPool::new(tagged())
         .forward(&addresses[&1], event(), TIMEOUT)
         .await;
-    assert!(result.is_err(), "the plaintext listener closes the connection");
+    assert!(
+        result.is_err(),
+        "the plaintext listener closes the connection"
+    );
     assert!(started.elapsed() < TIMEOUT, "closed, not left to time out");
     nodes[0].shutdown().await;
 }
