@@ -4,7 +4,8 @@ only over TLS, each presenting its broker certificate and checking the peer's ag
 The quorum forms, the brokers register, an RF=3 topic is created and replicated (acks=all), and
 kill -9 of the active controller elects another one. The controller port refuses plaintext (a
 plaintext frame is answered with a refusal) and a TLS client without a certificate; a
-broker-only node configured PLAINTEXT cannot join and says why in its log, as the voters do.
+broker-only node configured PLAINTEXT cannot join SSL voters and says why in its log, as the
+voters do; nor can one configured SSL join PLAINTEXT voters.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def tls_args(certs: Path, protocol: str = "SSL") -> list[str]:
             "--ssl-ca", str(certs / "ca.pem")]
 
 
-def start_voters(broker_factory, certs: Path):
-    """Three voters with an SSL controller listener (PLAINTEXT Kafka listeners); returns the
-    brokers and each one's controller port."""
+def start_voters(broker_factory, certs: Path, protocol: str = "SSL"):
+    """Three voters whose controller listener speaks `protocol` (PLAINTEXT Kafka listeners);
+    returns the brokers, each one's controller port and the voters list."""
     brokers = [broker_factory(start=False) for _ in range(3)]
     ports = [free_port() for _ in range(3)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
@@ -57,7 +58,7 @@ def start_voters(broker_factory, certs: Path):
             "--broker-session-timeout-ms", "3000",
             "--broker-heartbeat-interval-ms", "500",
             "--offsets-topic-partitions", "3",
-            *tls_args(certs),
+            *tls_args(certs, protocol),
         ]
         b.env["RUST_LOG"] = os.environ.get("SF_RUST_LOG", "info,openraft=error")
     with ThreadPoolExecutor(3) as pool:
@@ -137,9 +138,10 @@ def test_an_ssl_controller_listener_forms_the_quorum_replicates_and_elects_again
     assert all(cluster_view(b)[1] == new for b in rest)
     create(rest[0], TOPIC + "-after", 1, 2)
     wait_for("the new topic placed", lambda: placement(rest[0], TOPIC + "-after"))
-    # Nothing in the logs says a TLS peer was refused (the voters trust each other).
-    for b in rest:
-        assert "TLS handshake from" not in b.log_text(), b.log_tail()
+    # The only TLS refusal is the test's own client without a certificate (the voters trust
+    # each other's).
+    refused = [line for b in brokers for line in b.log_text().splitlines() if "TLS handshake from" in line]
+    assert refused and all("peer sent no certificates" in line for line in refused), refused
 
 
 def test_a_plaintext_node_cannot_join_ssl_voters_and_says_why(broker_factory, certs):
@@ -165,3 +167,28 @@ def test_a_plaintext_node_cannot_join_ssl_voters_and_says_why(broker_factory, ce
         assert cluster_view(brokers[0])[0] == [1, 2, 3]
     finally:
         plain.stop()
+
+
+def test_an_ssl_node_cannot_join_plaintext_voters_and_says_why(broker_factory, certs):
+    brokers, _, voters = start_voters(broker_factory, certs, protocol="PLAINTEXT")
+    wait_for("the quorum to form", lambda: formed(brokers))
+    tls = broker_factory(start=False)
+    tls.extra_args += [
+        "--node-id", "4", "--controller-quorum-voters", voters,
+        "--process-roles", "broker", "--controller-listen", f"127.0.0.1:{free_port()}",
+        *tls_args(certs),
+    ]
+    tls.env["RUST_LOG"] = "info,openraft=error"
+    with pytest.raises((TimeoutError, RuntimeError)):
+        tls.start(timeout_s=10)
+    try:
+        wait_for("the SSL node's error", lambda: "its controller listener security protocol is not SSL"
+                 in tls.log_text(), timeout_s=20)
+        assert "controller listener security failure" in tls.log_text()
+        wait_for("the voters' error", lambda: any(
+            "a peer opened a TLS handshake on this PLAINTEXT controller listener" in b.log_text()
+            for b in brokers))
+        assert tls.is_running() and "panicked" not in tls.log_text()
+        assert cluster_view(brokers[0])[0] == [1, 2, 3]
+    finally:
+        tls.stop()

@@ -136,6 +136,15 @@ impl MutualTls {
     }
 }
 
+/// Whether a handshake error is the peer closing the connection.
+fn is_closed(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(
+        kind,
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+    )
+}
+
 /// The host part of `host:port` (an IPv6 literal without its brackets).
 fn host_of(addr: &str) -> &str {
     let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
@@ -159,11 +168,12 @@ impl QuorumSecurity for MutualTls {
             let connector = tokio_rustls::TlsConnector::from(self.client_config());
             match connector.connect(name, tcp).await {
                 Ok(stream) => Ok(Box::new(stream) as QuorumStream),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    Err(security_failure(format!(
-                        "TLS handshake with the controller listener at {addr}: the peer closed the connection (its controller listener security protocol is not SSL, or it refused this node's certificate)"
-                    )))
-                }
+                // Closed in the handshake: a PLAINTEXT listener closes a TLS peer at its first
+                // byte (a reset, as the ClientHello is left unread), a TLS one refusing this
+                // node's certificate closes after its alert.
+                Err(e) if is_closed(e.kind()) => Err(security_failure(format!(
+                    "TLS handshake with the controller listener at {addr}: the peer closed the connection (its controller listener security protocol is not SSL, or it refused this node's certificate)"
+                ))),
                 Err(e) => Err(security_failure(format!(
                     "TLS handshake with the controller listener at {addr}: {e}"
                 ))),
