@@ -720,17 +720,17 @@ fn controller_security(c: &mut BrokerConfig, text: Option<&str>) -> anyhow::Resu
         .parse()
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("{flag} {text}"))?;
-    let security = streamforge_broker::security::controller::ControllerSecurity::from_config(
+    let Some(cluster) = &mut c.cluster else {
+        anyhow::ensure!(
+            protocol == streamforge_broker::security::SecurityProtocol::Plaintext,
+            "{flag} {text} needs --controller-quorum-voters (a node alone has no controller listener)"
+        );
+        return Ok(());
+    };
+    cluster.security = streamforge_broker::security::controller::ControllerSecurity::from_config(
         protocol,
         &c.security,
     )?;
-    match &mut c.cluster {
-        Some(cluster) => cluster.security = security,
-        None => anyhow::ensure!(
-            protocol == streamforge_broker::security::SecurityProtocol::Plaintext,
-            "{flag} {text} needs --controller-quorum-voters (a node alone has no controller listener)"
-        ),
-    }
     Ok(())
 }
 
@@ -925,6 +925,59 @@ mod tests {
             ..Default::default()
         };
         assert!(broker_config(bad).is_err());
+    }
+
+    #[test]
+    fn the_controller_listener_protocol_comes_from_flag_or_file_and_is_checked() {
+        use streamforge_broker::security::SecurityProtocol;
+        use streamforge_broker::security::controller::ControllerSecurity;
+        let voters = Some("1@127.0.0.1:9093,2@127.0.0.1:9193".to_string());
+        let cluster = |args: Args| broker_config(args).map(|c| c.cluster.unwrap().security);
+        let plain = Args {
+            controller_quorum_voters: voters.clone(),
+            ..Default::default()
+        };
+        assert_eq!(cluster(plain).unwrap(), ControllerSecurity::Plaintext);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sf.toml");
+        std::fs::write(
+            &path,
+            "controller_listener_security_protocol = \"SSL\"\nssl_cert = \"/c.pem\"\n\
+             ssl_key = \"/k.pem\"\nssl_ca = \"/ca.pem\"\n",
+        )
+        .unwrap();
+        let file = Args {
+            config: Some(path.clone()),
+            controller_quorum_voters: voters.clone(),
+            ..Default::default()
+        };
+        let ssl = cluster(file).unwrap();
+        assert_eq!(ssl.protocol(), SecurityProtocol::Ssl);
+        let flag = Args {
+            config: Some(path),
+            controller_quorum_voters: voters.clone(),
+            controller_listener_security_protocol: Some("plaintext".into()),
+            ..Default::default()
+        };
+        assert_eq!(cluster(flag).unwrap(), ControllerSecurity::Plaintext);
+        let why = |args: Args| format!("{:#}", broker_config(args).unwrap_err());
+        let no_files = Args {
+            controller_quorum_voters: voters.clone(),
+            controller_listener_security_protocol: Some("SSL".into()),
+            ..Default::default()
+        };
+        assert!(why(no_files).contains("--ssl-ca"));
+        let sasl = Args {
+            controller_quorum_voters: voters,
+            controller_listener_security_protocol: Some("SASL_SSL".into()),
+            ..Default::default()
+        };
+        assert!(why(sasl).contains("not served"));
+        let alone = Args {
+            controller_listener_security_protocol: Some("SSL".into()),
+            ..Default::default()
+        };
+        assert!(why(alone).contains("--controller-quorum-voters"));
     }
 
     #[test]
