@@ -15,6 +15,7 @@ use streamforge_metadata::Snapshot;
 use streamforge_metadata::controller::{Event, Reply};
 use streamforge_metadata::node::{AWAITING_REPLIES_MAX, RequestId};
 use streamforge_metadata::quorum::raft::forward::{self, Forwarded};
+use streamforge_metadata::quorum::raft::transport::Transport;
 use streamforge_metadata::quorum::raft::{RaftQuorum, RaftTiming};
 use streamforge_metadata::quorum::{
     CommittedBatch, DurableQuorum, LeaderAndEpoch, MetadataQuorum, NodeId, QuorumError, VoterStatus,
@@ -23,6 +24,7 @@ use streamforge_metadata::records::Record;
 use tokio::sync::watch;
 
 use crate::metadata_service::{MetadataError, MetadataService};
+use crate::security::controller::ControllerSecurity;
 
 /// The static quorum of `--controller-quorum-voters` and this node's controller listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +36,9 @@ pub struct ClusterOptions {
     pub listen: String,
     /// What this node is in the cluster (`process.roles`).
     pub roles: ProcessRoles,
+    /// What the controller listener speaks (`--controller-listener-security-protocol`); every
+    /// node of the cluster must speak the same.
+    pub security: ControllerSecurity,
 }
 
 /// Kafka's `process.roles` in a cluster: a voter and controller that is also a broker
@@ -153,8 +158,10 @@ pub fn start_observer(
         )));
     }
     block_on(async {
+        let transport = controller_transport(cluster)?;
         let listener = bind_controller_listener(&cluster.listen).await?;
-        let quorum = RaftQuorum::start_tcp_durable(id, RaftTiming::default(), listener, dir)
+        let timing = RaftTiming::default();
+        let quorum = RaftQuorum::start_tcp_durable_over(id, timing, listener, dir, transport)
             .await
             .map_err(std::io::Error::other)?;
         let wait = Duration::from_millis(OBSERVER_JOIN_WAIT_MS);
@@ -165,8 +172,20 @@ pub fn start_observer(
             quorum.shutdown().await;
             return Err(std::io::Error::other(error));
         }
-        tracing::info!(node_id, listen = %cluster.listen, voters = ?cluster.voters, "broker-only node following the metadata quorum as an observer");
+        let protocol = cluster.security.protocol().name();
+        tracing::info!(node_id, listen = %cluster.listen, protocol, voters = ?cluster.voters, "broker-only node following the metadata quorum as an observer");
         Ok(quorum)
+    })
+}
+
+/// The controller listener's transport (its TLS files are read now: a broken one stops the
+/// node at startup with the reason).
+fn controller_transport(cluster: &ClusterOptions) -> std::io::Result<Transport> {
+    cluster.security.transport().map_err(|e| {
+        std::io::Error::other(format!(
+            "controller listener ({}): {e}",
+            cluster.security.protocol().name()
+        ))
     })
 }
 
@@ -194,15 +213,18 @@ pub fn start_voter(
         )));
     }
     block_on(async {
+        let transport = controller_transport(cluster)?;
         let listener = bind_controller_listener(&cluster.listen).await?;
-        let quorum = RaftQuorum::start_tcp_durable(id, RaftTiming::default(), listener, dir)
+        let timing = RaftTiming::default();
+        let quorum = RaftQuorum::start_tcp_durable_over(id, timing, listener, dir, transport)
             .await
             .map_err(std::io::Error::other)?;
         if let Err(error) = quorum.initialize_with_addresses(&cluster.voters).await {
             // Already initialized (a leader reached us first): the membership is the same.
             tracing::debug!(%error, "quorum membership already initialized");
         }
-        tracing::info!(node_id, listen = %cluster.listen, voters = ?cluster.voters, "controller quorum voter started");
+        let protocol = cluster.security.protocol().name();
+        tracing::info!(node_id, listen = %cluster.listen, protocol, voters = ?cluster.voters, "controller quorum voter started");
         Ok(quorum)
     })
 }

@@ -167,6 +167,7 @@ fn broker_config(
             voters: voters.clone(),
             listen,
             roles: ProcessRoles::Combined,
+            security: Default::default(),
         }),
         ..defaults
     }

@@ -119,6 +119,11 @@ pub struct Args {
     /// The controller listener (Raft and forwarded controller requests) [default: this node's voter address].
     #[arg(long, env = "STREAMFORGE_CONTROLLER_LISTEN")]
     pub controller_listen: Option<String>,
+    /// What the controller listener speaks (Kafka: the `listener.security.protocol.map` entry
+    /// of `controller.listener.names`): PLAINTEXT, or SSL (mutual TLS with --ssl-cert/--ssl-key,
+    /// peers checked against --ssl-ca). Every node of a cluster must use the same [default: PLAINTEXT].
+    #[arg(long, env = "STREAMFORGE_CONTROLLER_LISTENER_SECURITY_PROTOCOL")]
+    pub controller_listener_security_protocol: Option<String>,
     /// This node's roles in a cluster (`process.roles`): `broker,controller` (a voter and
     /// controller, combined mode) or `broker` (a broker-only node that follows the metadata
     /// quorum without voting; needs --controller-listen) [default: broker,controller when
@@ -326,6 +331,7 @@ struct FileConfig {
     node_id: Option<i32>,
     controller_quorum_voters: Option<String>,
     controller_listen: Option<String>,
+    controller_listener_security_protocol: Option<String>,
     process_roles: Option<String>,
     cluster_id: Option<String>,
     num_partitions: Option<i32>,
@@ -455,6 +461,12 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
             .as_deref()
             .or(file.process_roles.as_deref()),
         c.node_id,
+    )?;
+    controller_security(
+        &mut c,
+        args.controller_listener_security_protocol
+            .as_deref()
+            .or(file.controller_listener_security_protocol.as_deref()),
     )?;
     c.cluster_id = args.cluster_id.clone().or(file.cluster_id.clone());
     set!(num_partitions);
@@ -713,6 +725,31 @@ fn inter_broker_settings(
     Ok(())
 }
 
+/// `--controller-listener-security-protocol`: what the controller listener speaks (a cluster
+/// setting: refused without `--controller-quorum-voters`).
+fn controller_security(c: &mut BrokerConfig, text: Option<&str>) -> anyhow::Result<()> {
+    let Some(text) = text else {
+        return Ok(());
+    };
+    let flag = "--controller-listener-security-protocol";
+    let protocol: streamforge_broker::security::SecurityProtocol = text
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("{flag} {text}"))?;
+    let Some(cluster) = &mut c.cluster else {
+        anyhow::ensure!(
+            protocol == streamforge_broker::security::SecurityProtocol::Plaintext,
+            "{flag} {text} needs --controller-quorum-voters (a node alone has no controller listener)"
+        );
+        return Ok(());
+    };
+    cluster.security = streamforge_broker::security::controller::ControllerSecurity::from_config(
+        protocol,
+        &c.security,
+    )?;
+    Ok(())
+}
+
 /// `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
 fn acl_settings(
     sec: &mut streamforge_broker::security::SecurityConfig,
@@ -904,6 +941,59 @@ mod tests {
             ..Default::default()
         };
         assert!(broker_config(bad).is_err());
+    }
+
+    #[test]
+    fn the_controller_listener_protocol_comes_from_flag_or_file_and_is_checked() {
+        use streamforge_broker::security::SecurityProtocol;
+        use streamforge_broker::security::controller::ControllerSecurity;
+        let voters = Some("1@127.0.0.1:9093,2@127.0.0.1:9193".to_string());
+        let cluster = |args: Args| broker_config(args).map(|c| c.cluster.unwrap().security);
+        let plain = Args {
+            controller_quorum_voters: voters.clone(),
+            ..Default::default()
+        };
+        assert_eq!(cluster(plain).unwrap(), ControllerSecurity::Plaintext);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sf.toml");
+        std::fs::write(
+            &path,
+            "controller_listener_security_protocol = \"SSL\"\nssl_cert = \"/c.pem\"\n\
+             ssl_key = \"/k.pem\"\nssl_ca = \"/ca.pem\"\n",
+        )
+        .unwrap();
+        let file = Args {
+            config: Some(path.clone()),
+            controller_quorum_voters: voters.clone(),
+            ..Default::default()
+        };
+        let ssl = cluster(file).unwrap();
+        assert_eq!(ssl.protocol(), SecurityProtocol::Ssl);
+        let flag = Args {
+            config: Some(path),
+            controller_quorum_voters: voters.clone(),
+            controller_listener_security_protocol: Some("plaintext".into()),
+            ..Default::default()
+        };
+        assert_eq!(cluster(flag).unwrap(), ControllerSecurity::Plaintext);
+        let why = |args: Args| format!("{:#}", broker_config(args).unwrap_err());
+        let no_files = Args {
+            controller_quorum_voters: voters.clone(),
+            controller_listener_security_protocol: Some("SSL".into()),
+            ..Default::default()
+        };
+        assert!(why(no_files).contains("--ssl-ca"));
+        let sasl = Args {
+            controller_quorum_voters: voters,
+            controller_listener_security_protocol: Some("SASL_SSL".into()),
+            ..Default::default()
+        };
+        assert!(why(sasl).contains("not served"));
+        let alone = Args {
+            controller_listener_security_protocol: Some("SSL".into()),
+            ..Default::default()
+        };
+        assert!(why(alone).contains("--controller-quorum-voters"));
     }
 
     #[test]

@@ -96,6 +96,7 @@ pub fn resolve(
         voters,
         listen,
         roles,
+        security: Default::default(),
     }))
 }
 

@@ -315,6 +315,10 @@ pub fn print_config(c: &BrokerConfig) -> anyhow::Result<String> {
             "process_roles",
             toml::Value::String(cluster.roles.as_kafka().to_string()),
         );
+        put(
+            "controller_listener_security_protocol",
+            toml::Value::String(cluster.security.protocol().name().to_string()),
+        );
     }
     if let Some(id) = &c.cluster_id {
         put("cluster_id", toml::Value::String(id.clone()));

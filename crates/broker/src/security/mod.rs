@@ -5,6 +5,7 @@
 //! See docs/SECURITY.md.
 
 pub mod acl;
+pub mod controller;
 pub mod credentials;
 pub mod gate;
 pub mod jwt;

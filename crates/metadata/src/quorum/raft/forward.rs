@@ -6,7 +6,8 @@
 //!
 //! A voter that is not the active controller answers NOT_CONTROLLER; the sender asks the new
 //! leader. Every call is bounded by [`FORWARD_TIMEOUT_MS`]. Connections are kept in a
-//! [`ForwardPool`] and reused (the listener serves any number of frames on one connection).
+//! [`ForwardPool`] and reused (the listener serves any number of frames on one connection),
+//! over the controller listener's [`Transport`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -14,9 +15,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpStream;
 
-use super::tcp::{Request, Response, read_frame, write_frame};
+use super::tcp::{Request, Response, read_response, write_frame};
+use super::transport::{QuorumStream, Transport, is_idle_open};
 use crate::controller::{Event, WireReply};
 
 /// Deadline of one forwarded event, connect and the controller's commit wait included.
@@ -87,12 +88,30 @@ pub const FORWARD_ADDRESSES_MAX: usize = 16;
 /// call takes an idle connection (or opens one), and gives it back after a complete exchange.
 /// A connection that failed is dropped; a call that failed on a reused connection (the peer
 /// closed it, e.g. it restarted) is tried once more on a new one, as the caller would retry.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ForwardPool {
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    idle: Mutex<HashMap<String, Vec<QuorumStream>>>,
+    /// How connections are secured (the controller listener's security protocol).
+    transport: Transport,
+}
+
+impl std::fmt::Debug for ForwardPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwardPool")
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ForwardPool {
+    /// A pool whose connections run over `transport`.
+    pub fn new(transport: Transport) -> ForwardPool {
+        ForwardPool {
+            idle: Mutex::default(),
+            transport,
+        }
+    }
+
     /// Send `event` to the controller listening at `addr` and wait for its answer, at most
     /// `timeout` (itself capped by [`FORWARD_TIMEOUT_MS`]).
     pub async fn forward(
@@ -114,11 +133,18 @@ impl ForwardPool {
                     }
                 }
             }
-            let stream = TcpStream::connect(addr).await?;
-            stream.set_nodelay(true)?;
+            let stream = self.transport.open(addr).await?;
             let (stream, answer) = exchange(stream, &event).await?;
             self.put_idle(addr, stream);
             Ok(answer)
+        };
+        let call = async {
+            let result = call.await;
+            if let Err(error) = &result {
+                self.transport
+                    .report(addr, "forwarded controller event", error);
+            }
+            result
         };
         match tokio::time::timeout(timeout, call).await {
             Ok(result) => result,
@@ -135,18 +161,18 @@ impl ForwardPool {
     }
 
     /// An idle connection to `addr` that the peer has not closed.
-    fn take_idle(&self, addr: &str) -> Option<TcpStream> {
+    fn take_idle(&self, addr: &str) -> Option<QuorumStream> {
         let mut idle = self.idle.lock();
         let streams = idle.get_mut(addr)?;
-        while let Some(stream) = streams.pop() {
-            if is_open(&stream) {
+        while let Some(mut stream) = streams.pop() {
+            if is_idle_open(&mut stream) {
                 return Some(stream);
             }
         }
         None
     }
 
-    fn put_idle(&self, addr: &str, stream: TcpStream) {
+    fn put_idle(&self, addr: &str, stream: QuorumStream) {
         let mut idle = self.idle.lock();
         if !idle.contains_key(addr) && idle.len() >= FORWARD_ADDRESSES_MAX {
             // Membership changed more than the bound allows: forget the address seen last
@@ -164,17 +190,13 @@ impl ForwardPool {
 }
 
 /// One request and its answer on `stream`, handed back for reuse with the answer.
-async fn exchange(mut stream: TcpStream, event: &Event) -> std::io::Result<(TcpStream, Forwarded)> {
+async fn exchange(
+    mut stream: QuorumStream,
+    event: &Event,
+) -> std::io::Result<(QuorumStream, Forwarded)> {
     write_frame(&mut stream, &Request::Forward(event.clone())).await?;
-    match read_frame::<Response>(&mut stream).await? {
+    match read_response(&mut stream).await? {
         Response::Forward(answer) => Ok((stream, answer)),
         _ => Err(std::io::Error::other("answer of another kind")),
     }
-}
-
-/// An idle connection is open when reading from it would block: end of stream means the peer
-/// closed it, and bytes nobody asked for mean it is out of step.
-fn is_open(stream: &TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }

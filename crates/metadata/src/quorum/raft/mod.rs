@@ -16,6 +16,7 @@ mod network;
 pub mod observer;
 mod store;
 pub mod tcp;
+pub mod transport;
 
 #[cfg(test)]
 mod crash_tests;
@@ -29,6 +30,8 @@ mod restart_tests;
 mod storage_suite;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transport_tests;
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -183,6 +186,8 @@ pub struct RaftQuorum {
     forward: forward::ForwardSlot,
     /// Connections to the active controller for this voter's own forwarded events.
     forward_pool: Arc<forward::ForwardPool>,
+    /// How the quorum listener's connections are secured (plain TCP in-process).
+    transport: transport::Transport,
 }
 
 impl std::fmt::Debug for RaftQuorum {
@@ -233,7 +238,8 @@ impl RaftQuorum {
         timing: RaftTiming,
         listener: tokio::net::TcpListener,
     ) -> Result<RaftQuorum, RaftStartError> {
-        RaftQuorum::start_tcp_with(id, timing, listener, Storage::memory()).await
+        let plain = transport::Transport::default();
+        RaftQuorum::start_tcp_with(id, timing, listener, Storage::memory(), plain).await
     }
 
     /// [`RaftQuorum::start_tcp`] with the Raft log, vote and snapshot in `<dir>/raft/` (what a
@@ -244,7 +250,20 @@ impl RaftQuorum {
         listener: tokio::net::TcpListener,
         dir: &Path,
     ) -> Result<RaftQuorum, RaftStartError> {
-        RaftQuorum::start_tcp_with(id, timing, listener, Storage::open(dir)?).await
+        let plain = transport::Transport::default();
+        RaftQuorum::start_tcp_with(id, timing, listener, Storage::open(dir)?, plain).await
+    }
+
+    /// [`RaftQuorum::start_tcp_durable`] with every connection of the quorum listener, served
+    /// and opened, secured by `transport` (the controller listener's security protocol).
+    pub async fn start_tcp_durable_over(
+        id: NodeId,
+        timing: RaftTiming,
+        listener: tokio::net::TcpListener,
+        dir: &Path,
+        transport: transport::Transport,
+    ) -> Result<RaftQuorum, RaftStartError> {
+        RaftQuorum::start_tcp_with(id, timing, listener, Storage::open(dir)?, transport).await
     }
 
     async fn start_tcp_with(
@@ -252,9 +271,20 @@ impl RaftQuorum {
         timing: RaftTiming,
         listener: tokio::net::TcpListener,
         storage: Storage,
+        transport: transport::Transport,
     ) -> Result<RaftQuorum, RaftStartError> {
-        let mut quorum = RaftQuorum::start_with(id, timing, tcp::TcpNetwork, storage).await?;
-        let served = tcp::serve(listener, quorum.raft.clone(), quorum.forward.clone());
+        let network = tcp::TcpNetwork {
+            transport: transport.clone(),
+        };
+        let mut quorum = RaftQuorum::start_with(id, timing, network, storage).await?;
+        quorum.forward_pool = Arc::new(forward::ForwardPool::new(transport.clone()));
+        quorum.transport = transport.clone();
+        let served = tcp::serve(
+            listener,
+            quorum.raft.clone(),
+            quorum.forward.clone(),
+            transport,
+        );
         let server = tokio::spawn(served);
         quorum.server = Some(Arc::new(server.abort_handle()));
         Ok(quorum)
@@ -300,6 +330,7 @@ impl RaftQuorum {
             server: None,
             forward: forward::ForwardSlot::default(),
             forward_pool: Arc::default(),
+            transport: transport::Transport::default(),
         })
     }
 

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Raft, RaftMetrics};
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpStream;
 
-use super::tcp::{RPC_TIMEOUT_MS, Request, Response, read_frame, write_frame};
+use super::tcp::{RPC_TIMEOUT_MS, Request, Response, read_response, write_frame};
+use super::transport::Transport;
 use super::{RaftQuorum, RaftStartError, TypeConfig};
 use crate::quorum::{NodeId, VoterStatus};
 
@@ -108,15 +108,15 @@ pub(super) async fn answer_join(raft: &Raft<TypeConfig>, request: JoinRequest) -
 
 /// Ask the voter listening at `addr` to add `request`'s observer, waiting at most `timeout`.
 pub(super) async fn ask_join(
+    transport: &Transport,
     addr: &str,
     request: &JoinRequest,
     timeout: Duration,
 ) -> std::io::Result<JoinAnswer> {
     let call = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+        let mut stream = transport.open(addr).await?;
         write_frame(&mut stream, &Request::Join(request.clone())).await?;
-        match read_frame::<Response>(&mut stream).await? {
+        match read_response(&mut stream).await? {
             Response::Join(answer) => Ok(answer),
             _ => Err(std::io::Error::other("answer of another kind")),
         }
@@ -165,14 +165,16 @@ impl RaftQuorum {
                 .ok_or_else(|| RaftStartError::Config("no voters to join".into()))?;
             let left = deadline.saturating_duration_since(Instant::now());
             let timeout = left.min(Duration::from_millis(RPC_TIMEOUT_MS));
-            match ask_join(&target, &request, timeout).await {
+            match ask_join(&self.transport, &target, &request, timeout).await {
                 Ok(JoinAnswer::Joined) => return Ok(()),
                 Ok(JoinAnswer::Refused(why)) => return Err(RaftStartError::Raft(why)),
                 Ok(JoinAnswer::NotLeader { leader }) => {
                     hint = leader.map(|(_, a)| a).filter(|a| *a != target);
                 }
                 Ok(JoinAnswer::Retry(why)) => tracing::debug!(%target, %why, "join: ask again"),
-                Err(error) => tracing::debug!(%target, %error, "join: voter unreachable"),
+                Err(error) => self
+                    .transport
+                    .report(&target, "join: voter unreachable", &error),
             }
             if Instant::now() >= deadline {
                 return Err(RaftStartError::Raft(format!(

@@ -212,7 +212,7 @@ async fn a_voter_id_is_refused_and_a_follower_names_the_leader() {
             addr: "127.0.0.1:1".into(),
         };
         async move {
-            super::observer::ask_join(&addr, &request, Duration::from_secs(5))
+            super::observer::ask_join(&Default::default(), &addr, &request, Duration::from_secs(5))
                 .await
                 .unwrap()
         }

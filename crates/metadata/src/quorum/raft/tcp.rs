@@ -6,6 +6,9 @@
 //! Frames are bounded (`RPC_FRAME_BYTES_MAX`), every call has a deadline (`RPC_TIMEOUT_MS`) and
 //! the listener serves at most `QUORUM_CONNECTIONS_MAX` connections at once.
 //!
+//! Connections are plain TCP unless a [`Transport`] secures them (the controller listener's
+//! security protocol, see [`super::transport`]).
+//!
 //! The same listener answers two more RPCs next to Raft's: `Forward`, a controller event sent by
 //! a broker that is not the active controller (see [`super::forward`]), and `Join`, an observer
 //! asking to follow the log as a learner (see [`super::observer`]).
@@ -21,13 +24,14 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::TypeConfig;
 use super::forward::{ForwardSlot, Forwarded};
 use super::observer::{JoinAnswer, JoinRequest};
+use super::transport::{Accepted, QuorumStream, Transport, security_failure};
 use crate::controller::Event;
 use crate::quorum::NodeId;
 
@@ -55,10 +59,12 @@ pub(super) enum Response {
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
     Forward(Forwarded),
     Join(JoinAnswer),
+    /// The listener does not serve this connection (a plaintext peer on a TLS listener): why.
+    Refused(String),
 }
 
 pub(super) async fn write_frame<T: Serialize>(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncWrite + Unpin + ?Sized),
     value: &T,
 ) -> std::io::Result<()> {
     let body = serde_json::to_vec(value).map_err(std::io::Error::other)?;
@@ -77,7 +83,7 @@ pub(super) async fn write_frame<T: Serialize>(
 }
 
 pub(super) async fn read_frame<T: for<'de> Deserialize<'de>>(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin + ?Sized),
 ) -> std::io::Result<T> {
     let len = stream.read_u32().await? as usize;
     if len > RPC_FRAME_BYTES_MAX {
@@ -90,11 +96,27 @@ pub(super) async fn read_frame<T: for<'de> Deserialize<'de>>(
     serde_json::from_slice(&body).map_err(std::io::Error::other)
 }
 
+/// Read an answer; a [`Response::Refused`] is the listener refusing this connection's
+/// security, an error.
+pub(super) async fn read_response<S: AsyncRead + Unpin + ?Sized>(
+    stream: &mut S,
+) -> std::io::Result<Response> {
+    match read_frame::<Response>(stream).await? {
+        Response::Refused(why) => Err(security_failure(why)),
+        response => Ok(response),
+    }
+}
+
 /// Answer Raft RPCs arriving on `listener` with the local `raft`, and forwarded controller
 /// events with the handler in `forward` (runs until aborted; aborting it closes every
 /// connection it accepted too, so peers reconnect to whatever listens next, such as the same
-/// voter restarted).
-pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>, forward: ForwardSlot) {
+/// voter restarted). Each connection is secured by `transport` first.
+pub async fn serve(
+    listener: TcpListener,
+    raft: Raft<TypeConfig>,
+    forward: ForwardSlot,
+    transport: Transport,
+) {
     let slots = Arc::new(Semaphore::new(QUORUM_CONNECTIONS_MAX));
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -105,20 +127,24 @@ pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>, forward: Forwa
             accepted = listener.accept() => accepted,
             Some(_) = connections.join_next() => continue, // reap a closed connection
         };
-        let (mut stream, peer) = match accepted {
+        let (tcp, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "quorum listener accept");
                 continue;
             }
         };
-        if let Err(error) = stream.set_nodelay(true) {
+        if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, %peer, "quorum connection: TCP_NODELAY");
         }
         let raft = raft.clone();
         let forward = forward.clone();
+        let transport = transport.clone();
         connections.spawn(async move {
             let _permit = permit;
+            let Some(mut stream) = accept(&transport, tcp, peer).await else {
+                return;
+            };
             while let Ok(request) = read_frame::<Request>(&mut stream).await {
                 let response = match request {
                     Request::Append(r) => Response::Append(raft.append_entries(r).await),
@@ -138,16 +164,68 @@ pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>, forward: Forwa
     }
 }
 
-/// Connects to voters by their membership address.
+/// The server side of the handshake on an accepted connection; `None` when it is not served
+/// (the reason is logged, and a plaintext peer of a TLS listener is told).
+async fn accept(
+    transport: &Transport,
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+) -> Option<QuorumStream> {
+    let peer = peer.to_string();
+    match transport.accept(tcp).await {
+        Ok(Accepted::Stream(stream)) => Some(stream),
+        Ok(Accepted::PlaintextPeer(mut tcp)) => {
+            let why = format!(
+                "the controller listener at the other end speaks {} and this connection is plaintext: \
+                 its controller listener security protocol differs from this node's",
+                transport.protocol_name()
+            );
+            let error = security_failure(format!(
+                "a plaintext peer reached this {} controller listener: its controller listener security protocol is PLAINTEXT",
+                transport.protocol_name()
+            ));
+            transport.report(&peer, "controller listener refused a connection", &error);
+            // Best effort: the refusal is what the peer logs instead of a bare close. Its
+            // request is read and dropped until it closes (bounded), as closing with unread
+            // bytes would reset the connection and could discard the refusal before it is read.
+            let refuse = async {
+                write_frame(&mut tcp, &Response::Refused(why)).await?;
+                tcp.shutdown().await?;
+                let mut unread = (&mut tcp).take(RPC_FRAME_BYTES_MAX as u64);
+                tokio::io::copy(&mut unread, &mut tokio::io::sink()).await
+            };
+            let _ = tokio::time::timeout(Duration::from_millis(RPC_TIMEOUT_MS), refuse).await;
+            None
+        }
+        Err(error) => {
+            transport.report(&peer, "controller listener refused a connection", &error);
+            None
+        }
+    }
+}
+
+/// Connects to voters by their membership address, over `transport`.
 #[derive(Debug, Clone, Default)]
-pub struct TcpNetwork;
+pub struct TcpNetwork {
+    pub transport: Transport,
+}
 
 /// One voter's connection to another, opened on first use and reopened after an error.
-#[derive(Debug)]
 pub struct TcpConnection {
     target: NodeId,
     addr: String,
-    stream: Option<TcpStream>,
+    transport: Transport,
+    stream: Option<QuorumStream>,
+}
+
+impl std::fmt::Debug for TcpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpConnection")
+            .field("target", &self.target)
+            .field("addr", &self.addr)
+            .field("connected", &self.stream.is_some())
+            .finish()
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -157,6 +235,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
         TcpConnection {
             target,
             addr: node.addr.clone(),
+            transport: self.transport.clone(),
             stream: None,
         }
     }
@@ -191,24 +270,28 @@ impl TcpConnection {
         let mut stream = match self.stream.take() {
             Some(stream) => stream,
             None => {
-                let connect = tokio::time::timeout(deadline, TcpStream::connect(&self.addr));
+                let connect = tokio::time::timeout(deadline, self.transport.open(&self.addr));
                 let stream = connect
                     .await
                     .map_err(|_| CallError::Unreachable(timed_out()))?;
-                let stream = stream.map_err(CallError::Unreachable)?;
-                stream.set_nodelay(true).map_err(CallError::Unreachable)?;
-                stream
+                stream.map_err(|e| {
+                    self.transport.report(&self.addr, "raft rpc", &e);
+                    CallError::Unreachable(e)
+                })?
             }
         };
         let exchange = async {
             write_frame(&mut stream, &request).await?;
-            read_frame::<Response>(&mut stream).await
+            read_response(&mut stream).await
         };
         let result = match tokio::time::timeout(deadline, exchange).await {
             Ok(result) => result,
             Err(_) => Err(timed_out()),
         };
-        let response = result.map_err(CallError::Broken)?;
+        let response = result.map_err(|e| {
+            self.transport.report(&self.addr, "raft rpc", &e);
+            CallError::Broken(e)
+        })?;
         self.stream = Some(stream);
         Ok(response)
     }
@@ -289,6 +372,7 @@ mod tests {
         let mut connection = TcpConnection {
             target: 2,
             addr,
+            transport: Transport::default(),
             stream: None,
         };
         // Dropped after its request went out, before the answer: openraft's own timeout.
