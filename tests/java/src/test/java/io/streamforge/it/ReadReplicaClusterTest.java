@@ -79,7 +79,8 @@ class ReadReplicaClusterTest {
             });
             assertEquals(LongStream.range(0, 3 * N).boxed().toList(), got, "a gap or a duplicate");
         } catch (Exception | AssertionError e) {
-            throw new AssertionError(e + "\n" + brokers.get(0).logTail(), e);
+            throw new AssertionError(e + "\n" + brokers.stream().map(Broker::logTail)
+                    .collect(Collectors.joining("\n----\n")), e);
         } finally {
             brokers.forEach(Broker::close);
         }
@@ -90,6 +91,8 @@ class ReadReplicaClusterTest {
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.ACKS_CONFIG, "all");
         p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         return new KafkaProducer<>(p);
