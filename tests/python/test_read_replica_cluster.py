@@ -17,8 +17,11 @@ both are 0 again once the ISR is full (UnderMinIsr is checked in test_min_isr_cl
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
@@ -71,7 +74,11 @@ def read_until(consumer, got, count):
     assert got == [(o, o) for o in range(count)], "a gap or a duplicate"
 
 
-def test_a_racked_consumer_reads_from_its_follower_and_goes_on_from_the_leader_without_it(broker_factory):
+@pytest.mark.parametrize("away", ["killed", "paused"])
+def test_a_racked_consumer_reads_from_its_follower_and_goes_on_from_the_leader_without_it(broker_factory, away):
+    """`killed`: kill -9, then a restart. `paused`: SIGSTOP until the controller fences it and
+    it leaves the ISR (the consumer's fetch to it times out after `socket.timeout.ms`), then
+    SIGCONT."""
     brokers = start_cluster(broker_factory, http=True,
                             extra_args=["--replica-selector", "rack-aware"],
                             args_of=lambda node_id: ["--broker-rack", f"r{node_id}"])
@@ -91,7 +98,8 @@ def test_a_racked_consumer_reads_from_its_follower_and_goes_on_from_the_leader_w
     produce(leader.bootstrap, range(N))
     consumer = Consumer({"bootstrap.servers": ",".join(b.bootstrap for b in brokers),
                          "group.id": "rack-r2", "client.rack": "r2", "enable.auto.commit": False,
-                         "fetch.wait.max.ms": 100, "enable.partition.eof": False})
+                         "fetch.wait.max.ms": 100, "enable.partition.eof": False,
+                         "socket.timeout.ms": 5000})
     got = []
     try:
         consumer.assign([TopicPartition(TOPIC, 0, 0)])
@@ -102,8 +110,11 @@ def test_a_racked_consumer_reads_from_its_follower_and_goes_on_from_the_leader_w
         print(f"phase 1: {N} records from broker {FOLLOWER} (rack r2); the leader named it "
               f"{metric(leader, 'streamforge_preferred_read_replica_answers_total'):.0f} times")
 
-        # 2. The follower dies: the consumer goes on from the leader.
-        follower.kill()
+        # 2. The follower is gone: the consumer goes on from the leader.
+        if away == "killed":
+            follower.kill()
+        else:
+            os.kill(follower.pid, signal.SIGSTOP)
         wait_for("broker 2 out of the ISR", lambda: isr_seen_by(leader) == [1, 3])
         wait_for("the partition flagged under-replicated and at min ISR",
                  lambda: flags(leader) == [1, 1, 0])
@@ -112,18 +123,25 @@ def test_a_racked_consumer_reads_from_its_follower_and_goes_on_from_the_leader_w
         read_until(consumer, got, 2 * N)
         from_leader = records_sent(leader, "leader") - from_leader_before
         assert from_leader >= N, f"the leader sent {from_leader} records"
-        print(f"phase 2: broker {FOLLOWER} killed; {from_leader:.0f} records from the leader")
+        print(f"phase 2: broker {FOLLOWER} {away}; {from_leader:.0f} records from the leader")
 
         # 3. The follower is back in the ISR: the consumer returns to it.
-        follower.start(timeout_s=60)
+        from_follower_before = 0.0
+        if away == "killed":
+            follower.start(timeout_s=60)
+        else:
+            os.kill(follower.pid, signal.SIGCONT)
+            from_follower_before = records_sent(follower, "follower")
         wait_for("broker 2 back in the ISR", lambda: isr_seen_by(leader) == [1, 2, 3])
         wait_for("the partition flags cleared", lambda: flags(leader) == [0, 0, 0])
         from_leader_before = records_sent(leader, "leader")
         produce(leader.bootstrap, range(2 * N, 3 * N))
         read_until(consumer, got, 3 * N)
-        from_follower = records_sent(follower, "follower")
-        assert from_follower >= N, f"the restarted follower sent {from_follower} records"
+        from_follower = records_sent(follower, "follower") - from_follower_before
+        assert from_follower >= N, f"the follower sent {from_follower} records once back"
         assert records_sent(leader, "leader") == from_leader_before
         print(f"phase 3: broker {FOLLOWER} back; {from_follower:.0f} records from it again")
     finally:
+        if follower.is_running():
+            os.kill(follower.pid, signal.SIGCONT)
         consumer.close()
