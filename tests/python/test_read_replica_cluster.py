@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+import wire
 from test_cluster import admin, cluster_view, metric, partition_gauge, placement, start_cluster, wait_for
 from test_cluster import fresh_admins  # noqa: F401  (autouse: one admin client per test)
 
@@ -35,8 +36,11 @@ READ_S = 60
 
 
 def isr_seen_by(b):
-    p = placement(b, TOPIC)
-    return sorted(p[0][2]) if p else None
+    """The partition's ISR in `b`'s metadata, asked of `b` alone: a client would also send its
+    Metadata requests to the paused broker, whose connection stays open and never answers."""
+    with wire.connect(b.port, host=b.host) as sock:
+        p = wire.metadata_v1(sock, [TOPIC])["partitions"].get(TOPIC, {}).get(0)
+    return sorted(p[2]) if p else None
 
 
 def records_sent(b, role) -> float:
