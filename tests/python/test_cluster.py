@@ -11,8 +11,10 @@ Replication of records between the brokers is tested in test_replication_cluster
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -30,11 +32,12 @@ def fresh_admins():
     _admins.clear()
 
 
-def start_cluster(broker_factory, offsets_partitions=3, extra_args=(), env=None, observers=0):
+def start_cluster(broker_factory, offsets_partitions=3, extra_args=(), env=None, observers=0,
+                  http=False, args_of=lambda node_id: []):
     """Three voters on free ports, started together, and `observers` broker-only nodes (node ids
     4, 5, ...: `--process-roles broker`, each with its own controller listener); `extra_args`
-    and `env` go to each."""
-    brokers = [broker_factory(start=False) for _ in range(3 + observers)]
+    and `env` go to each, `args_of(node_id)` to one; `http` serves each one's /metrics."""
+    brokers = [broker_factory(start=False, http=http) for _ in range(3 + observers)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(3))
     for i, b in enumerate(brokers):
         b.extra_args += [
@@ -44,6 +47,7 @@ def start_cluster(broker_factory, offsets_partitions=3, extra_args=(), env=None,
             "--broker-heartbeat-interval-ms", "500",
             "--offsets-topic-partitions", str(offsets_partitions),
             *extra_args,
+            *args_of(i + 1),
         ]
         if i >= 3:
             b.extra_args += ["--process-roles", "broker", "--controller-listen", f"127.0.0.1:{free_port()}"]
@@ -119,6 +123,19 @@ def placement(b, topic):
         return None
     out = {p: (m.leader, list(m.replicas), list(m.isrs)) for p, m in t.partitions.items()}
     return out if all(v[0] >= 0 for v in out.values()) else None
+
+
+def metric(b, name, labels="") -> float:
+    """One sample of `name{labels}` on `b`'s /metrics (0 while the series does not exist)."""
+    text = urllib.request.urlopen(f"{b.http_url}/metrics", timeout=10).read().decode()
+    pattern = "^" + re.escape(name + (f"{{{labels}}}" if labels else "")) + r" (\S+)$"
+    m = re.search(pattern, text, re.MULTILINE)
+    return float(m.group(1)) if m else 0.0
+
+
+def partition_gauge(b, name, topic, partition=0) -> float:
+    """Kafka's per-partition gauge `name` (under_replicated, under_min_isr, at_min_isr)."""
+    return metric(b, f"streamforge_partition_{name}", f'topic="{topic}",partition="{partition}"')
 
 
 def create(b, topic, partitions, rf):

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 import wire
-from test_cluster import admin, cluster_view, placement, start_cluster, wait_for, watermarks
+from test_cluster import admin, cluster_view, partition_gauge, placement, start_cluster, wait_for, watermarks
 from test_cluster import fresh_admins  # noqa: F401  (autouse: one admin client per test)
 
 TOPIC = "strict-min-isr"
@@ -75,11 +75,16 @@ def high_watermark(bootstrap):
         consumer.close()
 
 
+def min_isr_flags(b):
+    """Kafka's UnderMinIsr and AtMinIsr gauges of the partition, on `b`."""
+    return [partition_gauge(b, g, TOPIC) for g in ("under_min_isr", "at_min_isr")]
+
+
 def setup(broker_factory):
     """Five brokers; the topic's one partition on [1, 4, 5] led by 1, with 10 acks=all records.
     Then both followers are paused (SIGSTOP) until the controller fences them: the ISR is the
     leader alone, below min.insync.replicas=2. Returns the brokers and the paused ones."""
-    brokers = start_cluster(broker_factory, observers=2)
+    brokers = start_cluster(broker_factory, observers=2, http=True)
     for b in brokers:
         wait_for("five brokers", lambda b=b: cluster_view(b)[0] == [1, 2, 3, 4, 5])
     leader = brokers[LEADER - 1]
@@ -90,6 +95,7 @@ def setup(broker_factory):
         f.result(20)
     wait_for("the ISR full", lambda: isr_seen_by(leader) == [1, 4, 5])
     assert placement(leader, TOPIC)[0][0] == LEADER
+    assert min_isr_flags(leader) == [0, 0]
     acked, failed = produce(leader.bootstrap, "all", range(10))
     assert not failed and sorted(acked.values()) == list(range(10)), (acked, failed)
     assert read_from(leader.bootstrap, 0, 1.0) == [(o, o) for o in range(10)]
@@ -98,6 +104,8 @@ def setup(broker_factory):
         os.kill(b.pid, signal.SIGSTOP)
     # Longer than the session timeout (3 s): the controller fences both.
     wait_for("the ISR to shrink to the leader", lambda: isr_seen_by(leader) == [LEADER])
+    # Kafka's per-partition UnderMinIsr on the leader's /metrics.
+    wait_for("UnderMinIsr", lambda: min_isr_flags(leader) == [1, 0])
     return brokers, paused
 
 
@@ -126,6 +134,7 @@ def test_acks_1_records_stay_invisible_until_the_isr_is_back_at_min_isr(broker_f
         os.kill(paused[0].pid, signal.SIGCONT)
         wait_for("the ISR back at min ISR", lambda: isr_seen_by(leader) == [LEADER, FOLLOWERS[0]])
         wait_for("the records to become visible", lambda: high_watermark(bootstrap) == 30)
+        wait_for("AtMinIsr, no longer UnderMinIsr", lambda: min_isr_flags(leader) == [0, 1])
         took = time.monotonic() - resumed_at
         got = read_from(bootstrap, 10, 1.0)
         assert got == [(acked[v], v) for v in range(10, 30)], got
@@ -135,6 +144,7 @@ def test_acks_1_records_stay_invisible_until_the_isr_is_back_at_min_isr(broker_f
         for b in paused:
             os.kill(b.pid, signal.SIGCONT)
     wait_for("the ISR full again", lambda: isr_seen_by(leader) == [1, 4, 5])
+    wait_for("neither flag", lambda: min_isr_flags(leader) == [0, 0])
     acked, failed = produce(bootstrap, "all", range(30, 35))
     assert not failed and sorted(acked.values()) == list(range(30, 35)), (acked, failed)
 

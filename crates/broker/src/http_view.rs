@@ -79,6 +79,7 @@ fn replication_info(progress: ReplicaProgress) -> ReplicationInfo {
         replicas: progress.replicas,
         isr: progress.isr,
         under_min_isr: progress.under_min_isr,
+        effective_min_isr: progress.effective_min_isr,
         followers: progress
             .followers
             .into_iter()

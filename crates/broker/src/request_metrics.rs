@@ -128,6 +128,14 @@ pub fn describe() {
         metrics::Unit::Seconds,
         "From a transaction's Prepare record to its last marker written, when its markers go to other brokers or wait for followers"
     );
+    describe_counter!(
+        crate::handlers::fetch::CONSUMER_FETCH_RECORDS,
+        "Records sent to consumers, by this broker's role for the partition (leader or follower, KIP-392)"
+    );
+    describe_counter!(
+        crate::handlers::fetch::PREFERRED_READ_REPLICA_ANSWERS,
+        "Consumer fetches of a partition answered with a preferred read replica (KIP-392), one per partition"
+    );
     crate::quota::describe_metrics();
 }
 

@@ -250,6 +250,19 @@ impl PartitionInfo {
     pub fn under_min_isr_here(&self) -> bool {
         self.led_here && self.replication.as_ref().is_some_and(|r| r.under_min_isr)
     }
+
+    /// Kafka's `AtMinIsr` rule: led here with an ISR of exactly the effective
+    /// `min.insync.replicas` (one more replica out and acks=all is refused). A lone leader
+    /// (one replica) is at its min ISR of 1, as in Kafka.
+    pub fn at_min_isr_here(&self) -> bool {
+        if !self.led_here {
+            return false;
+        }
+        match &self.replication {
+            Some(r) => r.isr.len() == r.effective_min_isr,
+            None => self.replicas.len() <= 1,
+        }
+    }
 }
 
 /// A leader's view of its followers.
@@ -259,6 +272,8 @@ pub struct ReplicationInfo {
     pub isr: Vec<i32>,
     /// The ISR is under the effective `min.insync.replicas`: the high watermark waits.
     pub under_min_isr: bool,
+    /// `min.insync.replicas`, at most the replica count (Kafka's `effectiveMinIsr`).
+    pub effective_min_isr: usize,
     pub followers: Vec<FollowerLag>,
 }
 

@@ -1,10 +1,12 @@
 //! Replication families for `/metrics`, read from the cluster view at scrape time (Kafka's
-//! `UnderReplicatedPartitions`, `UnderMinIsrPartitionCount`, `InSyncReplicasCount`, `IsrShrinksPerSec` / `IsrExpandsPerSec`
-//! and the fetcher's `ConsumerLag`).
+//! `UnderReplicatedPartitions`, `UnderMinIsrPartitionCount`, `InSyncReplicasCount`, `IsrShrinksPerSec` / `IsrExpandsPerSec`,
+//! the per-partition `UnderReplicated`, `UnderMinIsr` and `AtMinIsr` gauges and the fetcher's
+//! `ConsumerLag`).
 //!
-//! Cardinality: per-partition series exist only for partitions with a role here (ISR size and
-//! follower lag where this broker leads, fetcher lag where it follows); an internal topic is one
-//! series with `partition="all"` (its smallest ISR, its largest lags); `follower` is a replica
+//! Cardinality: per-partition series exist only for partitions with a role here (ISR size,
+//! follower lag and the under-replicated / min-ISR flags where this broker leads, fetcher lag
+//! where it follows); an internal topic is one series with `partition="all"` (its smallest
+//! ISR, its largest lags, 1 if any of its partitions is flagged); `follower` is a replica
 //! id of the partition (at most `REPLICAS_MAX` = 64 each); and no family has more than
 //! [`REPLICATION_SERIES_MAX`] series (the rest are left out; the under-replicated count still
 //! counts every partition).
@@ -69,7 +71,18 @@ pub fn render_replication(out: &mut String, cluster: Option<&ClusterInfo>, topic
             .into_iter()
             .collect()
     };
-    let families: [(&'static str, &str, Field, Aggregate); 3] = [
+    // Kafka's per-partition `kafka.cluster:type=Partition` gauges, 1 or 0, where led here.
+    let flag = |led: bool, on: bool| -> Vec<Sample> {
+        if led {
+            vec![(None, f64::from(u8::from(on)))]
+        } else {
+            Vec::new()
+        }
+    };
+    let under_replicated = |p: &PartitionInfo| flag(p.led_here, p.under_replicated_here());
+    let under_min_isr = |p: &PartitionInfo| flag(p.led_here, p.under_min_isr_here());
+    let at_min_isr = |p: &PartitionInfo| flag(p.led_here, p.at_min_isr_here());
+    let families: [(&'static str, &str, Field, Aggregate); 6] = [
         (
             "streamforge_partition_isr_size",
             "In-sync replicas of each partition led by this broker",
@@ -86,6 +99,24 @@ pub fn render_replication(out: &mut String, cluster: Option<&ClusterInfo>, topic
             "streamforge_replica_fetcher_lag",
             "On a follower: the leader's high watermark minus this replica's log end offset",
             &fetcher_lag,
+            Aggregate::Max,
+        ),
+        (
+            "streamforge_partition_under_replicated",
+            "1 when a partition led by this broker has an ISR smaller than its replicas (Kafka's UnderReplicated)",
+            &under_replicated,
+            Aggregate::Max,
+        ),
+        (
+            "streamforge_partition_under_min_isr",
+            "1 when a partition led by this broker has an ISR smaller than min.insync.replicas: its high watermark waits and acks=all is refused (Kafka's UnderMinIsr)",
+            &under_min_isr,
+            Aggregate::Max,
+        ),
+        (
+            "streamforge_partition_at_min_isr",
+            "1 when a partition led by this broker has an ISR of exactly min.insync.replicas: one more replica out and acks=all is refused (Kafka's AtMinIsr)",
+            &at_min_isr,
             Aggregate::Max,
         ),
     ];
@@ -185,6 +216,7 @@ mod tests {
                 replicas,
                 isr: isr.to_vec(),
                 under_min_isr: isr.len() < 2,
+                effective_min_isr: 2,
                 followers: lags
                     .iter()
                     .map(|&(id, lag)| FollowerLag {
@@ -247,6 +279,16 @@ mod tests {
             "streamforge_replica_lag_messages{topic=\"orders\",partition=\"1\",follower=\"3\"} 40\n",
             "streamforge_replica_lag_messages{topic=\"orders\",partition=\"0\",follower=\"2\"} 0\n",
             "streamforge_replica_fetcher_lag{topic=\"orders\",partition=\"2\"} 7\n",
+            "# TYPE streamforge_partition_under_min_isr gauge\n",
+            "streamforge_partition_under_replicated{topic=\"orders\",partition=\"0\"} 0\n",
+            "streamforge_partition_under_replicated{topic=\"orders\",partition=\"1\"} 1\n",
+            "streamforge_partition_under_replicated{topic=\"orders\",partition=\"3\"} 1\n",
+            "streamforge_partition_under_min_isr{topic=\"orders\",partition=\"0\"} 0\n",
+            "streamforge_partition_under_min_isr{topic=\"orders\",partition=\"1\"} 0\n",
+            "streamforge_partition_under_min_isr{topic=\"orders\",partition=\"3\"} 1\n",
+            "streamforge_partition_at_min_isr{topic=\"orders\",partition=\"0\"} 0\n",
+            "streamforge_partition_at_min_isr{topic=\"orders\",partition=\"1\"} 1\n",
+            "streamforge_partition_at_min_isr{topic=\"orders\",partition=\"3\"} 0\n",
             "# TYPE streamforge_isr_shrinks_total counter\n",
             "streamforge_isr_shrinks_total 3\n",
             "streamforge_isr_expands_total 2\n",
@@ -256,6 +298,12 @@ mod tests {
         // A follower has no ISR size here (its leader reports it); a leader no fetcher lag.
         assert!(!out.contains("streamforge_partition_isr_size{topic=\"orders\",partition=\"2\"}"));
         assert!(!out.contains("streamforge_replica_fetcher_lag{topic=\"orders\",partition=\"0\"}"));
+        // Kafka's per-partition flags: only where this broker leads.
+        for family in ["under_replicated", "under_min_isr", "at_min_isr"] {
+            let series =
+                format!("streamforge_partition_{family}{{topic=\"orders\",partition=\"2\"}}");
+            assert!(!out.contains(&series), "{series} on a follower");
+        }
     }
 
     #[test]
@@ -284,7 +332,9 @@ mod tests {
         assert!(out.contains(isr), "the smallest ISR: {isr}");
         let lag = "streamforge_replica_lag_messages{topic=\"__consumer_offsets\",partition=\"all\",follower=\"2\"} 49\n";
         assert!(out.contains(lag), "the largest lag: {lag}");
-        assert_eq!(out.matches("{topic=\"__consumer_offsets\"").count(), 2);
+        let flagged = "streamforge_partition_under_min_isr{topic=\"__consumer_offsets\",partition=\"all\"} 1\n";
+        assert!(out.contains(flagged), "any partition flagged: {flagged}");
+        assert_eq!(out.matches("{topic=\"__consumer_offsets\"").count(), 5);
         let isr_series = out
             .lines()
             .filter(|l| l.starts_with("streamforge_partition_isr_size{"))

@@ -375,6 +375,9 @@ async fn metrics_are_prometheus_text_and_move_with_traffic() {
         "streamforge_under_replicated_partitions",
         "streamforge_under_min_isr_partitions",
         "streamforge_partition_isr_size",
+        "streamforge_partition_under_replicated",
+        "streamforge_partition_under_min_isr",
+        "streamforge_partition_at_min_isr",
         "streamforge_isr_shrinks_total",
         "streamforge_isr_expands_total",
         "streamforge_group_lag",
@@ -393,6 +396,15 @@ async fn metrics_are_prometheus_text_and_move_with_traffic() {
         ),
         Some(1.0)
     );
+    // A lone leader (RF=1) is at its min ISR of 1, as in Kafka, and never under it.
+    for (family, value) in [
+        ("under_replicated", 0.0),
+        ("under_min_isr", 0.0),
+        ("at_min_isr", 1.0),
+    ] {
+        let series = format!("streamforge_partition_{family}{{topic=\"m\",partition=\"0\"}}");
+        assert_eq!(sample(&text, &series), Some(value), "{series}");
+    }
     assert_eq!(
         sample(
             &text,

@@ -114,6 +114,7 @@ pub fn replicate_once(
         replica_id: follower_id,
         current_leader_epoch: pos.leader_epoch,
         last_fetched_epoch: pos.last_fetched_epoch,
+        log_start_offset: pos.log_start_offset,
         throttled: false,
     };
     let fetched = match leader.read_for_follower(params, fetch, now_ms) {

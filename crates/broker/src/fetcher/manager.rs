@@ -314,7 +314,7 @@ impl FetcherTask {
             fp.current_leader_epoch = pos.leader_epoch;
             fp.fetch_offset = pos.fetch_offset;
             fp.last_fetched_epoch = pos.last_fetched_epoch;
-            fp.log_start_offset = -1;
+            fp.log_start_offset = pos.log_start_offset;
             fp.partition_max_bytes = clamp_i32(self.config.partition_max_bytes);
             topics.entry(p.topic.clone()).or_default().push(fp);
         }

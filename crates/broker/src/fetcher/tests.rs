@@ -14,6 +14,7 @@ use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 use super::*;
 use crate::partition::purgatory::ProducePurgatory;
 use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig};
+use crate::partition::replica_selector::ReplicaSelectorKind;
 use crate::partition::{
     Acks, AlterPartitionIntent, AppendParams, IsrChangeSink, Partition, RemoteTier,
 };
@@ -327,7 +328,7 @@ async fn a_follower_checks_the_consumers_leader_epoch_and_fetch_version() {
 }
 
 #[test]
-fn the_leader_offers_in_sync_followers_that_have_the_offset() {
+fn the_leader_offers_in_sync_followers_with_their_log_range() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (leader, follower) = (open(a.path()), open(b.path()));
     lead(&leader, 1, &[1, 2], 1, sink().0);
@@ -335,20 +336,46 @@ fn the_leader_offers_in_sync_followers_that_have_the_offset() {
     let end = produce(&leader, 10);
     replicate_once(&leader, &follower, 2, MAX_BYTES, 1).unwrap();
     replicate_once(&leader, &follower, 2, MAX_BYTES, 5).unwrap();
-    let (me, followers) = leader.read_replica_candidates(end, 105).unwrap();
+    let (me, followers) = leader.read_replica_candidates(105).unwrap();
     assert_eq!((me.id, me.log_end_offset), (1, end));
     assert_eq!(followers.len(), 1);
-    assert_eq!((followers[0].id, followers[0].log_end_offset), (2, end));
-    assert_eq!(followers[0].time_since_caught_up_ms, 100);
+    let f = &followers[0];
+    assert_eq!((f.id, f.log_start_offset, f.log_end_offset), (2, 0, end));
+    assert_eq!(f.time_since_caught_up_ms, 100);
     assert!(
-        leader
-            .read_replica_candidates(end + 1, 105)
-            .unwrap()
-            .1
-            .is_empty(),
+        f.has_offset(end) && !f.has_offset(end + 1),
         "not past its log end"
     );
-    assert!(follower.read_replica_candidates(0, 105).is_none());
+    assert!(follower.read_replica_candidates(105).is_none());
+}
+
+#[test]
+fn a_follower_whose_log_starts_after_the_fetch_offset_is_not_named() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 1, &[1, 2], 1, sink().0);
+    follower.make_follower(1, 1).unwrap();
+    let start = produce(&leader, 10);
+    // The follower holds only what came after `start` (as after the leader's retention
+    // passed it); its fetches say so.
+    follower.restart_follower_at(1, start).unwrap();
+    let end = produce(&leader, 10);
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 1).unwrap();
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 2).unwrap();
+    assert_eq!(follower.offsets().unwrap().log_end_offset, end);
+    let (mut me, mut followers) = leader.read_replica_candidates(3).unwrap();
+    assert_eq!(followers[0].log_start_offset, start);
+    me.rack = Some("a".into());
+    followers[0].rack = Some("b".into());
+    let select = |offset| ReplicaSelectorKind::RackAware.select("b", offset, &me, &followers);
+    assert_eq!(
+        select(start - 1),
+        None,
+        "below its log start: the leader serves"
+    );
+    assert_eq!(select(start), Some(2));
+    assert_eq!(select(end), Some(2));
+    assert_eq!(select(end + 1), None, "past its log end");
 }
 
 #[test]
@@ -358,7 +385,7 @@ fn a_follower_outside_the_isr_is_not_offered() {
     lead(&leader, 1, &[1], 1, sink().0);
     follower.make_follower(1, 1).unwrap();
     replicate_once(&leader, &follower, 2, MAX_BYTES, 1).unwrap();
-    let (_, followers) = leader.read_replica_candidates(0, 2).unwrap();
+    let (_, followers) = leader.read_replica_candidates(2).unwrap();
     assert!(followers.is_empty());
 }
 
@@ -396,6 +423,7 @@ async fn a_follower_below_a_tiered_leaders_local_log_start_restarts_there() {
         replica_id: 2,
         current_leader_epoch: 1,
         last_fetched_epoch: -1,
+        log_start_offset: -1,
         throttled: false,
     };
     let read = leader.read_for_follower(params, fetch, 0).unwrap();

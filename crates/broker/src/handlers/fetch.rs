@@ -85,6 +85,56 @@ struct FetchPass {
     errors: bool,
     /// A partition names another replica to read from (KIP-392).
     redirected: bool,
+    /// KIP-392 as `/metrics` shows it, counted once the response goes out with its data.
+    read_replicas: ReadReplicaCounts,
+}
+
+/// What a consumer's Fetch was answered with (KIP-392): records read here as the partition's
+/// leader or as a follower, and partitions sent to another replica.
+#[derive(Debug, Default, Clone, Copy)]
+struct ReadReplicaCounts {
+    leader_records: u64,
+    follower_records: u64,
+    preferred_replica_answers: u64,
+}
+
+/// Records sent to consumers, by this broker's role for the partition (`role` = `leader` |
+/// `follower`): with a rack-aware selector, consumers in a follower's rack read from it.
+pub const CONSUMER_FETCH_RECORDS: &str = "streamforge_consumer_fetch_records_total";
+/// Consumer fetches a leader answered with a `preferred_read_replica` (one per partition).
+pub const PREFERRED_READ_REPLICA_ANSWERS: &str = "streamforge_preferred_read_replica_answers_total";
+
+impl ReadReplicaCounts {
+    /// A consumer's read of `partition`: its records, or a preferred replica named.
+    fn note(&mut self, partition: &crate::Partition, fp: &FetchPartition) {
+        if fp.preferred_read_replica.is_some() {
+            self.preferred_replica_answers += 1;
+            return;
+        }
+        if fp.records.is_empty() {
+            return;
+        }
+        let records = count_records(&fp.records);
+        match partition.role() {
+            crate::partition::PartitionRole::Follower => self.follower_records += records,
+            _ => self.leader_records += records,
+        }
+    }
+
+    fn count(self) {
+        if self.leader_records > 0 {
+            metrics::counter!(CONSUMER_FETCH_RECORDS, "role" => "leader")
+                .increment(self.leader_records);
+        }
+        if self.follower_records > 0 {
+            metrics::counter!(CONSUMER_FETCH_RECORDS, "role" => "follower")
+                .increment(self.follower_records);
+        }
+        if self.preferred_replica_answers > 0 {
+            metrics::counter!(PREFERRED_READ_REPLICA_ANSWERS)
+                .increment(self.preferred_replica_answers);
+        }
+    }
 }
 
 /// One partition to read, as the request named it (the last entry if it named it twice).
@@ -96,6 +146,8 @@ struct PlannedPartition {
     current_leader_epoch: i32,
     /// A follower's last fetched epoch (v12+, -1 = unknown).
     last_fetched_epoch: i32,
+    /// A follower's log start offset (v5+, -1 = unknown).
+    log_start_offset: i64,
 }
 
 /// What a Fetch request asks for, with the broker's caps applied and every topic-partition
@@ -160,6 +212,7 @@ impl FetchPlan {
                     partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(partition_cap),
                     current_leader_epoch: p.current_leader_epoch,
                     last_fetched_epoch: p.last_fetched_epoch,
+                    log_start_offset: p.log_start_offset,
                 };
                 match index.get(&(t.topic.0.as_str(), p.partition)) {
                     Some(&(ti, pi)) => topics[ti].1[pi] = planned,
@@ -194,6 +247,7 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
         bytes: 0,
         errors: false,
         redirected: false,
+        read_replicas: ReadReplicaCounts::default(),
     };
     // Reassignment throttles: measured once a pass (what is sent is recorded at the response).
     let quotas = state.replicas.replication_quotas();
@@ -277,6 +331,9 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                 }
             }
             out.redirected |= fp.preferred_read_replica.is_some();
+            if plan.replica_id < 0 {
+                out.read_replicas.note(&partition, &fp);
+            }
             topic.partitions.push(fp);
         }
         out.topics.push(topic);
@@ -299,6 +356,7 @@ fn read_for_follower(
         replica_id,
         current_leader_epoch: planned.current_leader_epoch,
         last_fetched_epoch: planned.last_fetched_epoch,
+        log_start_offset: planned.log_start_offset,
         throttled,
     };
     let read = partition.read_for_follower(params, fetch, state.clock.now_ms())?;
@@ -342,8 +400,7 @@ fn preferred_read_replica(
     if selector == ReplicaSelectorKind::Leader || client_rack.is_empty() {
         return None;
     }
-    let (mut leader, mut followers) =
-        partition.read_replica_candidates(params.fetch_offset, state.clock.now_ms())?;
+    let (mut leader, mut followers) = partition.read_replica_candidates(state.clock.now_ms())?;
     if followers.is_empty() {
         return None;
     }
@@ -353,7 +410,7 @@ fn preferred_read_replica(
     for f in &mut followers {
         f.rack = image.broker(f.id).and_then(|b| b.rack.clone());
     }
-    selector.select(client_rack, &leader, &followers)
+    selector.select(client_rack, params.fetch_offset, &leader, &followers)
 }
 
 /// The response, with the consumer's quotas applied (never a follower's): its bytes against
@@ -372,6 +429,7 @@ fn respond(
         session_id: 0, // sessionless: every fetch is a full fetch
         topics: Vec::new(),
     };
+    let read_replicas = read.read_replicas;
     let frame = encode(req, read, &mut parts);
     if plan.replica_id >= 0 {
         record_throttled_bytes(state, &parts.topics);
@@ -385,6 +443,7 @@ fn respond(
     let throttle_ms = bandwidth_ms.max(request_ms);
     if throttle_ms == 0 {
         count_bytes_out(&parts.topics);
+        read_replicas.count();
         return frame;
     }
     state.quotas.unrecord(QuotaKey::ConsumerByteRate, who, size);

@@ -147,6 +147,9 @@ pub struct FollowerState {
     pub last_fetch_ms: i64,
     /// The leader's log end offset when this follower last fetched.
     pub leader_end_at_last_fetch: i64,
+    /// The `log_start_offset` of its latest Fetch (-1 until it sends one): a consumer asking
+    /// for less is not sent to it (KIP-392).
+    pub log_start_offset: i64,
 }
 
 /// What a follower's fetch changed.
@@ -219,6 +222,7 @@ impl LeaderState {
                     last_caught_up_ms: if in_isr { now_ms } else { 0 },
                     last_fetch_ms: 0,
                     leader_end_at_last_fetch: -1,
+                    log_start_offset: -1,
                 };
                 (r, state)
             })
@@ -391,6 +395,15 @@ impl LeaderState {
         })
     }
 
+    /// A follower's Fetch said where its log starts (`log_start_offset`, Fetch v5+; -1 when
+    /// it did not say). Kept for the read-replica selector only: the high watermark and ISR
+    /// depend on log ends alone.
+    pub fn on_follower_log_start(&mut self, id: BrokerId, log_start_offset: i64) {
+        if let Some(f) = self.followers.get_mut(&id) {
+            f.log_start_offset = log_start_offset;
+        }
+    }
+
     /// Propose adding `id` once its log reaches the high watermark and this epoch's start.
     fn maybe_expand(&mut self, id: BrokerId, now_ms: i64) -> Option<IsrChange> {
         if self.pending.is_some() || self.isr.contains(&id) || self.backing_off(now_ms) {
@@ -533,6 +546,7 @@ impl LeaderState {
                 last_caught_up_ms: 0,
                 last_fetch_ms: 0,
                 leader_end_at_last_fetch: -1,
+                log_start_offset: -1,
             });
         }
         self.isr.retain(|r| replicas.contains(r));

@@ -35,6 +35,9 @@ pub struct ReplicaProgress {
     /// Kafka's `UnderMinIsr`: the ISR is smaller than the effective `min.insync.replicas`, so
     /// the high watermark waits (KIP-966's strict min ISR).
     pub under_min_isr: bool,
+    /// Kafka's `effectiveMinIsr`: `min.insync.replicas`, at most the replica count. An ISR of
+    /// exactly this size is Kafka's `AtMinIsr` (one more replica lost and acks=all stops).
+    pub effective_min_isr: usize,
     /// Every replica but the leader, in replica-id order.
     pub followers: Vec<FollowerProgress>,
 }

@@ -141,6 +141,8 @@ pub struct FollowerFetch {
     pub current_leader_epoch: i32,
     /// The epoch of the last batch the follower has (-1 = unknown).
     pub last_fetched_epoch: i32,
+    /// Where the follower's log starts (-1 = not said): what the read-replica selector checks.
+    pub log_start_offset: i64,
     /// The leader's replication quota is exceeded and throttles this partition: a follower
     /// outside the ISR gets no records (its position still counts). Kafka's
     /// `shouldLeaderThrottle`; an in-sync follower is never throttled, so the ISR does not thrash.
@@ -167,6 +169,9 @@ type LockedFollowerRead = (
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FollowerPosition {
     pub fetch_offset: i64,
+    /// The first offset this replica serves to consumers (its log start, remote tier
+    /// included): sent to the leader as the Fetch's `log_start_offset`.
+    pub log_start_offset: i64,
     pub last_fetched_epoch: i32,
     pub leader_epoch: i32,
     pub high_watermark: i64,
@@ -306,13 +311,12 @@ impl Partition {
         ))
     }
 
-    /// KIP-392 on a leader with followers: itself and the in-sync followers whose log end
-    /// reaches `fetch_offset` (Kafka leaves out replicas without the offset and, since
-    /// KAFKA-14372, those outside the ISR), racks not filled in. `None` otherwise: a lone
-    /// leader or a non-leader names no preferred replica.
+    /// KIP-392 on a leader with followers: itself and the in-sync followers (Kafka, since
+    /// KAFKA-14372, leaves out those outside the ISR) with their log start and end offsets,
+    /// racks not filled in; the selector keeps those whose log holds the fetch offset.
+    /// `None` otherwise: a lone leader or a non-leader names no preferred replica.
     pub fn read_replica_candidates(
         &self,
-        fetch_offset: i64,
         now_ms: i64,
     ) -> Option<(ReplicaCandidate, Vec<ReplicaCandidate>)> {
         let guard = self.state.lock();
@@ -324,6 +328,7 @@ impl Partition {
         let leader = ReplicaCandidate {
             id: replica.local_id,
             rack: None,
+            log_start_offset: log.log_start_offset(),
             log_end_offset: log.log_end_offset(),
             time_since_caught_up_ms: 0,
         };
@@ -334,9 +339,10 @@ impl Partition {
             .filter(|id| **id != replica.local_id)
             .filter_map(|id| {
                 let f = replica.leader.follower(*id)?;
-                (f.log_end_offset >= fetch_offset).then(|| ReplicaCandidate {
+                Some(ReplicaCandidate {
                     id: *id,
                     rack: None,
+                    log_start_offset: f.log_start_offset,
                     log_end_offset: f.log_end_offset,
                     time_since_caught_up_ms: now_ms.saturating_sub(f.last_caught_up_ms).max(0),
                 })
@@ -444,6 +450,9 @@ impl Partition {
             };
             Ok((read, None, None, None))
         } else {
+            replica
+                .leader
+                .on_follower_log_start(fetch.replica_id, fetch.log_start_offset);
             let outcome = replica
                 .leader
                 .on_follower_fetch(
@@ -503,12 +512,20 @@ impl Partition {
 
     /// What this follower's next Fetch asks for.
     pub fn follower_position(&self) -> Result<FollowerPosition, PartitionError> {
-        self.with_state(|serving, log| FollowerPosition {
+        let position = self.with_state(|serving, log| FollowerPosition {
             fetch_offset: log.log_end_offset(),
+            log_start_offset: log.log_start_offset(),
             last_fetched_epoch: log.latest_epoch().unwrap_or(-1),
             leader_epoch: serving.leader_epoch,
             high_watermark: log.high_watermark(),
-        })
+        });
+        let mut position = position?;
+        // What it serves consumers starts in the remote tier when there is one.
+        if let Some(tiering) = self.tiering() {
+            position.log_start_offset =
+                tiering.log_start_offset(&self.topic, self.index, position.log_start_offset);
+        }
+        Ok(position)
     }
 
     /// Append the leader's batches (offsets and epochs as the leader assigned them) and take
@@ -609,6 +626,7 @@ impl Partition {
             partition_epoch: leader.partition_epoch(),
             log_end_offset,
             under_min_isr: leader.is_under_min_isr(),
+            effective_min_isr: leader.effective_min_isr(),
             followers,
         })
     }

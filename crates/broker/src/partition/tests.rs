@@ -452,6 +452,7 @@ async fn a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_n
         replica_id: 2,
         current_leader_epoch: 2,
         last_fetched_epoch: 1,
+        log_start_offset: 0,
         throttled: false,
     };
     let mut params = fetch(40);

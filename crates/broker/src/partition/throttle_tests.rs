@@ -49,6 +49,7 @@ fn fetched_bytes(p: &Partition, replica_id: i32, throttled: bool) -> usize {
         replica_id,
         current_leader_epoch: 1,
         last_fetched_epoch: -1,
+        log_start_offset: 0,
         throttled,
     };
     let read = p.read_for_follower(params, fetch, 1).unwrap();

@@ -101,8 +101,9 @@ public final class Broker implements AutoCloseable {
 
     /**
      * `n` brokers as one cluster, each also a controller voter (as tests/python/test_cluster.py
-     * starts them), with `extraArgs` each. Started together: the voters need each other to
-     * elect a controller. The caller closes them.
+     * starts them), with `extraArgs` each (`{node}` in one stands for the broker's node id).
+     * Started together: the voters need each other to elect a controller. The caller closes
+     * them.
      */
     public static List<Broker> cluster(int n, String... extraArgs) {
         List<Broker> brokers = new ArrayList<>();
@@ -117,7 +118,9 @@ public final class Broker implements AutoCloseable {
                         "--controller-quorum-voters", voters.toString(),
                         "--broker-session-timeout-ms", "3000",
                         "--broker-heartbeat-interval-ms", "500"));
-                args.addAll(List.of(extraArgs));
+                for (String a : extraArgs) {
+                    args.add(a.replace("{node}", String.valueOf(i)));
+                }
                 brokers.add(new Broker(args));
             }
             List<Future<Void>> started = new ArrayList<>();
@@ -217,6 +220,25 @@ public final class Broker implements AutoCloseable {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new IllegalStateException("interrupted restarting the broker", e);
+        }
+    }
+
+    /** SIGKILL the broker, keeping its data directory for {@link #restart()}. */
+    public synchronized void kill() {
+        try {
+            process.destroyForcibly().waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted killing the broker", e);
+        }
+    }
+
+    /** Start a killed broker again on the same port and data directory. */
+    public synchronized void restart() {
+        try {
+            launch();
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot restart the broker", e);
         }
     }
 
