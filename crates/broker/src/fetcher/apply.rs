@@ -66,8 +66,12 @@ pub fn apply(
         Some(_) => return Ok(Applied::Stop(fetched.error_code)),
     }
     let batches = whole_batches(&fetched.records);
-    let log_end_offset =
-        partition.append_as_follower(leader_epoch, batches, fetched.high_watermark)?;
+    let log_end_offset = partition.append_as_follower(
+        leader_epoch,
+        batches,
+        fetched.high_watermark,
+        fetched.log_start_offset,
+    )?;
     Ok(Applied::Appended { log_end_offset })
 }
 

@@ -452,3 +452,30 @@ async fn a_follower_below_a_tiered_leaders_local_log_start_restarts_there() {
     }
     assert_eq!(follower.offsets().unwrap().log_end_offset, end);
 }
+
+#[tokio::test]
+async fn a_follower_moves_its_log_start_to_the_leaders_after_delete_records() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 1, &[1, 2], 1, sink().0);
+    follower.make_follower(1, 1).unwrap();
+    let end = (0..4).map(|_| produce(&leader, 50)).last().unwrap();
+    for now in 0..3 {
+        replicate_once(&leader, &follower, 2, MAX_BYTES, now).unwrap();
+    }
+    assert_eq!(follower.offsets().unwrap().high_watermark, end);
+    assert_eq!(follower.offsets().unwrap().log_start_offset, 0);
+
+    assert_eq!(leader.delete_records(120).await.unwrap(), 120);
+    replicate_once(&leader, &follower, 2, MAX_BYTES, 4).unwrap();
+    let o = follower.offsets().unwrap();
+    assert_eq!(
+        (o.log_start_offset, o.high_watermark, o.log_end_offset),
+        (120, end, end),
+        "the follower's low watermark is the leader's; its log is otherwise unchanged"
+    );
+    assert_eq!(
+        leader.batch_ids(end).unwrap(),
+        follower.batch_ids(end).unwrap()
+    );
+}

@@ -535,6 +535,7 @@ impl Partition {
         leader_epoch: i32,
         batches: &[u8],
         leader_high_watermark: i64,
+        leader_log_start_offset: i64,
     ) -> Result<i64, PartitionError> {
         self.replication_counters
             .note_leader_high_watermark(leader_high_watermark);
@@ -547,6 +548,15 @@ impl Partition {
             let hw = leader_high_watermark.min(log.log_end_offset());
             if hw > log.high_watermark() {
                 log.set_high_watermark(hw);
+            }
+            // The leader's log start moved (DeleteRecords, retention): follow it, as Kafka's
+            // follower does (`maybeIncrementLogStartOffset`, LeaderOffsetIncremented), never
+            // past what this replica knows is committed. Consumers reading from this replica
+            // (KIP-392) then see the leader's low watermark, not records deleted there.
+            let start = leader_log_start_offset.min(log.high_watermark());
+            if start > log.log_start_offset() {
+                tracing::debug!(topic = %self.topic, partition = self.index, from = log.log_start_offset(), to = start, "log start follows the leader's");
+                log.delete_records_before(start)?;
             }
             Ok((log.log_end_offset(), log.high_watermark()))
         })?;
