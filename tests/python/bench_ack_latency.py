@@ -7,12 +7,14 @@ milliseconds) and the `uptime` load averages around each. Kills only the brokers
 
     cd tests/java && mvn -B -o -q test-compile   # writes target/tools.classpath
     python3 tests/python/bench_ack_latency.py --binary target/release/streamforge \\
-        --classpath tests/java/target/tools.classpath --records 100000 --throughput 10000
+        --classpath tests/java/target/tools.classpath --records 100000 --throughput 10000 \\
+        [--props linger.ms=0]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -37,6 +39,42 @@ def load() -> str:
     return Path("/proc/loadavg").read_text().split()[:3].__str__()
 
 
+def run_java(args: argparse.Namespace, classpath: str, bootstrap: str, topic: str, acks: str) -> str:
+    out = subprocess.run(
+        ["java", "-cp", classpath, "org.apache.kafka.tools.ProducerPerformance",
+         "--topic", topic, "--num-records", str(args.records),
+         "--record-size", str(args.record_size), "--throughput", str(args.throughput),
+         "--producer-props", f"acks={acks}", f"bootstrap.servers={bootstrap}", *args.props],
+        capture_output=True, text=True, timeout=600)
+    if args.windows:
+        print(out.stdout.strip())
+    m = SUMMARY.search(out.stdout)
+    if not m:
+        raise SystemExit(f"no summary line:\n{out.stdout}\n{out.stderr}")
+    _, rate, _, avg, mx, p50, p95, p99, p999 = m.groups()
+    return (f"{float(rate):>10,.0f} rec/s  avg {avg} ms  p50 {p50}  p95 {p95}  p99 {p99}  "
+            f"p99.9 {p999}  max {mx} ms")
+
+
+def run_streamforge(args: argparse.Namespace, bootstrap: str, topic: str, acks: str) -> str:
+    """The bench's rate-limited phase (`--throughput` records/s for records/throughput
+    seconds) after a short throughput phase; its ack latency at that rate."""
+    seconds = max(1, args.records // max(args.throughput, 1))
+    out = subprocess.run(
+        [args.binary, "bench", "--bootstrap", bootstrap, "--topic", topic, "--keep-topic",
+         "--partitions", str(PARTITIONS), "--acks", acks, "--message-size", str(args.record_size),
+         "--messages", "100000", "--latency-messages", "0",
+         "--latency-rate", str(args.throughput), "--latency-seconds", str(seconds),
+         "--json", "--quiet"],
+        capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise SystemExit(f"bench failed:\n{out.stdout}\n{out.stderr}")
+    v = json.loads(out.stdout)
+    a, e = v["ack_latency_at_rate_ms"], v["latency_at_rate_ms"]
+    return (f"ack p50 {a['p50']:.2f}  p99 {a['p99']:.2f}  p99.9 {a['p999']:.2f}  max {a['max']:.2f} ms"
+            f" | end-to-end p50 {e['p50']:.2f}  p99 {e['p99']:.2f}  p99.9 {e['p999']:.2f} ms")
+
+
 def main() -> None:
     root = Path(__file__).resolve().parents[2]
     ap = argparse.ArgumentParser()
@@ -46,6 +84,10 @@ def main() -> None:
     ap.add_argument("--record-size", type=int, default=100)
     ap.add_argument("--throughput", type=int, default=10_000, help="records/s, -1 = full speed")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--client", choices=["java", "streamforge"], default="java",
+                    help="streamforge: `streamforge bench --bootstrap` (the Rust client) instead")
+    ap.add_argument("--windows", action="store_true", help="print ProducerPerformance's 5 s windows")
+    ap.add_argument("--props", nargs="*", default=[], help="more producer props, e.g. linger.ms=0")
     args = ap.parse_args()
     classpath = Path(args.classpath).read_text().strip()
     ports = [free_port() for _ in range(3)]
@@ -85,23 +127,15 @@ def main() -> None:
                 time.sleep(0.1)
         print(f"{args.records} records of {args.record_size} B at "
               f"{'full speed' if args.throughput < 0 else f'{args.throughput}/s'}, "
-              f"{PARTITIONS} partitions, 3 broker processes")
+              f"{PARTITIONS} partitions, 3 broker processes, props {args.props}")
         for r in range(args.rounds):
             for label, topic, _, acks in SETUPS:
                 before = load()
-                out = subprocess.run(
-                    ["java", "-cp", classpath, "org.apache.kafka.tools.ProducerPerformance",
-                     "--topic", topic, "--num-records", str(args.records),
-                     "--record-size", str(args.record_size), "--throughput", str(args.throughput),
-                     "--producer-props", f"acks={acks}", f"bootstrap.servers={bootstrap}"],
-                    capture_output=True, text=True, timeout=600)
-                m = SUMMARY.search(out.stdout)
-                if not m:
-                    raise SystemExit(f"no summary line:\n{out.stdout}\n{out.stderr}")
-                _, rate, mb, avg, mx, p50, p95, p99, p999 = m.groups()
-                print(f"round {r} {label:14} {float(rate):>10,.0f} rec/s  avg {avg} ms  "
-                      f"p50 {p50}  p95 {p95}  p99 {p99}  p99.9 {p999}  max {mx} ms  "
-                      f"load {before} -> {load()}", flush=True)
+                if args.client == "java":
+                    line = run_java(args, classpath, bootstrap, topic, acks)
+                else:
+                    line = run_streamforge(args, bootstrap, topic, acks)
+                print(f"round {r} {label:14} {line}  load {before} -> {load()}", flush=True)
     finally:
         for p in procs:
             p.kill()
