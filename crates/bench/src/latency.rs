@@ -1,5 +1,6 @@
-//! End-to-end latency: producers embed the send time in each value; consumers record
-//! receive time minus send time in an HDR histogram (microsecond resolution).
+//! Latency histograms (microsecond resolution). End to end: producers embed the send time in
+//! each value; consumers record receive time minus send time. Ack latency (`ack.rs`) records
+//! acknowledgement time minus send time.
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -37,8 +38,14 @@ pub fn new_histogram() -> Histogram<u64> {
 }
 
 pub fn record(h: &mut Histogram<u64>, sent_us: u64) {
+    record_n(h, sent_us, 1);
+}
+
+/// Records `count` samples of the time since `sent_us` (records sent together, acknowledged
+/// together).
+pub fn record_n(h: &mut Histogram<u64>, sent_us: u64, count: u64) {
     let lat = now_us().saturating_sub(sent_us).clamp(1, MAX_TRACKABLE_US);
-    h.record(lat).expect("clamped into range");
+    h.record_n(lat, count).expect("clamped into range");
 }
 
 /// Percentiles in milliseconds.
@@ -87,5 +94,14 @@ mod tests {
         assert!(s.p50 <= s.p95 && s.p95 <= s.p99 && s.p99 <= s.p999 && s.p999 <= s.max);
         assert!((s.p50 - 5.0).abs() < 0.1, "{}", s.p50);
         assert!(LatencySummary::from_histogram(&new_histogram()).is_none());
+        let mut h = new_histogram();
+        record_n(&mut h, now_us(), 7);
+        record_n(&mut h, now_us() + 1_000_000, 1);
+        assert_eq!(
+            h.len(),
+            8,
+            "a stamp in the future counts as the smallest latency"
+        );
+        assert_eq!(h.min(), 1);
     }
 }

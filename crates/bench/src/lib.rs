@@ -1,11 +1,12 @@
-//! The benchmark harness as a library: produce, consume, end-to-end latency (at full speed and
-//! rate-limited) and crash recovery, against any Kafka-compatible bootstrap address.
+//! The benchmark harness as a library: produce, consume, end-to-end and producer ack latency
+//! (at full speed and rate-limited) and crash recovery, against any Kafka-compatible bootstrap address.
 //!
 //! Used by `streamforge bench` (which may also start an embedded broker and hand in a
 //! [`CrashControl`] so the recovery phase can run) and by the dashboard (through the CLI's
 //! adapter). Progress is reported through a callback; the result is serializable.
 #![forbid(unsafe_code)]
 
+mod ack;
 mod consume;
 pub mod cpu;
 mod latency;
@@ -236,6 +237,17 @@ pub struct BenchResult {
     /// End-to-end latency at `latency_rate` messages per second.
     pub latency_at_rate_ms: Option<LatencySummary>,
     pub latency_rate: u64,
+    /// Producer ack latency (send to the produce response for the record's batch, as Kafka's
+    /// ProducerPerformance measures it) in the produce phase: full speed, open loop, so it
+    /// includes the wait for buffer memory behind a full queue.
+    #[serde(default)]
+    pub produce_ack_latency_ms: Option<LatencySummary>,
+    /// Ack latency in the full-speed latency phase (closed loop, beside `latency_ms`).
+    #[serde(default)]
+    pub ack_latency_ms: Option<LatencySummary>,
+    /// Ack latency at `latency_rate` messages per second (beside `latency_at_rate_ms`).
+    #[serde(default)]
+    pub ack_latency_at_rate_ms: Option<LatencySummary>,
     pub recovery: Option<Recovery>,
 }
 

@@ -101,7 +101,7 @@ pub async fn run(
     let mut acknowledged = 0u64;
 
     info!(topic, messages = params.messages, "produce phase");
-    let (produced, elapsed, cpu) = produce(
+    let run = produce(
         bootstrap,
         params,
         &topic,
@@ -111,13 +111,15 @@ pub async fn run(
         &progress,
     )
     .await?;
+    let produced = run.acked;
     acknowledged += produced;
     let producer = Throughput::new(
         produced,
         produced * params.message_size as u64,
-        elapsed,
-        cpu,
+        run.elapsed,
+        run.cpu_seconds,
     );
+    let produce_ack_latency_ms = LatencySummary::from_histogram(&run.ack_latency);
 
     info!(topic, "consume phase");
     let (consumed, elapsed, cpu) =
@@ -134,9 +136,9 @@ pub async fn run(
         cpu,
     );
 
-    let latency_ms = if params.latency_full_speed_messages > 0 {
+    let (latency_ms, ack_latency_ms) = if params.latency_full_speed_messages > 0 {
         info!(topic, "latency phase at full speed");
-        let (lat, acked) = latency_phase(
+        let measured = latency_phase(
             bootstrap,
             params,
             &topic,
@@ -146,33 +148,34 @@ pub async fn run(
             &progress,
         )
         .await?;
-        acknowledged += acked;
-        lat
+        acknowledged += measured.acked;
+        (measured.end_to_end, measured.ack)
     } else {
-        None
+        (None, None)
     };
-    let latency_at_rate_ms = if params.latency_rate > 0 && params.latency_seconds > 0 {
-        info!(
-            topic,
-            rate = params.latency_rate,
-            "latency phase at a fixed rate"
-        );
-        let n = params.latency_rate * params.latency_seconds;
-        let (lat, acked) = latency_phase(
-            bootstrap,
-            params,
-            &topic,
-            n,
-            Some(params.latency_rate),
-            Phase::LatencyAtRate,
-            &progress,
-        )
-        .await?;
-        acknowledged += acked;
-        lat
-    } else {
-        None
-    };
+    let (latency_at_rate_ms, ack_latency_at_rate_ms) =
+        if params.latency_rate > 0 && params.latency_seconds > 0 {
+            info!(
+                topic,
+                rate = params.latency_rate,
+                "latency phase at a fixed rate"
+            );
+            let n = params.latency_rate * params.latency_seconds;
+            let measured = latency_phase(
+                bootstrap,
+                params,
+                &topic,
+                n,
+                Some(params.latency_rate),
+                Phase::LatencyAtRate,
+                &progress,
+            )
+            .await?;
+            acknowledged += measured.acked;
+            (measured.end_to_end, measured.ack)
+        } else {
+            (None, None)
+        };
 
     let recovery = match crash {
         Some(c) => Some(recovery_phase(params, &topic, acknowledged, c, &progress).await?),
@@ -201,6 +204,9 @@ pub async fn run(
         latency_ms,
         latency_at_rate_ms,
         latency_rate: params.latency_rate,
+        produce_ack_latency_ms,
+        ack_latency_ms,
+        ack_latency_at_rate_ms,
         recovery,
     })
 }
@@ -240,8 +246,17 @@ pub(crate) fn spawn_reporter(
     })
 }
 
+/// What a latency phase measured.
+struct LatencyMeasured {
+    /// Produce to the tailing consumer.
+    end_to_end: Option<LatencySummary>,
+    /// Send to the producer's acknowledgement.
+    ack: Option<LatencySummary>,
+    acked: u64,
+}
+
 /// Produces `n` messages (at `rate` per second, or full speed) while a consumer tails the
-/// topic and records end-to-end latency. Returns the summary and the acknowledged count.
+/// topic and records end-to-end latency; the producer times each acknowledgement.
 async fn latency_phase(
     bootstrap: &str,
     params: &BenchParams,
@@ -250,7 +265,7 @@ async fn latency_phase(
     rate: Option<u64>,
     phase: Phase,
     progress: &ProgressFn,
-) -> Result<(Option<LatencySummary>, u64), BenchError> {
+) -> Result<LatencyMeasured, BenchError> {
     let admin = Admin::new(client_config(bootstrap));
     let info = admin.describe_topics(&[topic.to_string()]).await?.remove(0);
     // fetch.min.bytes=1: the broker answers a tail fetch as soon as any record arrives.
@@ -322,8 +337,12 @@ async fn latency_phase(
         .map_err(|e| BenchError::Failed(format!("latency consumer: {e}")))??;
     stop.store(true, Ordering::Release);
     let _ = reporter.await;
-    let (acked, _, _) = produced?;
-    Ok((LatencySummary::from_histogram(&h), acked))
+    let produced = produced?;
+    Ok(LatencyMeasured {
+        end_to_end: LatencySummary::from_histogram(&h),
+        ack: LatencySummary::from_histogram(&produced.ack_latency),
+        acked: produced.acked,
+    })
 }
 
 /// Crashes the broker, times the restart until it serves, and reads every acknowledged

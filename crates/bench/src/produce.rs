@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use tokio::sync::Notify;
 
 use streamforge_client::records::BatchBuilder;
 use streamforge_client::{BatchRecord, Compression, Producer, ProducerConfig};
 
+use crate::ack::{AckSender, AckTracker, Tracked};
 use crate::latency;
 use crate::phases::{PROGRESS_INTERVAL, client_config, spawn_reporter};
 use crate::{BenchError, BenchParams, Phase, ProgressFn};
@@ -74,8 +76,19 @@ pub fn producer_config(
     })
 }
 
-/// Produces `messages` messages split over the producers. Returns the acknowledged count, the
-/// time until the last acknowledgement and the process CPU seconds used meanwhile.
+/// What a produce run did.
+pub struct Produced {
+    pub acked: u64,
+    /// Until the last acknowledgement.
+    pub elapsed: Duration,
+    /// Process CPU seconds used meanwhile.
+    pub cpu_seconds: Option<f64>,
+    /// Per acknowledged record, send to acknowledgement, in microseconds.
+    pub ack_latency: Histogram<u64>,
+}
+
+/// Produces `messages` messages split over the producers, timing each record's
+/// acknowledgement.
 pub async fn produce(
     bootstrap: &str,
     params: &BenchParams,
@@ -84,7 +97,7 @@ pub async fn produce(
     pace: Pace,
     phase: Phase,
     progress: &ProgressFn,
-) -> Result<(u64, Duration, Option<f64>), BenchError> {
+) -> Result<Produced, BenchError> {
     let linger = match pace {
         Pace::Rate(_) => 0,
         _ => params.linger_ms,
@@ -126,6 +139,7 @@ pub async fn produce(
         progress.clone(),
     );
     let produced_total = Arc::new(AtomicU64::new(0));
+    let acks = AckTracker::start();
     let cpu_start = crate::cpu::process_cpu_seconds();
     let start = Instant::now();
     for (i, p) in clients.iter().enumerate() {
@@ -142,6 +156,7 @@ pub async fn produce(
             chunk: params.batch_size.max(1),
             pace,
             produced_total: produced_total.clone(),
+            acks: acks.sender(),
         };
         handles.push(tokio::spawn(
             async move { produce_share(&p, &topic, job).await },
@@ -155,6 +170,8 @@ pub async fn produce(
     let cpu = crate::cpu::process_cpu_seconds()
         .zip(cpu_start)
         .map(|(b, a)| b - a);
+    // Every share flushed: the collector has seen (or is about to see) every completion.
+    let ack_latency = acks.finish().await;
     let mut total_acked = 0;
     let mut failed = 0;
     for p in &clients {
@@ -176,7 +193,12 @@ pub async fn produce(
             "{failed} messages were not acknowledged"
         )));
     }
-    Ok((total_acked, elapsed, cpu))
+    Ok(Produced {
+        acked: total_acked,
+        elapsed,
+        cpu_seconds: cpu,
+        ack_latency,
+    })
 }
 
 struct ShareJob {
@@ -187,6 +209,8 @@ struct ShareJob {
     pace: Pace,
     /// Records appended by all producers (for the closed loop).
     produced_total: Arc<AtomicU64>,
+    /// Where each send's delivery goes to be timed.
+    acks: AckSender,
 }
 
 async fn produce_share(p: &Producer, topic: &str, job: ShareJob) -> Result<(), BenchError> {
@@ -245,7 +269,13 @@ async fn produce_share(p: &Producer, topic: &str, job: ShareJob) -> Result<(), B
                 BatchRecord::value(v)
             })
             .collect();
-        p.send_batch(topic, None, &records).await?;
+        let delivery = p.send_batch(topic, None, &records).await?;
+        for t in Tracked::of(now, delivery) {
+            job.acks
+                .send(t)
+                .await
+                .map_err(|_| BenchError::Failed("the ack-latency collector stopped".into()))?;
+        }
         job.produced_total.fetch_add(k as u64, Ordering::Relaxed);
         sent += k as u64;
     }

@@ -21,6 +21,36 @@ fn latency_line(l: &crate::LatencySummary) -> String {
     )
 }
 
+/// Producer ack latency, one line per phase that measured it.
+fn ack_lines(r: &BenchResult) -> String {
+    let phases = [
+        (&r.ack_latency_ms, "(full speed)".to_string()),
+        (
+            &r.ack_latency_at_rate_ms,
+            format!("(at {} msg/s)", thousands(r.latency_rate)),
+        ),
+        (
+            &r.produce_ack_latency_ms,
+            "(throughput phase, queue full)".to_string(),
+        ),
+    ];
+    let mut s = String::new();
+    for (l, label) in phases {
+        if let Some(l) = l {
+            let head = if s.is_empty() {
+                "Ack latency         : "
+            } else {
+                "                      "
+            };
+            s.push_str(&format!("{head}{}  {label}\n", latency_line(l)));
+        }
+    }
+    if s.is_empty() {
+        s.push_str("Ack latency         : not measured\n");
+    }
+    s
+}
+
 fn cpu_note(t: &crate::Throughput, embedded: bool) -> String {
     let whose = if embedded {
         "bench client + embedded broker"
@@ -99,6 +129,7 @@ pub fn table(r: &BenchResult) -> String {
             thousands(r.latency_rate)
         ));
     }
+    s.push_str(&ack_lines(r));
     match &r.recovery {
         Some(rec) => s.push_str(&format!(
             "Crash Recovery Time : {:.0} ms (validated {} messages on disk)\n",
@@ -118,6 +149,44 @@ pub fn table(r: &BenchResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn summary(p50: f64) -> crate::LatencySummary {
+        crate::LatencySummary {
+            samples: 10,
+            p50,
+            p95: p50,
+            p99: p50,
+            p999: p50,
+            max: p50,
+        }
+    }
+
+    #[test]
+    fn ack_latency_lines_name_their_phase() {
+        let mut r: BenchResult = serde_json::from_value(serde_json::json!({
+            "workload": {
+                "brokers": 1, "partitions": 1, "messages": 1, "message_size": 100,
+                "batch_size": 1, "acks": -1, "producers": 1, "consumers": 1,
+                "compression": "none", "idempotence": false, "topic": "t", "bootstrap": "b"
+            },
+            "producer": {"messages": 1, "bytes": 1, "seconds": 1.0, "msgs_per_sec": 1.0, "mb_per_sec": 1.0},
+            "consumer": {"messages": 1, "bytes": 1, "seconds": 1.0, "msgs_per_sec": 1.0, "mb_per_sec": 1.0},
+            "latency_ms": null, "latency_at_rate_ms": null, "latency_rate": 10000, "recovery": null
+        }))
+        .expect("a result without the ack fields still reads");
+        assert!(table(&r).contains("Ack latency         : not measured"));
+        r.ack_latency_at_rate_ms = Some(summary(1.25));
+        r.produce_ack_latency_ms = Some(summary(40.0));
+        let t = table(&r);
+        assert!(
+            t.contains("Ack latency         : p50 1.25 ms") && t.contains("(at 10,000 msg/s)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("                      p50 40.00 ms") && t.contains("queue full"),
+            "{t}"
+        );
+    }
 
     #[test]
     fn thousands_separators() {

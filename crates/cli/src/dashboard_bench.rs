@@ -81,6 +81,12 @@ fn report(r: &BenchResult) -> BenchReport {
             l,
         );
     }
+    if let Some(l) = &r.ack_latency_ms {
+        latency("ack latency (full speed)", l);
+    }
+    if let Some(l) = &r.ack_latency_at_rate_ms {
+        latency(&format!("ack latency at {} msg/s", r.latency_rate), l);
+    }
     rows.push(row("produce time", r.producer.seconds, "s"));
     rows.push(row("consume time", r.consumer.seconds, "s"));
     let chart = r.latency_ms.as_ref().or(r.latency_at_rate_ms.as_ref());

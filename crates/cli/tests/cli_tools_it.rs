@@ -414,8 +414,18 @@ fn small_bench_reports_sane_json() {
         assert!(v[k]["mb_per_sec"].as_f64().unwrap() > 0.0, "{k}: {v}");
     }
     assert_eq!(v["producer"]["messages"], 20000);
-    for k in ["latency_ms", "latency_at_rate_ms"] {
+    // End to end, and the producer's ack latency of each phase (one sample per record).
+    for (k, samples) in [
+        ("latency_ms", None),
+        ("latency_at_rate_ms", None),
+        ("produce_ack_latency_ms", Some(20_000)),
+        ("ack_latency_ms", Some(2_000)),
+        ("ack_latency_at_rate_ms", Some(2_000)),
+    ] {
         let l = &v[k];
+        if let Some(n) = samples {
+            assert_eq!(l["samples"], n, "{k}: {l}");
+        }
         let p = |q: &str| l[q].as_f64().unwrap();
         assert!(
             p("p50") > 0.0

@@ -59,8 +59,18 @@ async fn send_batch_and_poll_batches_round_trip() {
     let runs2 = d2.wait().await.unwrap();
     assert!(runs2.iter().all(|r| r.partition == 2 && r.base_offset >= 0));
     assert_eq!(runs2.iter().map(|r| r.count).sum::<i32>(), 300);
-    for r in d3.wait().await.unwrap() {
+    for r in d3.clone().wait().await.unwrap() {
         assert!(r.base_offset >= 0);
+    }
+    // Keyed records went to several partitions: one delivery per batch, the same records.
+    let per_batch: Vec<_> = d3.per_batch().collect();
+    assert!(per_batch.len() > 1, "{}", per_batch.len());
+    assert_eq!(
+        per_batch.iter().map(|d| d.record_count()).sum::<usize>(),
+        300
+    );
+    for d in per_batch {
+        assert_eq!(d.wait().await.unwrap().len(), 1);
     }
     d1.wait().await.unwrap();
     assert_eq!(p.stats().records_acked, 1000);

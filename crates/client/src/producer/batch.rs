@@ -29,6 +29,14 @@ impl BatchDelivery {
         self.runs.iter().map(|r| r.count as usize).sum()
     }
 
+    /// One delivery per batch these records went to, so each can be awaited (and timed) on
+    /// its own: a run of records acknowledged with the first batch need not wait for the last.
+    pub fn per_batch(self) -> impl Iterator<Item = BatchDelivery> {
+        self.runs
+            .into_iter()
+            .map(|run| BatchDelivery { runs: vec![run] })
+    }
+
     /// Waits for all runs; the first failure is returned as an error.
     pub async fn wait(self) -> Result<Vec<DeliveredRun>> {
         let mut out = Vec::with_capacity(self.runs.len());
