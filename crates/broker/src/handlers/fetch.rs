@@ -45,10 +45,11 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     let mut busy = BusyTime::start();
     let request: FetchRequest = req.decode()?;
     let session = session_request(&request, req.api_version, req.body.len());
-    let opened = state
-        .fetch_sessions
-        .lock()
-        .open(session, state.clock.now_ms());
+    let opened = if session.needs_cache() {
+        (state.fetch_sessions.lock()).open(session, state.clock.now_ms())
+    } else {
+        super::fetch_session::sessionless(session)
+    };
     if let SessionContext::Error(code) = opened.context {
         return Ok(Some(session_error(&req, code)));
     }

@@ -360,6 +360,26 @@ impl FetchSessionCache {
     }
 }
 
+impl SessionRequest {
+    /// Whether the request needs the cache: a replica's (it may open or use a session), or
+    /// one naming a session. A consumer's sessionless or "create" request does not, and is
+    /// answered in full without taking the cache's lock ([`sessionless`]).
+    pub fn needs_cache(&self) -> bool {
+        self.replica_id >= 0 || self.session_id != NO_SESSION
+    }
+}
+
+/// A full answer with no session, for a request that does not need the cache.
+pub fn sessionless(request: SessionRequest) -> Opened {
+    debug_assert!(!request.needs_cache());
+    Opened {
+        context: SessionContext::Full {
+            session_id: NO_SESSION,
+        },
+        partitions: dedup(request.partitions),
+    }
+}
+
 /// The epoch after `epoch` (Kafka's `nextEpoch`: it wraps to 1, never 0 or -1).
 pub fn next_epoch(epoch: i32) -> i32 {
     if epoch < 0 {

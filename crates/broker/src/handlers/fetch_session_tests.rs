@@ -68,6 +68,21 @@ fn a_replica_gets_a_session_and_a_consumer_does_not() {
 }
 
 #[test]
+fn a_consumers_request_is_answered_without_the_cache() {
+    let consumer = request(0, 0, -1, 2);
+    assert!(!consumer.needs_cache());
+    let mut twice = request(0, -1, -1, 2);
+    twice.partitions.push((key(0), params(9)));
+    let opened = sessionless(twice);
+    assert_eq!(opened.context, SessionContext::Full { session_id: 0 });
+    // A partition named twice: once, in its first place, with its last values.
+    assert_eq!(opened.partitions.len(), 2);
+    assert_eq!(opened.partitions[0].1.fetch_offset, 9);
+    assert!(request(0, 0, 2, 1).needs_cache());
+    assert!(request(5, 1, -1, 1).needs_cache());
+}
+
+#[test]
 fn an_incremental_request_reads_every_session_partition_and_answers_only_news() {
     let mut cache = FetchSessionCache::default();
     let id = open_session(&mut cache, 3);
