@@ -111,6 +111,8 @@ pub struct BrokerState {
     pub produce_purgatory: partition::purgatory::ProducePurgatory,
     /// Follower fetchers, one per source broker.
     pub fetchers: fetcher::FetcherManager,
+    /// The incremental fetch sessions (KIP-227) of the followers fetching from this broker.
+    pub fetch_sessions: parking_lot::Mutex<handlers::fetch_session::FetchSessionCache>,
     /// Flips to `true` when the broker shuts down (long polls return early).
     pub shutdown: watch::Receiver<bool>,
     /// Tiered storage: uploads, remote reads, tiered retention.
@@ -244,6 +246,7 @@ impl Broker {
                 inter_broker,
                 shutdown_rx.clone(),
             ),
+            fetch_sessions: Default::default(),
             shutdown: shutdown_rx.clone(),
             clock: Arc::clone(&config_clock),
             metrics,

@@ -60,6 +60,13 @@ fn sync_fetchers(state: &BrokerState) {
         state.fetchers.set_peer(id, addr);
     }
     state.fetchers.set_unreachable(peers.missing);
+    // Topic ids and broker epochs mean the same on the leader only when the image is the
+    // cluster's: a standalone broker (its own one-voter quorum, made to follow by hand as in
+    // the single-process tests) fetches by name, with no epoch.
+    if state.replicas.metadata().is_cluster() {
+        let topic_ids = image.topics().map(|t| (t.name.clone(), t.id)).collect();
+        (state.fetchers).set_image_facts(topic_ids, state.replicas.metadata().broker_epoch());
+    }
     let wanted: Vec<(Arc<Partition>, i32)> = state
         .replicas
         .all_partitions()

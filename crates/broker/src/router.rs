@@ -73,7 +73,7 @@ pub static ROUTES: &[Route] = &[
     // Produce is advertised from v0 (librdkafka disables compression otherwise); the codec
     // decodes v3+, the only versions that carry RecordBatch v2.
     route!(Produce, 0, 12, produce::handle),
-    route!(Fetch, 4, 12, fetch::handle),
+    route!(Fetch, 4, 15, fetch::handle),
     route!(ListOffsets, 1, 10, offsets::handle_list_offsets),
     route!(Metadata, 0, 13, metadata::handle),
     route!(ApiVersions, 0, 4, api_versions::handle),

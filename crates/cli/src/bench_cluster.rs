@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use streamforge_broker::handlers::fetch_session::ReplicaFetchStats;
 use streamforge_broker::metadata_cluster::{ClusterOptions, ProcessRoles};
 use streamforge_broker::{Broker, BrokerConfig, BrokerHandle};
 
@@ -100,6 +101,20 @@ impl EmbeddedCluster {
             .filter_map(|(_, h)| h.as_ref().map(|h| h.kafka_addr().to_string()))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// What the followers' Fetch requests carried, over every broker (as leader): requests,
+    /// of which in an incremental session, request bytes, partitions named.
+    pub fn replica_fetch_stats(&self) -> ReplicaFetchStats {
+        let mut total = ReplicaFetchStats::default();
+        for h in self.brokers.iter().filter_map(|(_, h)| h.as_ref()) {
+            let s = h.state().fetch_sessions.lock().stats();
+            total.requests += s.requests;
+            total.incremental += s.incremental;
+            total.request_bytes += s.request_bytes;
+            total.partitions_named += s.partitions_named;
+        }
+        total
     }
 
     fn wait_formed(&self, n: usize) -> anyhow::Result<()> {

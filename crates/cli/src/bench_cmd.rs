@@ -175,7 +175,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             })?;
             let bootstrap = cluster.bootstrap();
             let r = rt.block_on(streamforge_bench::run(&bootstrap, &params, progress, None));
+            let fetches = cluster.replica_fetch_stats();
             cluster.stop();
+            if fetches.requests > 0 {
+                eprintln!(
+                    "replica fetches: {} requests ({} incremental), {} bytes per request, {:.2} partitions named per request",
+                    fetches.requests,
+                    fetches.incremental,
+                    fetches.request_bytes / fetches.requests,
+                    fetches.partitions_named as f64 / fetches.requests as f64
+                );
+            }
             let mut r = r?;
             r.workload.embedded = true;
             r

@@ -1,4 +1,4 @@
-//! Hand-written Fetch response writer (v4..=12). Record data is never copied: the segment
+//! Hand-written Fetch response writer (v4..=15; v13+ names topics by id). Record data is never copied: the segment
 //! slices the log returns become chunks of the response, written with one vectored write.
 //! Only the small metadata between them is serialized into fresh buffers.
 
@@ -8,7 +8,9 @@ use crate::frame::{FRAME_PREFIX_BYTES, ResponseFrame};
 
 /// Lowest and highest Fetch version this writer produces.
 pub const FETCH_VERSION_MIN: i16 = 4;
-pub const FETCH_VERSION_MAX: i16 = 12;
+pub const FETCH_VERSION_MAX: i16 = 15;
+/// First Fetch version that names topics by id (KIP-516) rather than by name.
+pub const FETCH_TOPIC_ID_VERSION: i16 = 13;
 /// First flexible (compact encodings, tagged fields) Fetch version.
 const FETCH_FLEXIBLE_VERSION: i16 = 12;
 
@@ -41,6 +43,8 @@ pub struct FetchPartition {
 #[derive(Debug, Clone, Default)]
 pub struct FetchTopic {
     pub name: String,
+    /// The topic's id (written instead of the name at v13+).
+    pub topic_id: [u8; 16],
     pub partitions: Vec<FetchPartition>,
 }
 
@@ -76,7 +80,11 @@ pub fn write_fetch_response(
     }
     w.array_len(flexible, parts.topics.len());
     for topic in &parts.topics {
-        w.string(flexible, &topic.name);
+        if version >= FETCH_TOPIC_ID_VERSION {
+            w.cur.put_slice(&topic.topic_id);
+        } else {
+            w.string(flexible, &topic.name);
+        }
         w.array_len(flexible, topic.partitions.len());
         for p in &topic.partitions {
             w.cur.put_i32(p.partition_index);
@@ -237,6 +245,7 @@ mod tests {
             session_id: 0,
             topics: vec![FetchTopic {
                 name: "orders".into(),
+                topic_id: [7; 16],
                 partitions: vec![
                     FetchPartition {
                         partition_index: 0,
@@ -286,7 +295,11 @@ mod tests {
             assert!(!b.has_remaining(), "v{version} trailing bytes");
             assert_eq!(resp.responses.len(), 1);
             let t = &resp.responses[0];
-            assert_eq!(t.topic.0.as_str(), "orders");
+            if version >= FETCH_TOPIC_ID_VERSION {
+                assert_eq!(t.topic_id.as_bytes(), &[7; 16]);
+            } else {
+                assert_eq!(t.topic.0.as_str(), "orders");
+            }
             let p0 = &t.partitions[0];
             assert_eq!(p0.high_watermark, 10);
             assert_eq!(p0.records.as_deref(), Some(&b"batch-onebatch-two"[..]));

@@ -1,8 +1,11 @@
 //! The follower fetchers of one broker: one task (and one connection) per source broker, as
-//! Kafka with `num.replica.fetchers = 1`. Each round sends one Fetch (v12, with this broker's
-//! replica id) for every partition it follows from that broker, bounded by
-//! `replica.fetch.max.bytes` per partition and `replica.fetch.response.max.bytes` in all, and
-//! applies the answer ([`super::apply`]); OFFSET_OUT_OF_RANGE and partial truncations are
+//! Kafka with `num.replica.fetchers = 1`. Each round sends one Fetch (v15: this broker's
+//! replica id and broker epoch in `replica_state`, topics by id from the metadata image; v12
+//! with names while any followed topic has no id known) in an incremental fetch session
+//! (KIP-227, [`super::session`]): the first request names every partition it follows from
+//! that broker, later ones only those whose fetch state changed. Bounded by
+//! `replica.fetch.max.bytes` per partition and `replica.fetch.response.max.bytes` in all; the
+//! answer is applied ([`super::apply`]); OFFSET_OUT_OF_RANGE and partial truncations are
 //! resolved with OffsetForLeaderEpoch. Reassignment throttles (`quota::replication`): while
 //! the follower quota is exceeded, a throttled partition that is not caught up is left out
 //! of the Fetch; the records of throttled partitions are recorded against the quota.
@@ -11,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{
+    FetchPartition, FetchTopic, ForgottenTopic, ReplicaState,
+};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
@@ -26,12 +31,18 @@ use tokio::sync::{Notify, watch};
 
 use super::apply::{Applied, FetchedPartition, apply};
 use super::connection::{FetcherError, LeaderConnection};
+use super::session::{Built, SessionHandler, Wanted};
+use crate::handlers::fetch_session::PartitionParams;
 use crate::inter_broker::{InterBroker, PeerAddr};
 use crate::partition::Partition;
 use crate::quota::replication::{ReplicationQuotas, Side};
 
-/// Fetch version the fetcher speaks (the highest we serve: `diverging_epoch` is v12+).
-const FETCH_VERSION: i16 = 12;
+/// Fetch version the fetcher speaks: v15 puts the replica id and broker epoch in
+/// `replica_state` (KIP-903) and names topics by id (v13+, KIP-516).
+pub const FETCH_VERSION: i16 = 15;
+/// The version used while some followed topic has no id known (its names; `diverging_epoch`
+/// is v12+).
+pub const FETCH_VERSION_BY_NAME: i16 = 12;
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 /// ListOffsets v8 is the first with -4 (earliest local, KIP-405).
 const LIST_OFFSETS_VERSION: i16 = 8;
@@ -57,12 +68,31 @@ pub struct FetcherConfig {
     pub response_max_bytes: usize,
 }
 
-type Key = (Arc<str>, i32);
+type Key = super::session::Key;
 type Followed = Arc<Mutex<BTreeMap<Key, Arc<Partition>>>>;
 
 struct Fetcher {
     partitions: Followed,
     wake: Arc<Notify>,
+}
+
+/// What the fetchers learn from the metadata image (set by the replication wiring in a
+/// cluster; a broker followed by hand, as in tests, has none and fetches by name).
+#[derive(Debug)]
+struct ImageFacts {
+    /// Topic ids by name.
+    topic_ids: RwLock<HashMap<String, uuid::Uuid>>,
+    /// This broker's epoch (-1: unknown), sent in `replica_state`.
+    broker_epoch: std::sync::atomic::AtomicI64,
+}
+
+impl Default for ImageFacts {
+    fn default() -> Self {
+        ImageFacts {
+            topic_ids: RwLock::default(),
+            broker_epoch: std::sync::atomic::AtomicI64::new(-1),
+        }
+    }
 }
 
 /// Every fetcher of this broker, keyed by source broker.
@@ -75,6 +105,7 @@ pub struct FetcherManager {
     /// How peers are connected to (TCP, TLS, SASL).
     link: Arc<InterBroker>,
     fetchers: Mutex<HashMap<i32, Fetcher>>,
+    image: Arc<ImageFacts>,
     /// The follower side of the reassignment throttles.
     quotas: Arc<ReplicationQuotas>,
     shutdown: watch::Receiver<bool>,
@@ -93,6 +124,7 @@ impl FetcherManager {
             unreachable: Mutex::default(),
             link,
             fetchers: Mutex::default(),
+            image: Arc::default(),
             quotas,
             shutdown,
         }
@@ -119,6 +151,18 @@ impl FetcherManager {
             peers.remove(id);
         }
         *known = ids;
+    }
+
+    /// The topic ids of the image (by name) and this broker's epoch: later fetches name
+    /// topics by id and carry the epoch.
+    pub fn set_image_facts(&self, topic_ids: HashMap<String, uuid::Uuid>, broker_epoch: i64) {
+        let mut ids = self.image.topic_ids.write();
+        if *ids != topic_ids {
+            *ids = topic_ids;
+        }
+        self.image
+            .broker_epoch
+            .store(broker_epoch, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Where broker `id` listens, if the image has told us.
@@ -150,6 +194,8 @@ impl FetcherManager {
                 quotas: self.quotas.clone(),
                 shutdown: self.shutdown.clone(),
                 refused: HashMap::new(),
+                image: self.image.clone(),
+                session: SessionHandler::default(),
             };
             tokio::spawn(task.run());
             fetcher
@@ -224,6 +270,9 @@ struct FetcherTask {
     /// `replica.fetch.backoff.ms`; and the code, logged again only when it changes. At most
     /// one entry per followed partition (pruned every round).
     refused: HashMap<Key, (tokio::time::Instant, i16)>,
+    image: Arc<ImageFacts>,
+    /// The incremental fetch session with the leader.
+    session: SessionHandler,
 }
 
 impl FetcherTask {
@@ -265,6 +314,7 @@ impl FetcherTask {
                 }
                 tracing::debug!(leader_id = self.leader_id, error = %e, "replica fetch failed; backing off");
                 connection = None;
+                self.session.handle_error();
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(REPLICA_FETCH_BACKOFF_MS)) => {}
                     _ = self.shutdown.changed() => return,
@@ -284,41 +334,11 @@ impl FetcherTask {
         self.link.connect(&peer, response_max, CALL_TIMEOUT).await
     }
 
-    /// One Fetch for every followed partition, and what follows from its answer.
+    /// One Fetch for every followed partition (in the session: those whose state changed),
+    /// and what follows from its answer.
     async fn round(&mut self, connection: &mut LeaderConnection) -> Result<(), FetcherError> {
-        let followed: Vec<Arc<Partition>> = self.partitions.lock().values().cloned().collect();
-        let mut positions = HashMap::new();
-        let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
-        let quota_exceeded = self.quotas.is_exceeded(Side::Follower);
-        let now = tokio::time::Instant::now();
-        let followed_keys: BTreeSet<Key> = followed
-            .iter()
-            .map(|p| (p.topic.clone(), p.index))
-            .collect();
-        self.refused.retain(|k, _| followed_keys.contains(k));
-        for p in &followed {
-            let Ok(pos) = p.follower_position() else {
-                continue;
-            };
-            if let Some((until, _)) = self.refused.get(&(p.topic.clone(), p.index))
-                && *until > now
-            {
-                continue;
-            }
-            if quota_exceeded && self.throttled_out_of_sync(p) {
-                continue;
-            }
-            positions.insert((p.topic.clone(), p.index), (p.clone(), pos));
-            let mut fp = FetchPartition::default();
-            fp.partition = p.index;
-            fp.current_leader_epoch = pos.leader_epoch;
-            fp.fetch_offset = pos.fetch_offset;
-            fp.last_fetched_epoch = pos.last_fetched_epoch;
-            fp.log_start_offset = pos.log_start_offset;
-            fp.partition_max_bytes = clamp_i32(self.config.partition_max_bytes);
-            topics.entry(p.topic.clone()).or_default().push(fp);
-        }
-        if topics.is_empty() {
+        let (positions, wanted) = self.wanted();
+        if wanted.is_empty() {
             // Nothing to ask for (every partition throttled, or none with a position): as
             // Kafka's fetcher, back off `replica.fetch.backoff.ms` rather than send an empty
             // Fetch (which the leader would answer at once).
@@ -329,27 +349,38 @@ impl FetcherTask {
             }
             return Ok(());
         }
-        let mut request = FetchRequest::default();
-        request.replica_id = BrokerId(self.config.node_id);
-        request.max_wait_ms = REPLICA_FETCH_WAIT_MAX_MS;
-        request.min_bytes = 1;
-        request.max_bytes = clamp_i32(self.config.response_max_bytes);
-        request.session_epoch = -1;
-        request.topics = topics
-            .into_iter()
-            .map(|(name, partitions)| {
-                let mut t = FetchTopic::default();
-                t.topic = TopicName(StrBytes::from_string(name.to_string()));
-                t.partitions = partitions;
-                t
-            })
+        // Topics by id, for the answer (every partition of the session may be in it).
+        let names: HashMap<uuid::Uuid, Arc<str>> = wanted
+            .iter()
+            .map(|(k, w)| (w.topic_id, k.0.clone()))
             .collect();
+        let built = self.session.build(wanted);
+        let (request, version) = self.request(&built);
         let response: FetchResponse = connection
-            .call(ApiKey::Fetch, FETCH_VERSION, &request, CALL_TIMEOUT)
+            .call(ApiKey::Fetch, version, &request, CALL_TIMEOUT)
             .await?;
+        if !self
+            .session
+            .handle_response(response.error_code, response.session_id)
+        {
+            tracing::debug!(
+                leader_id = self.leader_id,
+                code = response.error_code,
+                "fetch session refused; the next fetch is a full one"
+            );
+            return Ok(());
+        }
         for t in response.responses {
+            let topic: Arc<str> = if version >= 13 {
+                match names.get(&t.topic_id) {
+                    Some(name) => name.clone(),
+                    None => continue,
+                }
+            } else {
+                Arc::from(t.topic.0.as_str())
+            };
             for r in t.partitions {
-                let key: Key = (Arc::from(t.topic.0.as_str()), r.partition_index);
+                let key: Key = (topic.clone(), r.partition_index);
                 let Some((partition, pos)) = positions.get(&key) else {
                     continue;
                 };
@@ -374,6 +405,121 @@ impl FetcherTask {
             }
         }
         Ok(())
+    }
+
+    /// Every partition to fetch now, with its position and fetch state: followed, with a
+    /// position, not in its error backoff, not held back by the follower throttle.
+    #[allow(clippy::type_complexity)]
+    fn wanted(
+        &mut self,
+    ) -> (
+        HashMap<Key, (Arc<Partition>, crate::partition::FollowerPosition)>,
+        BTreeMap<Key, Wanted>,
+    ) {
+        let followed: Vec<Arc<Partition>> = self.partitions.lock().values().cloned().collect();
+        let mut positions = HashMap::new();
+        let mut wanted = BTreeMap::new();
+        let quota_exceeded = self.quotas.is_exceeded(Side::Follower);
+        let now = tokio::time::Instant::now();
+        let followed_keys: BTreeSet<Key> = followed
+            .iter()
+            .map(|p| (p.topic.clone(), p.index))
+            .collect();
+        self.refused.retain(|k, _| followed_keys.contains(k));
+        let topic_ids = self.image.topic_ids.read();
+        for p in &followed {
+            let Ok(pos) = p.follower_position() else {
+                continue;
+            };
+            let key: Key = (p.topic.clone(), p.index);
+            if let Some((until, _)) = self.refused.get(&key)
+                && *until > now
+            {
+                continue;
+            }
+            if quota_exceeded && self.throttled_out_of_sync(p) {
+                continue;
+            }
+            let params = PartitionParams {
+                fetch_offset: pos.fetch_offset,
+                partition_max_bytes: clamp_i32(self.config.partition_max_bytes),
+                current_leader_epoch: pos.leader_epoch,
+                last_fetched_epoch: pos.last_fetched_epoch,
+                log_start_offset: pos.log_start_offset,
+            };
+            let topic_id = topic_ids.get(&*p.topic).copied().unwrap_or_default();
+            wanted.insert(key.clone(), Wanted { topic_id, params });
+            positions.insert(key, (p.clone(), pos));
+        }
+        (positions, wanted)
+    }
+
+    /// The Fetch request for `built`, and its version.
+    fn request(&self, built: &Built) -> (FetchRequest, i16) {
+        let version = if built.uses_topic_ids {
+            FETCH_VERSION
+        } else {
+            FETCH_VERSION_BY_NAME
+        };
+        let mut request = FetchRequest::default();
+        if version >= 15 {
+            let mut state = ReplicaState::default();
+            state.replica_id = BrokerId(self.config.node_id);
+            state.replica_epoch = self
+                .image
+                .broker_epoch
+                .load(std::sync::atomic::Ordering::Relaxed);
+            request.replica_state = state;
+        } else {
+            request.replica_id = BrokerId(self.config.node_id);
+        }
+        request.max_wait_ms = REPLICA_FETCH_WAIT_MAX_MS;
+        request.min_bytes = 1;
+        request.max_bytes = clamp_i32(self.config.response_max_bytes);
+        request.session_id = built.session_id;
+        request.session_epoch = built.session_epoch;
+        let mut topics: BTreeMap<(Arc<str>, uuid::Uuid), Vec<FetchPartition>> = BTreeMap::new();
+        for ((topic, index), w) in &built.to_send {
+            let mut fp = FetchPartition::default();
+            fp.partition = *index;
+            fp.current_leader_epoch = w.params.current_leader_epoch;
+            fp.fetch_offset = w.params.fetch_offset;
+            fp.last_fetched_epoch = w.params.last_fetched_epoch;
+            fp.log_start_offset = w.params.log_start_offset;
+            fp.partition_max_bytes = w.params.partition_max_bytes;
+            topics
+                .entry((topic.clone(), w.topic_id))
+                .or_default()
+                .push(fp);
+        }
+        request.topics = topics
+            .into_iter()
+            .map(|((name, id), partitions)| {
+                let mut t = FetchTopic::default();
+                t.topic = TopicName(StrBytes::from_string(name.to_string()));
+                t.topic_id = id;
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        let mut forgotten: BTreeMap<(Arc<str>, uuid::Uuid), Vec<i32>> = BTreeMap::new();
+        for ((topic, index), id) in &built.forgotten {
+            forgotten
+                .entry((topic.clone(), *id))
+                .or_default()
+                .push(*index);
+        }
+        request.forgotten_topics_data = forgotten
+            .into_iter()
+            .map(|((name, id), partitions)| {
+                let mut t = ForgottenTopic::default();
+                t.topic = TopicName(StrBytes::from_string(name.to_string()));
+                t.topic_id = id;
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        (request, version)
     }
 
     /// Kafka's `shouldFollowerThrottle` (with the quota exceeded): the partition is throttled

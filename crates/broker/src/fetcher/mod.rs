@@ -6,6 +6,7 @@ pub mod apply;
 pub(crate) mod connection;
 pub mod manager;
 mod roles;
+pub mod session;
 
 pub use apply::{Applied, FetchedPartition, apply, replicate_once, whole_batches};
 pub use connection::FetcherError;

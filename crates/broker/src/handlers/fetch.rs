@@ -1,5 +1,10 @@
 //! Fetch (1): long poll honouring max_wait_ms / min_bytes / max_bytes and per-partition
 //! limits; whole batches straight from segment slices into the zero-copy response writer.
+//! v13+ names topics by id (an id the image does not know: UNKNOWN_TOPIC_ID; one whose local
+//! log belongs to another id: INCONSISTENT_TOPIC_ID); v15+ carries a follower's id and broker
+//! epoch in `replica_state` (a broker epoch older than the image's: NOT_LEADER_OR_FOLLOWER,
+//! and the fetch does not move the follower's state, as Kafka's `updateFetchStateOrThrow`).
+//! Followers fetch in incremental fetch sessions ([`super::fetch_session`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,12 +14,16 @@ use futures::future::select_all;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::FetchRequest;
 use streamforge_protocol::fetch_writer::{
-    AbortedTxn, FetchPartition, FetchResponseParts, FetchTopic, write_fetch_response,
+    AbortedTxn, FETCH_TOPIC_ID_VERSION, FetchPartition, FetchResponseParts, FetchTopic,
+    write_fetch_response,
 };
 use streamforge_protocol::{RequestFrame, ResponseFrame};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::fetch_session::{
+    Answered, Opened, PartitionParams, SessionContext, SessionKey, SessionRequest, TopicRef,
+};
 use crate::BrokerState;
 use crate::partition::replica_selector::ReplicaSelectorKind;
 use crate::partition::{FetchIsolation, FetchParams};
@@ -35,7 +44,16 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     // Time spent working (not in the long poll): what request_percentage counts.
     let mut busy = BusyTime::start();
     let request: FetchRequest = req.decode()?;
-    let mut plan = FetchPlan::new(&state.config, &request, req.api_version);
+    let session = session_request(&request, req.api_version, req.body.len());
+    let opened = if session.needs_cache() {
+        (state.fetch_sessions.lock()).open(session, state.clock.now_ms())
+    } else {
+        super::fetch_session::sessionless(session)
+    };
+    if let SessionContext::Error(code) = opened.context {
+        return Ok(Some(session_error(&req, code)));
+    }
+    let mut plan = FetchPlan::new(&state, &request, req.api_version, opened);
     if plan.replica_id < 0
         && let Some(cap) = state.quotas.fetch_bytes_max(ClientIdentity::of(&req))
     {
@@ -50,8 +68,9 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
         // Subscribe before reading so an append between the read and the wait is not missed.
         let mut watchers: Vec<watch::Receiver<i64>> = Vec::new();
         for (topic, partitions) in &plan.topics {
+            let Some(name) = &topic.name else { continue };
             for p in partitions {
-                if let Some(part) = state.replicas.partition(topic, p.partition) {
+                if let Some(part) = state.replicas.partition(name, p.partition) {
                     watchers.push(part.watch_high_watermark());
                 }
             }
@@ -137,6 +156,18 @@ impl ReadReplicaCounts {
     }
 }
 
+/// One topic of a request: as it was named, and the local topic it resolves to.
+struct PlannedTopic {
+    key: TopicRef,
+    /// The topic's name (`None`: an id this broker does not know).
+    name: Option<String>,
+    /// The id written in the answer (v13+).
+    id: [u8; 16],
+    /// Every partition of the topic is answered with this error (UNKNOWN_TOPIC_ID,
+    /// INCONSISTENT_TOPIC_ID).
+    error: Option<ResponseError>,
+}
+
 /// One partition to read, as the request named it (the last entry if it named it twice).
 struct PlannedPartition {
     partition: i32,
@@ -156,7 +187,12 @@ struct PlannedPartition {
 /// last; a 35 KB request naming one partition 4,300 times could otherwise ask for 4,300 copies.
 struct FetchPlan {
     /// Topics in order of first mention, each with its partitions.
-    topics: Vec<(String, Vec<PlannedPartition>)>,
+    topics: Vec<(PlannedTopic, Vec<PlannedPartition>)>,
+    /// The fetch session's answer: full or incremental, and its session id.
+    session: SessionContext,
+    /// A follower whose broker epoch (v15+ `replica_epoch`) is older than the image's: its
+    /// partitions are answered NOT_LEADER_OR_FOLLOWER and its state does not move.
+    stale_broker_epoch: bool,
     response_max_bytes: usize,
     isolation: FetchIsolation,
     replica_id: i32,
@@ -176,16 +212,22 @@ impl FetchPlan {
         self.denied = self
             .topics
             .iter()
-            .map(|(name, _)| {
-                follower_denied || (self.replica_id < 0 && !access.topic(Operation::Read, name))
+            .map(|(topic, _)| {
+                let read_denied = topic
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| !access.topic(Operation::Read, name));
+                follower_denied || (self.replica_id < 0 && read_denied)
             })
             .collect();
     }
 
-    fn new(config: &crate::BrokerConfig, request: &FetchRequest, version: i16) -> FetchPlan {
+    fn new(state: &BrokerState, request: &FetchRequest, version: i16, opened: Opened) -> FetchPlan {
+        let config = &state.config;
         // Kafka: a follower's fetch (replica id >= 0) is bounded by the replica settings, a
         // consumer's by fetch.max.bytes; the request's max_bytes can only lower them.
-        let from_replica = request.replica_id.0 >= 0;
+        let (replica_id, replica_epoch) = replica_of(request, version);
+        let from_replica = replica_id >= 0;
         let (broker_max, partition_cap) = if from_replica {
             (
                 config.replica_fetch_response_max_bytes,
@@ -199,44 +241,159 @@ impl FetchPlan {
         } else {
             request.max_bytes as usize
         };
-        let mut topics: Vec<(String, Vec<PlannedPartition>)> = Vec::new();
-        // Both lookups hashed: a request of up to `socket.request.max.bytes` can name
-        // millions of topic-partitions, and a scan per entry would be quadratic.
-        let mut topic_index: HashMap<&str, usize> = HashMap::new();
-        let mut index: HashMap<(&str, i32), (usize, usize)> = HashMap::new();
-        for t in &request.topics {
-            for p in &t.partitions {
-                let planned = PlannedPartition {
-                    partition: p.partition,
+        // The image only where it is needed: topic ids, a follower's broker epoch.
+        let image =
+            (from_replica || version >= FETCH_TOPIC_ID_VERSION).then(|| state.replicas.image());
+        let stale_broker_epoch = from_replica
+            && replica_epoch >= 0
+            && image
+                .as_ref()
+                .and_then(|i| i.broker(replica_id))
+                .is_some_and(|b| b.epoch > replica_epoch);
+        let mut topics: Vec<(PlannedTopic, Vec<PlannedPartition>)> = Vec::new();
+        // Hashed: a request of up to `socket.request.max.bytes` can name millions of
+        // topic-partitions (the session has made each one unique), and a scan per entry
+        // would be quadratic.
+        let mut topic_index: HashMap<TopicRef, usize> = HashMap::new();
+        for ((key, partition), params) in opened.partitions {
+            let ti = match topic_index.get(&key) {
+                Some(&ti) => ti,
+                None => {
+                    topic_index.insert(key.clone(), topics.len());
+                    topics.push((resolve_topic(state, image.as_ref(), key), Vec::new()));
+                    topics.len() - 1
+                }
+            };
+            topics[ti].1.push(PlannedPartition {
+                partition,
+                fetch_offset: params.fetch_offset,
+                partition_max_bytes: (params.partition_max_bytes.max(0) as usize)
+                    .min(partition_cap),
+                current_leader_epoch: params.current_leader_epoch,
+                last_fetched_epoch: params.last_fetched_epoch,
+                log_start_offset: params.log_start_offset,
+            });
+        }
+        FetchPlan {
+            topics,
+            session: opened.context,
+            stale_broker_epoch,
+            response_max_bytes: requested.min(broker_max),
+            isolation: FetchIsolation::for_fetch(replica_id, request.isolation_level),
+            replica_id,
+            client_rack: request.rack_id.to_string(),
+            any_replica: version >= 11 && replica_id < 0,
+            denied: Vec::new(),
+        }
+    }
+}
+
+/// The fetching replica's id and broker epoch: v15+ from `replica_state`, before from the
+/// `replica_id` field (with no epoch, -1).
+fn replica_of(request: &FetchRequest, version: i16) -> (i32, i64) {
+    if version >= 15 {
+        (
+            request.replica_state.replica_id.0,
+            request.replica_state.replica_epoch,
+        )
+    } else {
+        (request.replica_id.0, -1)
+    }
+}
+
+/// The session fields of `request`, its partitions keyed as it names them.
+fn session_request(request: &FetchRequest, version: i16, request_bytes: usize) -> SessionRequest {
+    let uses_topic_ids = version >= FETCH_TOPIC_ID_VERSION;
+    let topic_ref = |name: &str, id: uuid::Uuid| {
+        if uses_topic_ids {
+            TopicRef::Id(id)
+        } else {
+            TopicRef::Name(name.to_string())
+        }
+    };
+    let partitions = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            let key = topic_ref(t.topic.0.as_str(), t.topic_id);
+            t.partitions.iter().map(move |p| {
+                let params = PartitionParams {
                     fetch_offset: p.fetch_offset,
-                    partition_max_bytes: (p.partition_max_bytes.max(0) as usize).min(partition_cap),
+                    partition_max_bytes: p.partition_max_bytes,
                     current_leader_epoch: p.current_leader_epoch,
                     last_fetched_epoch: p.last_fetched_epoch,
                     log_start_offset: p.log_start_offset,
                 };
-                match index.get(&(t.topic.0.as_str(), p.partition)) {
-                    Some(&(ti, pi)) => topics[ti].1[pi] = planned,
-                    None => {
-                        let ti = *topic_index.entry(t.topic.0.as_str()).or_insert_with(|| {
-                            topics.push((t.topic.0.to_string(), Vec::new()));
-                            topics.len() - 1
-                        });
-                        index.insert((t.topic.0.as_str(), p.partition), (ti, topics[ti].1.len()));
-                        topics[ti].1.push(planned);
-                    }
-                }
+                ((key.clone(), p.partition), params)
+            })
+        })
+        .collect();
+    let forgotten = request
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| {
+            let key = topic_ref(t.topic.0.as_str(), t.topic_id);
+            t.partitions.iter().map(move |&p| (key.clone(), p))
+        })
+        .collect();
+    let (replica_id, _) = replica_of(request, version);
+    SessionRequest {
+        // Before v7 there are no sessions: the codec's defaults (0, -1) mean sessionless.
+        session_id: request.session_id,
+        session_epoch: request.session_epoch,
+        replica_id,
+        uses_topic_ids,
+        partitions,
+        forgotten,
+        request_bytes,
+    }
+}
+
+/// The local topic a request's topic names: by name, or by id through the metadata image
+/// (UNKNOWN_TOPIC_ID when the image has no such id; INCONSISTENT_TOPIC_ID when the topic
+/// hosted here under that name has another id, as during a delete and re-create).
+fn resolve_topic(
+    state: &BrokerState,
+    image: Option<&streamforge_metadata::MetadataImage>,
+    key: TopicRef,
+) -> PlannedTopic {
+    match &key {
+        // The id is written only at v13+, where topics are named by id.
+        TopicRef::Name(name) => PlannedTopic {
+            name: Some(name.clone()),
+            id: [0; 16],
+            error: None,
+            key,
+        },
+        TopicRef::Id(id) => {
+            let name = image.and_then(|i| i.topic(*id)).map(|t| t.name.clone());
+            let error = match &name {
+                None => Some(ResponseError::UnknownTopicId),
+                Some(name) => state
+                    .replicas
+                    .topic(name)
+                    .is_some_and(|hosted| hosted.id != *id)
+                    .then_some(ResponseError::InconsistentTopicId),
+            };
+            PlannedTopic {
+                name,
+                id: id.into_bytes(),
+                error,
+                key,
             }
         }
-        FetchPlan {
-            topics,
-            response_max_bytes: requested.min(broker_max),
-            isolation: FetchIsolation::for_fetch(request.replica_id.0, request.isolation_level),
-            replica_id: request.replica_id.0,
-            client_rack: request.rack_id.to_string(),
-            any_replica: version >= 11 && request.replica_id.0 < 0,
-            denied: Vec::new(),
-        }
     }
+}
+
+/// A Fetch refused as a whole (a fetch session error): the code, no partitions.
+fn session_error(req: &RequestFrame, code: i16) -> ResponseFrame {
+    let parts = FetchResponseParts {
+        throttle_time_ms: 0,
+        error_code: code,
+        session_id: super::fetch_session::NO_SESSION,
+        topics: Vec::new(),
+    };
+    write_fetch_response(req.api_version, req.correlation_id, &parts)
 }
 
 async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
@@ -252,9 +409,10 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
     // Reassignment throttles: measured once a pass (what is sent is recorded at the response).
     let quotas = state.replicas.replication_quotas();
     let leader_quota_exceeded = plan.replica_id >= 0 && quotas.is_exceeded(Side::Leader);
-    for (ti, (name, partitions)) in plan.topics.iter().enumerate() {
+    for (ti, (planned, partitions)) in plan.topics.iter().enumerate() {
         let mut topic = FetchTopic {
-            name: name.clone(),
+            name: planned.name.clone().unwrap_or_default(),
+            topic_id: planned.id,
             partitions: Vec::with_capacity(partitions.len()),
         };
         for p in partitions {
@@ -266,8 +424,17 @@ async fn read_all(state: &BrokerState, plan: &FetchPlan) -> FetchPass {
                 aborted_transactions: read_committed.then(Vec::new),
                 ..Default::default()
             };
-            if plan.denied.get(ti).copied().unwrap_or(false) {
-                fp.error_code = ResponseError::TopicAuthorizationFailed.code();
+            let refused = if plan.denied.get(ti).copied().unwrap_or(false) {
+                Some(ResponseError::TopicAuthorizationFailed)
+            } else if planned.error.is_some() {
+                planned.error
+            } else if plan.stale_broker_epoch {
+                Some(ResponseError::NotLeaderOrFollower)
+            } else {
+                None
+            };
+            if let Some(error) = refused {
+                fp.error_code = error.code();
                 out.errors = true;
                 topic.partitions.push(fp);
                 continue;
@@ -419,14 +586,15 @@ fn preferred_read_replica(
 fn respond(
     state: &BrokerState,
     req: &RequestFrame,
-    read: FetchPass,
+    mut read: FetchPass,
     plan: &FetchPlan,
     busy: std::time::Duration,
 ) -> ResponseFrame {
+    keep_session_news(state, plan, &mut read.topics);
     let mut parts = FetchResponseParts {
         throttle_time_ms: 0,
         error_code: 0,
-        session_id: 0, // sessionless: every fetch is a full fetch
+        session_id: plan.session.session_id(),
         topics: Vec::new(),
     };
     let read_replicas = read.read_replicas;
@@ -455,6 +623,33 @@ fn respond(
     let mut throttled = write_fetch_response(req.api_version, req.correlation_id, &empty);
     throttled.throttle_ms = throttle_ms;
     throttled
+}
+
+/// In a fetch session: record what the answer tells the fetcher of each partition, and (in
+/// an incremental answer) leave out the partitions with nothing new (no records, no error,
+/// the same offsets as last told), as Kafka's `IncrementalFetchContext`.
+fn keep_session_news(state: &BrokerState, plan: &FetchPlan, topics: &mut Vec<FetchTopic>) {
+    if plan.session.session_id() == super::fetch_session::NO_SESSION {
+        return;
+    }
+    let mut sessions = state.fetch_sessions.lock();
+    for ((planned, _), topic) in plan.topics.iter().zip(topics.iter_mut()) {
+        topic.partitions.retain(|p| {
+            let key: SessionKey = (planned.key.clone(), p.partition_index);
+            let answered = Answered {
+                high_watermark: p.high_watermark,
+                last_stable_offset: p.last_stable_offset,
+                log_start_offset: p.log_start_offset,
+            };
+            let must = p.error_code != 0
+                || !p.records.is_empty()
+                || p.diverging_epoch.is_some()
+                || p.preferred_read_replica.is_some();
+            sessions.include(plan.session, &key, answered, must)
+        });
+    }
+    drop(sessions);
+    topics.retain(|t| !t.partitions.is_empty());
 }
 
 fn encode(req: &RequestFrame, read: FetchPass, parts: &mut FetchResponseParts) -> ResponseFrame {

@@ -13,6 +13,7 @@ pub mod describe_quorum;
 pub mod describe_topic_partitions;
 pub mod elect_leaders;
 pub mod fetch;
+pub mod fetch_session;
 pub mod group_protocol;
 pub mod groups;
 mod groups_acl;

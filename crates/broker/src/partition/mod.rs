@@ -41,7 +41,8 @@ pub use offsets::{DELETE_TO_HIGH_WATERMARK, FoundOffset, OffsetSpec};
 pub use read::{ConsumerFetch, FetchIsolation, FetchParams, ReadResult};
 pub use replica_progress::{FollowerProgress, IsrChangeCounts, ReplicaProgress};
 pub use replication::{
-    AlterPartitionIntent, FollowerFetch, FollowerRead, IsrChangeSink, OpenHighWatermark,
+    AlterPartitionIntent, FollowerFetch, FollowerPosition, FollowerRead, IsrChangeSink,
+    OpenHighWatermark,
 };
 pub use txn::MarkerResult;
 
