@@ -1,11 +1,20 @@
 //! The consumer: assign or subscribe (classic group protocol), pipelined fetches, auto and
 //! manual commit, seek by offset or timestamp, decompression and CRC verification.
-use std::collections::{HashMap, VecDeque};
+//!
+//! Fetching, as Kafka's Java consumer and librdkafka do it: each leader broker has at most one
+//! Fetch in flight, for its assigned partitions that have a position, no Fetch in flight and no
+//! records waiting to be returned. Each broker's response is delivered as soon as it arrives,
+//! and that broker gets its next Fetch without waiting for the others, so one broker's empty
+//! long poll (`fetch_max_wait_ms`) never holds back records another broker already returned.
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -115,9 +124,14 @@ struct PartitionFetch {
     records: Bytes,
 }
 
-struct InFlightFetch {
+/// What one broker's Fetch task hands back.
+struct BrokerFetch {
+    leader: i32,
+    /// The consumer's epoch when the Fetch was sent; a different one now means stale.
     epoch: u64,
-    handle: JoinHandle<Result<Vec<PartitionFetch>>>,
+    /// The partitions the Fetch asked for (in flight until this comes back).
+    tps: Vec<(Arc<str>, i32)>,
+    result: Result<Vec<PartitionFetch>>,
 }
 
 /// An async Kafka consumer.
@@ -129,7 +143,12 @@ pub struct Consumer {
     positions: HashMap<(Arc<str>, i32), Option<i64>>,
     high_watermarks: HashMap<(Arc<str>, i32), i64>,
     membership: Option<Membership>,
-    in_flight: Option<InFlightFetch>,
+    /// One Fetch task per broker with a Fetch in flight (never more than one per broker).
+    in_flight: FuturesUnordered<JoinHandle<BrokerFetch>>,
+    /// Brokers with a Fetch in flight.
+    fetching_brokers: HashSet<i32>,
+    /// Partitions with a Fetch in flight: a partition is never in two Fetches at once.
+    fetching_partitions: HashSet<(Arc<str>, i32)>,
     /// Bumped on every seek or assignment change; stale prefetches are dropped.
     epoch: u64,
     buffered: VecDeque<ConsumerRecord>,
@@ -150,7 +169,9 @@ impl Consumer {
             positions: HashMap::new(),
             high_watermarks: HashMap::new(),
             membership: None,
-            in_flight: None,
+            in_flight: FuturesUnordered::new(),
+            fetching_brokers: HashSet::new(),
+            fetching_partitions: HashSet::new(),
             epoch: 0,
             buffered: VecDeque::new(),
             buffered_batches: VecDeque::new(),
@@ -196,9 +217,17 @@ impl Consumer {
         self.epoch += 1;
         self.buffered.clear();
         self.buffered_batches.clear();
-        if let Some(f) = self.in_flight.take() {
-            f.handle.abort();
+        self.abort_fetches();
+    }
+
+    /// Drops every Fetch in flight (their responses are never looked at).
+    fn abort_fetches(&mut self) {
+        for handle in self.in_flight.iter() {
+            handle.abort();
         }
+        self.in_flight = FuturesUnordered::new();
+        self.fetching_brokers.clear();
+        self.fetching_partitions.clear();
     }
 
     /// Partitions currently assigned.
@@ -401,6 +430,9 @@ impl Consumer {
         for b in std::mem::take(&mut self.buffered_batches) {
             out.extend(b.records()?);
         }
+        // Pipelining: every record is handed out, so the next Fetches run while the caller
+        // handles these.
+        self.start_fetches();
         Ok(out)
     }
 
@@ -417,8 +449,8 @@ impl Consumer {
             if self.has_buffered() {
                 return Ok(());
             }
+            let left = deadline.saturating_duration_since(Instant::now());
             if self.positions.is_empty() {
-                let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Ok(());
                 }
@@ -426,37 +458,39 @@ impl Consumer {
                 continue;
             }
             self.resolve_positions().await?;
-            if self.in_flight.is_none() {
-                self.start_fetch();
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let Some(f) = self.in_flight.as_mut() else {
-                continue;
-            };
-            let res = match tokio::time::timeout(left, &mut f.handle).await {
-                Err(_) => return Ok(()),
-                Ok(r) => r,
-            };
-            let f = self.in_flight.take().expect("in flight");
-            let fetched = match res {
-                Ok(Ok(v)) => v,
-                Ok(Err(e)) if e.is_retriable() => {
-                    debug!(error = %e, "fetch failed, retrying");
-                    self.cluster.invalidate_metadata();
-                    tokio::time::sleep(Duration::from_millis(self.config.client.retry_backoff_ms))
-                        .await;
-                    continue;
+            if let Err(e) = self.refresh_leaders().await {
+                if !e.is_retriable() {
+                    return Err(e);
                 }
-                Ok(Err(e)) => return Err(e),
-                Err(_) => continue, // aborted by a seek
-            };
-            if f.epoch != self.epoch {
+                debug!(error = %e, "leader lookup failed, retrying");
+                self.cluster.invalidate_metadata();
+                let backoff = Duration::from_millis(self.config.client.retry_backoff_ms);
+                tokio::time::sleep(backoff.min(left)).await;
+                if Instant::now() >= deadline {
+                    return Ok(());
+                }
                 continue;
             }
-            self.process_fetch(fetched)?;
-            // Pipelining: the next fetch runs while the caller handles these records.
-            if self.has_buffered() || Instant::now() < deadline {
-                self.start_fetch();
+            self.start_fetches();
+            if self.in_flight.is_empty() {
+                // No partition has a known leader yet.
+                if left.is_zero() {
+                    return Ok(());
+                }
+                let backoff = Duration::from_millis(self.config.client.retry_backoff_ms);
+                tokio::time::sleep(backoff.min(left)).await;
+                continue;
+            }
+            let done = match tokio::time::timeout(left, self.in_flight.next()).await {
+                Err(_) => return Ok(()),
+                Ok(None) => continue,
+                Ok(Some(done)) => done,
+            };
+            self.finish_fetch(done)?;
+            // Other brokers' responses that are already here are delivered with it (at most one
+            // per broker: each has one Fetch in flight).
+            while let Some(Some(done)) = self.in_flight.next().now_or_never() {
+                self.finish_fetch(done)?;
             }
             if self.has_buffered() || Instant::now() >= deadline {
                 return Ok(());
@@ -464,22 +498,100 @@ impl Consumer {
         }
     }
 
-    fn start_fetch(&mut self) {
-        let wanted: Vec<Wanted> = self
+    /// Makes sure the metadata of the topics of partitions about to be fetched is fresh (a
+    /// NOT_LEADER or fenced-epoch answer invalidates it) and names a leader for each partition.
+    async fn refresh_leaders(&self) -> Result<()> {
+        let mut topics: Vec<&Arc<str>> = self
             .positions
             .iter()
-            .filter_map(|(tp, o)| o.map(|o| (tp.clone(), o)))
+            .filter(|(tp, o)| o.is_some() && !self.fetching_partitions.contains(*tp))
+            .map(|((t, _), _)| t)
             .collect();
-        if wanted.is_empty() {
-            return;
+        topics.sort();
+        topics.dedup();
+        for t in topics {
+            self.cluster.topic(t, false).await?;
         }
-        let cluster = self.cluster.clone();
-        let cfg = self.config.clone();
-        let handle = tokio::spawn(async move { fetch_all(&cluster, &cfg, wanted).await });
-        self.in_flight = Some(InFlightFetch {
-            epoch: self.epoch,
-            handle,
-        });
+        Ok(())
+    }
+
+    /// Sends a Fetch to each leader that has none in flight, for its partitions that have a
+    /// position and are not in a Fetch already. Only called with no records buffered (they
+    /// were all handed out), so no partition has data waiting to be returned.
+    fn start_fetches(&mut self) {
+        debug_assert!(!self.has_buffered());
+        let metadata = self.cluster.metadata();
+        let mut by_leader: HashMap<i32, Vec<Wanted>> = HashMap::new();
+        for (tp, o) in &self.positions {
+            let Some(o) = *o else { continue };
+            if self.fetching_partitions.contains(tp) {
+                continue;
+            }
+            // Without a known leader the partition waits for `refresh_leaders`.
+            let Some(leader) = metadata.leader(&tp.0, tp.1) else {
+                continue;
+            };
+            if self.fetching_brokers.contains(&leader) {
+                continue;
+            }
+            by_leader.entry(leader).or_default().push((tp.clone(), o));
+        }
+        for (leader, parts) in by_leader {
+            let tps: Vec<(Arc<str>, i32)> = parts.iter().map(|(tp, _)| tp.clone()).collect();
+            self.fetching_brokers.insert(leader);
+            self.fetching_partitions.extend(tps.iter().cloned());
+            let cluster = self.cluster.clone();
+            let cfg = self.config.clone();
+            let epoch = self.epoch;
+            self.in_flight.push(tokio::spawn(async move {
+                let result = fetch_from(&cluster, &cfg, leader, parts).await;
+                if let Err(e) = &result
+                    && e.is_retriable()
+                {
+                    // Back off this broker only; the others keep fetching.
+                    tokio::time::sleep(Duration::from_millis(cfg.client.retry_backoff_ms)).await;
+                }
+                BrokerFetch {
+                    leader,
+                    epoch,
+                    tps,
+                    result,
+                }
+            }));
+        }
+    }
+
+    /// Takes one broker's Fetch result: its partitions may be fetched again, and its records
+    /// are buffered unless a seek or assignment change made it stale.
+    fn finish_fetch(
+        &mut self,
+        done: std::result::Result<BrokerFetch, tokio::task::JoinError>,
+    ) -> Result<()> {
+        let done = match done {
+            Ok(d) => d,
+            Err(e) => {
+                // Which broker is unknown: start every Fetch afresh.
+                warn!(error = %e, "fetch task failed");
+                self.abort_fetches();
+                return Ok(());
+            }
+        };
+        self.fetching_brokers.remove(&done.leader);
+        for tp in &done.tps {
+            self.fetching_partitions.remove(tp);
+        }
+        if done.epoch != self.epoch {
+            return Ok(());
+        }
+        match done.result {
+            Ok(fetched) => self.process_fetch(fetched),
+            Err(e) if e.is_retriable() => {
+                debug!(error = %e, broker = done.leader, "fetch failed, retrying");
+                self.cluster.invalidate_metadata();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn process_fetch(&mut self, fetched: Vec<PartitionFetch>) -> Result<()> {
@@ -644,9 +756,7 @@ impl Consumer {
 
     /// Commits (if auto-commit is on) and leaves the group.
     pub async fn close(mut self) -> Result<()> {
-        if let Some(f) = self.in_flight.take() {
-            f.handle.abort();
-        }
+        self.abort_fetches();
         if self.config.enable_auto_commit && self.config.group_id.is_some() {
             let _ = self.commit().await;
         }
@@ -667,27 +777,7 @@ enum Delivery {
 /// A partition to fetch and the offset to fetch from.
 type Wanted = ((Arc<str>, i32), i64);
 
-/// Fetches all wanted partitions, one request per leader, concurrently.
-async fn fetch_all(
-    cluster: &Arc<Cluster>,
-    cfg: &ConsumerConfig,
-    wanted: Vec<Wanted>,
-) -> Result<Vec<PartitionFetch>> {
-    let mut by_leader: HashMap<i32, Vec<Wanted>> = HashMap::new();
-    for (tp, off) in wanted {
-        let (leader, _) = cluster.leader_connection(&tp.0, tp.1).await?;
-        by_leader.entry(leader).or_default().push((tp, off));
-    }
-    let futs = by_leader
-        .into_iter()
-        .map(|(leader, parts)| fetch_from(cluster, cfg, leader, parts));
-    let mut out = Vec::new();
-    for r in futures::future::join_all(futs).await {
-        out.extend(r?);
-    }
-    Ok(out)
-}
-
+/// Fetches `parts` from their leader `leader` (one Fetch request).
 async fn fetch_from(
     cluster: &Arc<Cluster>,
     cfg: &ConsumerConfig,

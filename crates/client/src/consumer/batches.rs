@@ -94,6 +94,9 @@ impl Consumer {
                 "records of an earlier poll are still buffered".into(),
             ));
         }
-        Ok(self.buffered_batches.drain(..).collect())
+        let out = self.buffered_batches.drain(..).collect();
+        // Pipelining, as in `poll`.
+        self.start_fetches();
+        Ok(out)
     }
 }
