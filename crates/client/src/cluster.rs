@@ -19,6 +19,10 @@ use kafka_protocol::error::ParseResponseErrorCode;
 const METADATA_MAX_VERSION: i16 = 12;
 /// Attempts (with backoff) when waiting for a topic's leaders to appear.
 pub const MAX_METADATA_ATTEMPTS: u32 = 20;
+/// Metadata requests that may answer UNKNOWN_TOPIC_OR_PARTITION for a topic before it is
+/// reported unknown (without auto-creation): metadata propagation between brokers, bounded
+/// (0.6 s at the default backoff).
+const UNKNOWN_TOPIC_ATTEMPTS: u32 = 3;
 
 /// Settings shared by producer, consumer and admin.
 #[derive(Debug, Clone)]
@@ -361,11 +365,15 @@ impl Cluster {
                     return Ok(t.clone());
                 }
                 last_code = t.error_code;
+                // An unknown topic is asked about again a few times even without
+                // auto-creation: in a cluster the broker asked may not have applied a topic
+                // another broker just created (Kafka's producer waits up to max.block.ms).
+                let unknown = t.error_code == ResponseError::UnknownTopicOrPartition.code();
                 let retriable = matches!(
                     t.error_code.err(),
                     None | Some(ResponseError::LeaderNotAvailable)
-                ) || (allow_auto_create
-                    && t.error_code == ResponseError::UnknownTopicOrPartition.code());
+                ) || (unknown
+                    && (allow_auto_create || attempt < UNKNOWN_TOPIC_ATTEMPTS));
                 if !retriable {
                     break;
                 }
