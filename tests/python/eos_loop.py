@@ -60,6 +60,7 @@ class AppProcess:
 
     def __init__(self, bootstrap: str, src: str, dst: str, group: str, partitions: int, per_txn: int):
         self.args = [sys.executable, str(APP), bootstrap, src, dst, group, str(partitions), str(per_txn)]
+        self.where = (bootstrap, src, group, partitions)
         self.proc: subprocess.Popen | None = None
         self.previous_total = 0
         self.committed = 0
@@ -106,8 +107,28 @@ class AppProcess:
         deadline = time.monotonic() + PROGRESS_WAIT_S
         while self.committed <= beyond:
             assert self.proc.poll() is None, f"the app exited ({self.proc.returncode}) {what}: {self.stderr_tail}"
-            assert time.monotonic() < deadline, f"no commit for {PROGRESS_WAIT_S} s {what}: {self.stderr_tail}"
+            assert time.monotonic() < deadline, f"no commit for {PROGRESS_WAIT_S} s {what}: {self.diagnosis()}"
             time.sleep(0.05)
+
+    def diagnosis(self) -> str:
+        """What a stuck app was waiting for: the group's committed offsets as a plain read
+        answers them and as require_stable (read_committed) answers them, the input's ends, the
+        app's progress and its last log lines."""
+        bootstrap, src, group, partitions = self.where
+        tps = [TopicPartition(src, p) for p in range(partitions)]
+        out = [f"committed inputs: {self.total}"]
+        for isolation in ("read_uncommitted", "read_committed"):
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                          "isolation.level": isolation})
+            try:
+                out.append(f"{isolation} committed: {[tp.offset for tp in c.committed(tps, timeout=10)]}")
+                if isolation == "read_uncommitted":
+                    out.append(f"ends: {[c.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in tps]}")
+            except KafkaException as e:
+                out.append(f"{isolation}: {e}")
+            finally:
+                c.close()
+        return "; ".join(out) + f"; app log: {self.stderr_tail}"
 
     def kill(self) -> None:
         self.proc.kill()
@@ -120,8 +141,9 @@ class AppProcess:
         try:
             rc = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            diagnosis = self.diagnosis()
             self.kill()
-            raise AssertionError(f"the app did not drain the input in {timeout_s} s: {self.stderr_tail}")
+            raise AssertionError(f"the app did not drain the input in {timeout_s} s: {diagnosis}")
         time.sleep(0.2)  # the stdout reader takes the stats line
         assert rc == 0, f"the app failed: {self.stderr_tail}"
         self.proc = None

@@ -283,7 +283,7 @@ def test_exactly_once_when_the_broker_is_killed_at_random_points(broker, topic_n
     create_topic(broker.bootstrap, dst, partitions)
     feeder = Feeder(broker.bootstrap, src, partitions)
     feeder.feed(2 * batch)
-    app = AppProcess(broker.bootstrap, src, dst, group, partitions, per_txn=10)
+    app = AppProcess(broker.bootstrap, src, dst, group, partitions, per_txn=5)
     app.start()
     rng = random.Random(1717)
     started = time.monotonic()
@@ -292,7 +292,7 @@ def test_exactly_once_when_the_broker_is_killed_at_random_points(broker, topic_n
     try:
         for k in range(broker_kills):
             app.wait_progress(mark, f"after broker start {k}")
-            time.sleep(rng.uniform(0.0, 1.0))
+            time.sleep(rng.uniform(0.0, 0.8))
             busy += app.total < feeder.n
             broker.kill()
             time.sleep(rng.uniform(0.0, 0.5))

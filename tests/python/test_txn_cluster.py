@@ -203,7 +203,7 @@ def test_exactly_once_when_leaders_and_the_coordinator_are_killed_at_random_poin
 
     from eos_loop import AppProcess, Feeder, check_exactly_once, kills
 
-    src, dst, group, partitions, batch = "eos-in", "eos-out", "eos-cluster", 3, 500
+    src, dst, group, partitions, batch = "eos-in", "eos-out", "eos-cluster", 3, 1500
     brokers = start_cluster(broker_factory)
     wait_for("the cluster", lambda: cluster_view(brokers[0])[0] == [1, 2, 3])
     fs = admin(brokers[0]).create_topics(
@@ -220,6 +220,7 @@ def test_exactly_once_when_leaders_and_the_coordinator_are_killed_at_random_poin
     started = time.monotonic()
     victims: list[str] = []
     mark = 0
+    busy = 0  # kills that found input not yet committed: the app was in its transactions
 
     def all_in_sync(b):
         for topic in (src, dst, "__transaction_state", "__consumer_offsets"):
@@ -239,6 +240,7 @@ def test_exactly_once_when_leaders_and_the_coordinator_are_killed_at_random_poin
                 victim, what = leader(up, "__transaction_state", coordinator_partition), "coordinator"
             victims.append(f"{what} ({victim})")
             time.sleep(rng.uniform(0.0, 1.0))
+            busy += app.total < feeder.n
             brokers[victim - 1].kill()
             time.sleep(rng.uniform(0.0, 1.0))
             brokers[victim - 1].start()
@@ -251,5 +253,5 @@ def test_exactly_once_when_leaders_and_the_coordinator_are_killed_at_random_poin
         if app.proc is not None:
             app.kill()
     check_exactly_once(bootstrap, src, dst, group, partitions, feeder.n)
-    print(f"{len(victims)} kills ({', '.join(victims)}), {feeder.n} inputs, "
+    print(f"{len(victims)} kills ({', '.join(victims)}; {busy} with the app at work), {feeder.n} inputs, "
           f"{time.monotonic() - started:.1f} s; app: {app.stats}")
