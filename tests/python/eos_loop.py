@@ -22,6 +22,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 APP = Path(__file__).with_name("txn_app.py")
+HUNG_EXIT_CODE = 3  # txn_app.HUNG_EXIT_CODE
 # Bound on every wait of the loops: a restarted broker serves again, and the app commits again,
 # well within this (a stuck transaction or a hung client fails the test here).
 PROGRESS_WAIT_S = 60.0
@@ -102,10 +103,26 @@ class AppProcess:
                 key = " ".join(line.split(":")[1].split()[1:])  # "error NAME (where)"
                 self.stats[key] = self.stats.get(key, 0) + 1
 
+    def restart_if_hung(self) -> bool:
+        """Start the app again when it exited because a client call hung past its timeout (a
+        client bug, see txn_app.py: a supervisor restarts such an app); counted in `stats`."""
+        if self.proc.poll() != HUNG_EXIT_CODE:
+            return False
+        time.sleep(0.2)  # the stderr reader counts the HUNG line
+        self.stats["restarts after a hung client call"] = self.stats.get("restarts after a hung client call", 0) + 1
+        self.proc = None
+        self.start()
+        return True
+
     def wait_progress(self, beyond: int, what: str) -> None:
-        """Wait until this process has committed more than `beyond` inputs."""
+        """Wait until this process has committed more than `beyond` inputs (inputs committed by
+        this process: a restart after a hang starts from 0)."""
         deadline = time.monotonic() + PROGRESS_WAIT_S
         while self.committed <= beyond:
+            if self.restart_if_hung():
+                beyond = -1
+                deadline = time.monotonic() + PROGRESS_WAIT_S
+                continue
             assert self.proc.poll() is None, f"the app exited ({self.proc.returncode}) {what}: {self.stderr_tail}"
             assert time.monotonic() < deadline, f"no commit for {PROGRESS_WAIT_S} s {what}: {self.diagnosis()}"
             time.sleep(0.05)
@@ -122,12 +139,17 @@ class AppProcess:
                           "isolation.level": isolation})
             try:
                 out.append(f"{isolation} committed: {[tp.offset for tp in c.committed(tps, timeout=10)]}")
-                if isolation == "read_uncommitted":
-                    out.append(f"ends: {[c.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in tps]}")
+                ends = [c.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in tps]
+                out.append(f"{isolation} ends: {ends}")
             except KafkaException as e:
                 out.append(f"{isolation}: {e}")
             finally:
                 c.close()
+        try:
+            got = read_committed(bootstrap, src, partitions, want=1 << 30, wait_s=5)
+            out.append(f"a fresh read_committed consumer reads {[len(v) for v in got.values()]} in 5 s")
+        except KafkaException as e:
+            out.append(f"a fresh read_committed consumer: {e}")
         return "; ".join(out) + f"; app log: {self.stderr_tail}"
 
     def kill(self) -> None:
@@ -137,13 +159,20 @@ class AppProcess:
 
     def finish(self, timeout_s: float = 180.0) -> None:
         """Let the app exit once it has drained the input; it must exit 0."""
-        self.proc.stdin.close()
-        try:
-            rc = self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.proc.stdin.close()
+            try:
+                rc = self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+            if not self.restart_if_hung():
+                break
+        if self.proc.poll() is None:
             diagnosis = self.diagnosis()
             self.kill()
             raise AssertionError(f"the app did not drain the input in {timeout_s} s: {diagnosis}")
+        rc = self.proc.returncode
         time.sleep(0.2)  # the stdout reader takes the stats line
         assert rc == 0, f"the app failed: {self.stderr_tail}"
         self.proc = None

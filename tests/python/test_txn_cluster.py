@@ -203,7 +203,7 @@ def test_exactly_once_when_leaders_and_the_coordinator_are_killed_at_random_poin
 
     from eos_loop import AppProcess, Feeder, check_exactly_once, kills
 
-    src, dst, group, partitions, batch = "eos-in", "eos-out", "eos-cluster", 3, 1500
+    src, dst, group, partitions, batch = "eos-in", "eos-out", "eos-cluster", 3, 500
     brokers = start_cluster(broker_factory)
     wait_for("the cluster", lambda: cluster_view(brokers[0])[0] == [1, 2, 3])
     fs = admin(brokers[0]).create_topics(

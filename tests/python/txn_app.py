@@ -13,7 +13,8 @@ inputs committed by this process so far) to stdout, and on exit one `stats ...` 
 
 Once its stdin is at its end (at once when it is /dev/null) it exits 0 as soon as every
 partition's committed offset has reached the input's end and nothing new came for IDLE_EXIT_S (without a
-broker to ask, it keeps trying); 1 on an error it does not expect.
+broker to ask, it keeps trying); 1 on an error it does not expect; HUNG_EXIT_CODE when a client
+call hangs past its timeout.
 
 Usage: python3 txn_app.py BOOTSTRAP SRC DST GROUP PARTITIONS [MESSAGES_PER_TRANSACTION]
 """
@@ -29,11 +30,17 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 IDLE_EXIT_S = 4.0
 # Every client call waits at most this long; a broker restart takes a few seconds.
-CALL_TIMEOUT_S = 30
+CALL_TIMEOUT_S = 15
+# A call still blocked this long after its timeout hangs in the client: the app exits with
+# HUNG_EXIT_CODE, as a supervisor would restart it, and the test starts it again.
+HUNG_GRACE_S = 10
+HUNG_EXIT_CODE = 3
 # librdkafka 2.16 re-bootstraps when every broker is down (the single broker was killed) and
 # decommissions the brokers it knew; a decommissioned group coordinator leaves
 # send_offsets_to_transaction() waiting forever, past its timeout (librdkafka issues 5511 and
-# 5456). Without re-bootstrap the client keeps its brokers and reconnects to them.
+# 5456). Without re-bootstrap the client keeps its brokers and reconnects to them. In a cluster
+# a killed broker also leaves the Metadata answers and is decommissioned for that: the watchdog
+# below catches what is left of the hang.
 CLIENT_WORKAROUNDS = {"metadata.recovery.strategy": "none"}
 # Bound on the attempts of one step (a commit, an abort) before the producer is replaced.
 ATTEMPTS_MAX = 20
@@ -46,6 +53,8 @@ class App:
         self.tps = [TopicPartition(src, p) for p in range(partitions)]
         self.stats = {"commits": 0, "retried_commits": 0, "aborts": 0, "new_producers": 0, "rewinds": 0}
         self.committed_inputs = 0
+        self.call: tuple[str, float] | None = None  # the blocking client call under way, since
+        threading.Thread(target=self.watchdog, daemon=True).start()
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
             "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -55,6 +64,22 @@ class App:
         self.consumer.assign(list(self.tps))
         self.producer = self.new_producer()
 
+    def watchdog(self) -> None:
+        while True:
+            time.sleep(1)
+            call = self.call
+            if call is not None and time.monotonic() - call[1] > CALL_TIMEOUT_S + HUNG_GRACE_S:
+                print(f"txn_app: error HUNG ({call[0]}): blocked past its timeout; exiting", file=sys.stderr, flush=True)
+                os._exit(HUNG_EXIT_CODE)
+
+    def blocking(self, name: str, f, *args):
+        """`f(*args)`, watched."""
+        self.call = (name, time.monotonic())
+        try:
+            return f(*args)
+        finally:
+            self.call = None
+
     def new_producer(self) -> Producer:
         p = Producer({
             "bootstrap.servers": self.bootstrap, "transactional.id": f"{self.group}-app", "linger.ms": 2,
@@ -63,7 +88,7 @@ class App:
         })
         for attempt in range(ATTEMPTS_MAX):
             try:
-                p.init_transactions(CALL_TIMEOUT_S)
+                self.blocking("init_transactions", p.init_transactions, CALL_TIMEOUT_S)
                 return p
             except KafkaException as e:
                 if attempt + 1 == ATTEMPTS_MAX or not (e.args[0].retriable() or e.args[0].code() == KafkaError._TIMED_OUT):
@@ -82,7 +107,7 @@ class App:
         self.stats["rewinds"] += 1
         for attempt in range(ATTEMPTS_MAX):
             try:
-                committed = self.consumer.committed(list(self.tps), timeout=CALL_TIMEOUT_S)
+                committed = self.blocking("committed", self.consumer.committed, list(self.tps), CALL_TIMEOUT_S)
                 break
             except KafkaException as e:
                 if attempt + 1 == ATTEMPTS_MAX:
@@ -97,7 +122,7 @@ class App:
     def abort(self) -> None:
         for _ in range(ATTEMPTS_MAX):
             try:
-                self.producer.abort_transaction(CALL_TIMEOUT_S)
+                self.blocking("abort_transaction", self.producer.abort_transaction, CALL_TIMEOUT_S)
                 self.stats["aborts"] += 1
                 self.rewind()
                 return
@@ -115,10 +140,11 @@ class App:
             for m in msgs:
                 p.produce(self.dst, m.value().upper(), partition=m.partition())
             offsets = [TopicPartition(self.src, m.partition(), m.offset() + 1) for m in last_per_partition(msgs)]
-            p.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
+            self.blocking("send_offsets_to_transaction", p.send_offsets_to_transaction, offsets,
+                          self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
             for attempt in range(ATTEMPTS_MAX):
                 try:
-                    p.commit_transaction(CALL_TIMEOUT_S)
+                    self.blocking("commit_transaction", p.commit_transaction, CALL_TIMEOUT_S)
                     break
                 except KafkaException as e:
                     err = e.args[0]
@@ -145,7 +171,7 @@ class App:
         answers). Not the consumer's position: a partition this process consumed nothing from
         has none."""
         try:
-            for tp in self.consumer.committed(list(self.tps), timeout=5):
+            for tp in self.blocking("committed", self.consumer.committed, list(self.tps), 5):
                 _, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=False)
                 if tp.offset < high:
                     return False
