@@ -232,40 +232,81 @@ def test_offsets_sent_to_a_transaction_survive_a_broker_kill(broker, topic_name)
     assert read_all(broker.bootstrap, dst, "read_committed") == ["x"]
 
 
-def test_exactly_once_when_the_app_and_the_broker_are_killed_at_random_points(broker, topic_name):
+def test_exactly_once_when_the_app_is_killed_at_random_points(broker, topic_name):
     """The consume-transform-produce app (txn_app.py) is killed with SIGKILL at random points
-    and restarted, and the broker is killed once in between: the output read with
-    read_committed holds every input exactly once."""
+    and restarted (`eos_loop.kills(10)` times; the broker is also killed once in between): the
+    output read with read_committed holds every input exactly once, in order, and the group's
+    committed offsets are the input's end."""
     import random
-    import subprocess
-    import sys
-    from pathlib import Path
+
+    from eos_loop import AppProcess, Feeder, check_exactly_once, kills
 
     src, dst, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-eos"
-    n, partitions = 20000, 3
+    partitions, app_kills = 3, kills(10)
+    n = 2500 * app_kills
     create_topic(broker.bootstrap, src, partitions)
     create_topic(broker.bootstrap, dst, partitions)
-    feeder = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(n):
-        feeder.produce(src, f"m{i}".encode(), partition=i % partitions)
-    feeder.flush(30)
-    app = [sys.executable, str(Path(__file__).with_name("txn_app.py")), broker.bootstrap, src, dst, group,
-           str(partitions), "5"]
+    Feeder(broker.bootstrap, src, partitions).feed(n)
+    app = AppProcess(broker.bootstrap, src, dst, group, partitions, per_txn=5)
     rng = random.Random(17)
-    for round_ in range(8):
-        proc = subprocess.Popen(app, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    for round_ in range(app_kills):
+        app.start()
         time.sleep(rng.uniform(0.8, 2.0))
-        proc.kill()
-        proc.wait(timeout=10)
-        if round_ == 4:
+        app.kill()
+        if round_ == app_kills // 2:
             broker.restart(hard=True)
-    before_final = len(read_all(broker.bootstrap, dst, "read_committed", partitions=partitions, idle_s=1))
+    before_final = app.total
     assert before_final > 0, "the killed runs made progress"
-    final = subprocess.run(app, capture_output=True, text=True, timeout=120)
-    assert final.returncode == 0, final.stderr[-2000:]
-    out = read_all(broker.bootstrap, dst, "read_committed", partitions=partitions)
-    assert len(out) == n and sorted(out) == sorted(f"M{i}" for i in range(n)), (len(out), len(set(out)))
-    print(f"committed before the final run: {before_final} of {n}")
+    app.start()
+    app.finish()
+    check_exactly_once(broker.bootstrap, src, dst, group, partitions, n)
+    print(f"{app_kills} app kills, {n} inputs, {before_final} committed before the final run, "
+          f"{time.monotonic() - started:.1f} s; final run: {app.stats}")
+
+
+def test_exactly_once_when_the_broker_is_killed_at_random_points(broker, topic_name):
+    """The broker is killed with SIGKILL at seeded random points (`eos_loop.kills(10)` times) and
+    restarted on the same data dir and port, while the consume-transform-produce app runs on
+    through it, as a real app: librdkafka retries, an abortable error aborts, a fatal one starts
+    a new producer, both rewind to the committed offsets. More input comes after every restart,
+    so every kill meets the app in the middle of its transactions. The output read with
+    read_committed holds every input exactly once, in order, and the group's committed offsets
+    are the input's end."""
+    import random
+
+    from eos_loop import AppProcess, Feeder, check_exactly_once, kills
+
+    src, dst, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-eos"
+    partitions, batch, broker_kills = 3, 2500, kills(10)
+    create_topic(broker.bootstrap, src, partitions)
+    create_topic(broker.bootstrap, dst, partitions)
+    feeder = Feeder(broker.bootstrap, src, partitions)
+    feeder.feed(2 * batch)
+    app = AppProcess(broker.bootstrap, src, dst, group, partitions, per_txn=5)
+    app.start()
+    rng = random.Random(1717)
+    started = time.monotonic()
+    mark = 0
+    busy = 0  # kills that found input not yet committed: the app was in its transactions
+    try:
+        for k in range(broker_kills):
+            app.wait_progress(mark, f"after broker start {k}")
+            time.sleep(rng.uniform(0.0, 0.8))
+            busy += app.total < feeder.n
+            broker.kill()
+            time.sleep(rng.uniform(0.0, 0.5))
+            broker.start()
+            mark = app.committed
+            feeder.feed(batch)
+        app.wait_progress(mark, "after the last broker start")
+        app.finish()
+    finally:
+        if app.proc is not None:
+            app.kill()
+    check_exactly_once(broker.bootstrap, src, dst, group, partitions, feeder.n)
+    assert busy >= broker_kills // 2, f"only {busy} of {broker_kills} kills met the app at work"
+    print(f"{broker_kills} broker kills ({busy} with the app at work), {feeder.n} inputs, {time.monotonic() - started:.1f} s; app: {app.stats}")
 
 
 def test_kcat_read_committed_skips_aborted_and_open_transactions(broker, topic_name):

@@ -190,3 +190,68 @@ def test_killing_the_transaction_coordinator_mid_run_keeps_committed_data_exactl
     assert set(committed) <= set(values), "every committed input is there"
     assert set(values) <= set(committed) | set(uncertain), "nothing else"
     assert len(values) == len(set(values)), "and exactly once"
+
+
+def test_exactly_once_when_leaders_and_the_coordinator_are_killed_at_random_points(broker_factory):
+    """Three brokers, input and output RF=3 with min.insync.replicas=2: at seeded random points
+    (`eos_loop.kills(4)` times) the leader of a random output partition or the app's transaction
+    coordinator is killed with SIGKILL and restarted, and the next kill waits for it to be back in
+    every ISR, while the consume-transform-produce app (txn_app.py) runs on through it. The
+    output read with read_committed holds every input exactly once, in order, and the group's
+    committed offsets are the input's end."""
+    import random
+
+    from eos_loop import AppProcess, Feeder, check_exactly_once, kills
+
+    src, dst, group, partitions, batch = "eos-in", "eos-out", "eos-cluster", 3, 500
+    brokers = start_cluster(broker_factory)
+    wait_for("the cluster", lambda: cluster_view(brokers[0])[0] == [1, 2, 3])
+    fs = admin(brokers[0]).create_topics(
+        [NewTopic(t, partitions, 3, config={"min.insync.replicas": "2"}) for t in (src, dst)], operation_timeout=15)
+    for f in fs.values():
+        f.result(20)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    feeder = Feeder(bootstrap, src, partitions)
+    feeder.feed(2 * batch)
+    app = AppProcess(bootstrap, src, dst, group, partitions, per_txn=10)
+    app.start()
+    coordinator_partition = partition_for(f"{group}-app", TXN_STATE_PARTITIONS)
+    rng = random.Random(3117)
+    started = time.monotonic()
+    victims: list[str] = []
+    mark = 0
+    busy = 0  # kills that found input not yet committed: the app was in its transactions
+
+    def all_in_sync(b):
+        for topic in (src, dst, "__transaction_state", "__consumer_offsets"):
+            p = placement(b, topic)
+            if p is None or any(len(isr) < 3 for _, _, isr in p.values()):
+                return False
+        return True
+
+    try:
+        for k in range(kills(4)):
+            app.wait_progress(mark, f"after kill {k}")
+            up = next(b for b in brokers if b.is_running())
+            if rng.random() < 0.5:
+                part = rng.randrange(partitions)
+                victim, what = leader(up, dst, part), f"leader of {dst}-{part}"
+            else:
+                victim, what = leader(up, "__transaction_state", coordinator_partition), "coordinator"
+            victims.append(f"{what} ({victim})")
+            time.sleep(rng.uniform(0.0, 1.0))
+            busy += app.total < feeder.n
+            brokers[victim - 1].kill()
+            time.sleep(rng.uniform(0.0, 1.0))
+            brokers[victim - 1].start()
+            mark = app.committed
+            wait_for("every replica back in sync", lambda: all_in_sync(brokers[victim % 3]))
+            feeder.feed(batch)
+        app.wait_progress(mark, "after the last kill")
+        app.finish()
+    finally:
+        if app.proc is not None:
+            app.kill()
+    check_exactly_once(bootstrap, src, dst, group, partitions, feeder.n)
+    print(f"{len(victims)} kills ({', '.join(victims)}; {busy} with the app at work), {feeder.n} inputs, "
+          f"{time.monotonic() - started:.1f} s; app: {app.stats}")

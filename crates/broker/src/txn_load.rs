@@ -82,6 +82,7 @@ fn install(inner: &mut Inner, job: LoadJob, loaded: (TxnCoordinator, PendingOffs
     }
     let (coordinator, pending, records) = loaded;
     let ids = coordinator.all().count();
+    let prepared = coordinator.prepared_count();
     inner.coordinator.absorb(coordinator);
     inner.pending_offsets.lock().extend(pending);
     inner.loads[job.index as usize] = Load::Loaded {
@@ -92,6 +93,7 @@ fn install(inner: &mut Inner, job: LoadJob, loaded: (TxnCoordinator, PendingOffs
         partition = job.index,
         records,
         transactional_ids = ids,
+        prepared,
         "loaded {TRANSACTION_STATE_TOPIC} partition"
     );
 }

@@ -152,6 +152,7 @@ impl TxnService {
         tracing::info!(
             records,
             transactional_ids = coordinator.all().count(),
+            prepared = coordinator.prepared_count(),
             "replayed {TRANSACTION_STATE_TOPIC}"
         );
         Ok(TxnService {
@@ -555,7 +556,7 @@ impl TxnService {
         let now = now_ms();
         let mut out = TxnEffects::default();
         inner.coordinator.tick(now, &mut out);
-        inner.coordinator.finish_replay(now, &mut out);
+        inner.coordinator.retry_prepared(&mut out);
         // Failures are logged; the transactions stay pending and are retried next tick.
         let _ = self.apply(state, &mut inner, out);
         inner

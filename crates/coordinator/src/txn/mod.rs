@@ -620,16 +620,34 @@ impl TxnCoordinator {
     }
 
     /// After replay: finish transactions that were between Prepare and Complete at the crash.
+    /// The broker leaves this to its timer's [`retry_prepared`](Self::retry_prepared) (at most
+    /// a second after the load); the load logs how many there are.
     pub fn finish_replay(&mut self, _now_ms: i64, out: &mut TxnEffects) {
-        let pending: Vec<String> = self
-            .txns
-            .iter()
-            .filter(|(_, m)| m.state.is_prepare())
-            .map(|(t, _)| t.clone())
-            .collect();
-        for tid in pending {
+        for tid in self.prepared_ids() {
             tracing::info!(transactional_id = %tid, "completing a transaction found prepared at start-up");
             self.request_markers(&tid, out);
         }
+    }
+
+    /// The timer's retry: ask again for the markers of every transaction still prepared (the
+    /// broker sends nothing twice for a transaction whose markers are on their way).
+    pub fn retry_prepared(&mut self, out: &mut TxnEffects) {
+        for tid in self.prepared_ids() {
+            tracing::debug!(transactional_id = %tid, "asking again for the markers of a prepared transaction");
+            self.request_markers(&tid, out);
+        }
+    }
+
+    /// How many transactions are between Prepare and Complete (their markers are owed).
+    pub fn prepared_count(&self) -> usize {
+        self.txns.values().filter(|m| m.state.is_prepare()).count()
+    }
+
+    fn prepared_ids(&self) -> Vec<String> {
+        self.txns
+            .iter()
+            .filter(|(_, m)| m.state.is_prepare())
+            .map(|(t, _)| t.clone())
+            .collect()
     }
 }

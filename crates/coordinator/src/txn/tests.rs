@@ -136,6 +136,16 @@ fn timeouts_abort_with_a_bumped_epoch_and_prepared_ones_finish_after_replay() {
     let mut again = TxnEffects::default();
     replayed.finish_replay(2_000, &mut again);
     assert_eq!(again.markers, tick.markers);
+    assert_eq!(replayed.prepared_count(), 1);
+    // The timer asks for the same markers again while the transaction stays prepared.
+    let mut retried = TxnEffects::default();
+    replayed.retry_prepared(&mut retried);
+    assert_eq!(retried.markers, tick.markers);
+    replayed.markers_written("tx", 2_001, &mut retried);
+    assert_eq!(replayed.prepared_count(), 0);
+    let mut none = TxnEffects::default();
+    replayed.retry_prepared(&mut none);
+    assert!(none.markers.is_empty());
     // KIP-360: the fenced producer re-initialises with its old epoch.
     c.markers_written("tx", 1_013, &mut out);
     assert_eq!(
