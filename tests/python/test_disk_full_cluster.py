@@ -9,8 +9,10 @@ needs one). Afterwards every acknowledged message is there once, in order, and t
 replicas hold the same batches, the follower's bytes equal to the leader's, up to the high
 watermark.
 
-Broker 3's whole data dir (its partitions and its copy of the metadata log) is on a 64 MB tmpfs
-that the test fills. Needs root (mount); skipped otherwise."""
+Broker 3's data dir is on a 64 MB tmpfs that the test fills; its copy of the metadata log is
+on another disk in the first test and on the full one in the second, where the broker halts
+(exit status 1) at the first metadata record it cannot write, as Kafka halts a broker whose
+metadata log dir failed, and recovers when restarted. Needs root (mount); skipped otherwise."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 import test_replication_cluster as rc
 from test_cluster import admin, cluster_view, metric, start_cluster, wait_for
@@ -85,42 +88,71 @@ def batch_bytes(data_dir: Path, partition: int, hw: int) -> bytes:
     return b"".join(out)
 
 
-def test_a_follower_with_a_full_disk_leaves_the_isr_and_rejoins_when_space_returns(broker_factory, tmp_path):
-    mnt = mount_fs("tmpfs", tmp_path)
-    created = []
+class Cluster:
+    """Three brokers, broker 3's data dir on a 64 MB tmpfs (its log file off it); with
+    `metadata_off_disk`, its copy of the metadata log on another disk (a symlinked
+    `__cluster_metadata-0`, as Kafka's `metadata.log.dir`). The topic is created, the ISR full."""
 
-    def factory(**kw):
-        b = broker_factory(**kw)
-        created.append(b)
-        if len(created) == FOLLOWER:
-            # Its data dir on the small file system, but its copy of the metadata log off it,
-            # as Kafka's `metadata.log.dir` on another disk (see the module doc); its log file
-            # off it too.
-            b.data_dir = mnt / "data"
-            b.data_dir.mkdir()
-            (tmp_path / "metadata-log").mkdir()
-            (b.data_dir / METADATA_DIR).symlink_to(tmp_path / "metadata-log")
-        return b
+    def __init__(self, broker_factory, tmp_path, metadata_off_disk: bool):
+        self.mnt = mount_fs("tmpfs", tmp_path)
+        self.created = []
 
-    try:
-        brokers = start_cluster(factory, http=True, extra_args=["--replica-lag-time-max-ms", str(LAG_MS)])
-        leader, follower = brokers[0], brokers[FOLLOWER - 1]
-        wait_for("the cluster", lambda: cluster_view(leader)[0] == [1, 2, 3])
-        fs = admin(leader).create_topics([NewTopic(rc.TOPIC, num_partitions=len(ASSIGNMENT), replica_assignment=ASSIGNMENT,
-                                                   config={"min.insync.replicas": "2"})], operation_timeout=15)
+        def factory(**kw):
+            b = broker_factory(**kw)
+            self.created.append(b)
+            if len(self.created) == FOLLOWER:
+                b.data_dir = self.mnt / "data"
+                if metadata_off_disk:
+                    b.data_dir.mkdir()
+                    (tmp_path / "metadata-log").mkdir()
+                    (b.data_dir / METADATA_DIR).symlink_to(tmp_path / "metadata-log")
+            return b
+
+        self.brokers = start_cluster(factory, http=True, extra_args=["--replica-lag-time-max-ms", str(LAG_MS)])
+        self.leader, self.follower = self.brokers[0], self.brokers[FOLLOWER - 1]
+        wait_for("the cluster", lambda: cluster_view(self.leader)[0] == [1, 2, 3])
+        fs = admin(self.leader).create_topics([NewTopic(
+            rc.TOPIC, num_partitions=len(ASSIGNMENT), replica_assignment=ASSIGNMENT,
+            config={"min.insync.replicas": "2"})], operation_timeout=15)
         for f in fs.values():
             f.result(20)
-        rc.wait_full_isr(brokers, leader, "the ISR full")
-        bootstrap = ",".join(b.bootstrap for b in brokers)
+        rc.wait_full_isr(self.brokers, self.leader, "the ISR full")
+        self.bootstrap = ",".join(b.bootstrap for b in self.brokers)
 
-        with TimedChecker(bootstrap) as checker:
+    def follower_out_of_every_isr(self):
+        i = isrs(self.leader)
+        return i and all(v == [1, 2] for v in i.values())
+
+    def close(self):
+        for b in self.created:
+            b.stop()
+        subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True, timeout=60, check=False)
+
+    def check(self, checker):
+        """Every acknowledged message once, in order; the same batches on the three replicas
+        and the follower's bytes equal to each leader's, up to the high watermark."""
+        gaps = [b - a for a, b in zip(checker.ack_times, checker.ack_times[1:])]
+        rc.check_acknowledged(checker, rc.read_all(self.bootstrap))
+        rc.check_replicas_identical(self.brokers)
+        for p in range(rc.PARTITIONS):
+            hw = min(rc.checkpointed_hw(b.data_dir, p) for b in self.brokers)
+            lead = self.brokers[ASSIGNMENT[p][0] - 1]
+            assert batch_bytes(self.follower.data_dir, p, hw) == batch_bytes(lead.data_dir, p, hw), \
+                f"partition {p}: the follower's bytes differ from the leader's below HW {hw}"
+        return max(gaps)
+
+
+def test_a_follower_with_a_full_disk_leaves_the_isr_and_rejoins_when_space_returns(broker_factory, tmp_path):
+    cluster = Cluster(broker_factory, tmp_path, metadata_off_disk=True)
+    try:
+        follower, filler = cluster.follower, cluster.mnt / "filler"
+        with TimedChecker(cluster.bootstrap) as checker:
             wait_for("acknowledged writes", lambda: checker.acked_count() >= 500)
             filled_at = time.monotonic()
-            fill(mnt / "filler")
+            fill(filler)
             print(f"filled at {checker.acked_count()} acknowledged")
             # The leaders drop broker 3 from every ISR; the others stay.
-            wait_for("broker 3 out of every ISR",
-                     lambda: isrs(leader) and all(v == [1, 2] for v in isrs(leader).values()), timeout_s=30)
+            wait_for("broker 3 out of every ISR", cluster.follower_out_of_every_isr, timeout_s=30)
             out_after = time.monotonic() - filled_at
             assert follower.is_running(), "the follower died on a full disk"
 
@@ -142,31 +174,70 @@ def test_a_follower_with_a_full_disk_leaves_the_isr_and_rejoins_when_space_retur
             assert cpu < CPU_MAX, f"the follower is busy {cpu:.0%} of a core with nothing to do"
             assert follower.is_running(), "the follower died on a full disk"
 
-            (mnt / "filler").unlink()
+            filler.unlink()
             freed_at = time.monotonic()
-            rc.wait_full_isr(brokers, leader, "broker 3 back in every ISR")
+            rc.wait_full_isr(cluster.brokers, cluster.leader, "broker 3 back in every ISR")
             back_after = time.monotonic() - freed_at
             settled = checker.acked_count()
             wait_for("more acknowledged writes", lambda: checker.acked_count() >= settled + 200)
             checker.finish()
-
-        gaps = [b - a for a, b in zip(checker.ack_times, checker.ack_times[1:])]
-        gap = max(gaps)
+        assert follower.is_running() and follower.starts == 1, "the follower was restarted or died"
+        gap = cluster.check(checker)
         print(f"out of the ISR {out_after:.1f} s after the fill; {acked_full} acknowledged in "
               f"{elapsed:.1f} s with it out, {failed_appends:.0f} failed appends there; back in the ISR "
               f"{back_after:.1f} s after the space returned; longest wait between acks {gap:.2f} s; "
               f"{checker.acked_count()} acknowledged of {checker.sent} sent")
         assert gap < ACK_GAP_MAX_S, f"acks stalled for {gap:.1f} s"
-        assert follower.is_running() and follower.starts == 1, "the follower was restarted or died"
-
-        rc.check_acknowledged(checker, rc.read_all(bootstrap))
-        rc.check_replicas_identical(brokers)
-        for p in range(rc.PARTITIONS):
-            hw = min(rc.checkpointed_hw(b.data_dir, p) for b in brokers)
-            lead = brokers[ASSIGNMENT[p][0] - 1]
-            assert batch_bytes(follower.data_dir, p, hw) == batch_bytes(lead.data_dir, p, hw), \
-                f"partition {p}: the follower's bytes differ from the leader's below HW {hw}"
     finally:
-        for b in created:
-            b.stop()
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60, check=False)
+        cluster.close()
+
+
+def test_a_follower_whose_metadata_log_is_on_the_full_disk_halts_and_recovers_on_restart(broker_factory, tmp_path):
+    """The whole data dir on the small file system: the first metadata record the follower
+    cannot write stops its Raft core, and the broker halts (exit status 1), as Kafka halts a
+    broker whose metadata log dir failed; it would otherwise serve on with a metadata image
+    that never moves. The others go on; restarted once space is back, it recovers and rejoins."""
+    cluster = Cluster(broker_factory, tmp_path, metadata_off_disk=False)
+    try:
+        follower, filler = cluster.follower, cluster.mnt / "filler"
+        with TimedChecker(cluster.bootstrap) as checker:
+            wait_for("acknowledged writes", lambda: checker.acked_count() >= 500)
+            fill(filler)
+            filled_at = time.monotonic()
+            # Metadata records until broker 3 cannot append one (a page of its metadata log
+            # may still hold a few): the ISR shrinks, and topic config changes.
+            n = 0
+            deadline = time.monotonic() + 30
+            while follower.proc.poll() is None:
+                assert time.monotonic() < deadline, "the follower did not halt"
+                n += 1
+                resource = ConfigResource(ConfigResource.Type.TOPIC, rc.TOPIC, incremental_configs=[
+                    ConfigEntry("retention.ms", str(3_600_000 + n), incremental_operation=AlterConfigOpType.SET)])
+                try:
+                    for f in admin(cluster.leader).incremental_alter_configs([resource]).values():
+                        f.result(20)
+                except KafkaException:
+                    pass  # sent to broker 3 as it halted: the loop sends another
+                time.sleep(0.2)
+            halted_after = time.monotonic() - filled_at
+            assert follower.proc.returncode == 1, follower.proc.returncode
+            assert "halting: the metadata log cannot be written" in follower.log_path.read_text()
+            wait_for("broker 3 out of every ISR", cluster.follower_out_of_every_isr, timeout_s=30)
+            acked = checker.acked_count()
+            wait_for("acknowledged writes without broker 3", lambda: checker.acked_count() >= acked + 500)
+
+            filler.unlink()
+            follower.start(timeout_s=60)
+            restarted_at = time.monotonic()
+            rc.wait_full_isr(cluster.brokers, cluster.leader, "broker 3 back in every ISR")
+            back_after = time.monotonic() - restarted_at
+            settled = checker.acked_count()
+            wait_for("more acknowledged writes", lambda: checker.acked_count() >= settled + 200)
+            checker.finish()
+        gap = cluster.check(checker)
+        print(f"halted {halted_after:.1f} s after the fill ({n} config changes); back in the ISR "
+              f"{back_after:.1f} s after the restart; longest wait between acks {gap:.2f} s; "
+              f"{checker.acked_count()} acknowledged of {checker.sent} sent")
+        assert gap < ACK_GAP_MAX_S + 5, f"acks stalled for {gap:.1f} s"
+    finally:
+        cluster.close()

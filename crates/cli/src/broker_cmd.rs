@@ -848,7 +848,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
         let handle = Broker::start(config).await.context("starting the broker")?;
-        wait_for_signal().await?;
+        tokio::select! {
+            signal = wait_for_signal() => signal?,
+            reason = handle.failed() => {
+                // Kafka halts a broker whose metadata log dir failed: no clean shutdown (the
+                // partition logs recover as after a crash), exit status 1. Restart it once
+                // the disk has space again.
+                tracing::error!(%reason, "halting: the metadata log cannot be written; restart the broker once the disk is fixed");
+                std::process::exit(1);
+            }
+        }
         handle.shutdown().await;
         Ok(())
     })
