@@ -309,6 +309,10 @@ impl Broker {
                 shutdown_rx.clone(),
             ));
         }
+        let (failed_tx, failed) = watch::channel(None);
+        if let Some(raft) = state.replicas.metadata().raft.clone() {
+            state.spawn(watch_metadata_log(raft, failed_tx, shutdown_rx.clone()));
+        }
         let serving = state.spawn(server::run(
             state.clone(),
             listeners,
@@ -322,6 +326,7 @@ impl Broker {
             shutdown_tx,
             serving,
             cleaner,
+            failed,
             _data_dir_lock: data_dir_lock,
         })
     }
@@ -557,8 +562,34 @@ pub struct BrokerHandle {
     serving: JoinHandle<()>,
     /// The log cleaner's threads (stopped before the logs close).
     cleaner: Option<streamforge_log::LogCleaner>,
+    /// Set when this node's member of the metadata quorum stopped on an error.
+    failed: watch::Receiver<Option<String>>,
     /// Held until the handle is dropped (after shutdown closed every log).
     _data_dir_lock: data_dir_lock::DataDirLock,
+}
+
+/// Wait until this node's Raft core stops on its own (a write of the metadata log failed: a
+/// full disk) and say why on `failed`. openraft does not restart it: the broker would serve on
+/// with a metadata image that never moves again, so the caller stops the process, as Kafka
+/// halts a broker whose metadata log dir fails.
+async fn watch_metadata_log(
+    raft: streamforge_metadata::quorum::raft::RaftQuorum,
+    failed: watch::Sender<Option<String>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut changes = raft.changes();
+    loop {
+        let failure = streamforge_metadata::quorum::raft::fatal_error(&changes.borrow_and_update());
+        if let Some(error) = failure {
+            tracing::error!(%error, "the metadata log cannot be written: this node's metadata quorum member stopped");
+            let _ = failed.send(Some(error));
+            return;
+        }
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+    }
 }
 
 impl BrokerHandle {
@@ -585,6 +616,20 @@ impl BrokerHandle {
     /// Shared state, for read-only views (dashboard) and embedding.
     pub fn state(&self) -> Arc<BrokerState> {
         self.state.clone()
+    }
+
+    /// Resolves when this broker cannot go on: its member of the metadata quorum stopped on
+    /// an error (the metadata log cannot be written). Never resolves otherwise.
+    pub async fn failed(&self) -> String {
+        let mut failed = self.failed.clone();
+        loop {
+            if let Some(reason) = failed.borrow_and_update().clone() {
+                return reason;
+            }
+            if failed.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Stop accepting, let in-flight requests finish, flush and close every log.

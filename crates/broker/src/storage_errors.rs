@@ -1,4 +1,5 @@
-//! Storage failures (KAFKA_STORAGE_ERROR) on the append path: counted in
+//! Storage failures (KAFKA_STORAGE_ERROR) on the append path, a leader's (the producer gets
+//! the error) or a follower's (its fetcher backs the partition off): counted in
 //! `streamforge_storage_errors_total{topic}` and logged at warn, at most one line per partition
 //! per `STORAGE_ERROR_LOG_INTERVAL` with the number of failures the interval suppressed. A
 //! failing disk fails every append, so an unlimited log would drown the useful first line.
@@ -56,8 +57,9 @@ pub fn record(topic: &Arc<str>, partition: i32, error: &dyn std::fmt::Display) {
             partition,
             suppressed,
             error = %error,
-            "append failed with a storage error (KAFKA_STORAGE_ERROR to the producer); \
-             `suppressed` more failures of this partition were not logged in the last 10 s"
+            "append failed with a storage error (KAFKA_STORAGE_ERROR to the producer; a \
+             follower fetches again after replica.fetch.backoff.ms); `suppressed` more \
+             failures of this partition were not logged in the last 10 s"
         );
     }
 }

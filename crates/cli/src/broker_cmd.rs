@@ -251,6 +251,10 @@ pub struct Args {
         env = "STREAMFORGE_REPLICA_HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS"
     )]
     pub replica_high_watermark_checkpoint_interval_ms: Option<u64>,
+    /// `replica.lag.time.max.ms`: a leader drops from the ISR a follower that has not caught
+    /// up with its log end for this long [default: 30000].
+    #[arg(long, env = "STREAMFORGE_REPLICA_LAG_TIME_MAX_MS")]
+    pub replica_lag_time_max_ms: Option<i64>,
     /// `broker.rack`: this broker's rack, registered with the controller and shown by
     /// Metadata / DescribeCluster; consumers with the same `client.rack` may read from it.
     #[arg(long, env = "STREAMFORGE_BROKER_RACK")]
@@ -370,6 +374,7 @@ struct FileConfig {
     replica_fetch_max_bytes: Option<usize>,
     replica_fetch_response_max_bytes: Option<usize>,
     replica_high_watermark_checkpoint_interval_ms: Option<u64>,
+    replica_lag_time_max_ms: Option<i64>,
     broker_rack: Option<String>,
     replica_selector: Option<String>,
     max_partitions: Option<usize>,
@@ -509,6 +514,11 @@ pub fn broker_config(args: Args) -> anyhow::Result<BrokerConfig> {
     set!(replica_fetch_max_bytes);
     set!(replica_fetch_response_max_bytes);
     set!(replica_high_watermark_checkpoint_interval_ms);
+    set!(replica_lag_time_max_ms);
+    anyhow::ensure!(
+        c.replica_lag_time_max_ms > 0,
+        "replica-lag-time-max-ms must be positive"
+    );
     c.broker_rack = args.broker_rack.or(file.broker_rack);
     if let Some(v) = args.replica_selector.or(file.replica_selector) {
         c.replica_selector = v
@@ -838,7 +848,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
         let handle = Broker::start(config).await.context("starting the broker")?;
-        wait_for_signal().await?;
+        tokio::select! {
+            signal = wait_for_signal() => signal?,
+            reason = handle.failed() => {
+                // Kafka halts a broker whose metadata log dir failed: no clean shutdown (the
+                // partition logs recover as after a crash), exit status 1. Restart it once
+                // the disk has space again.
+                tracing::error!(%reason, "halting: the metadata log cannot be written; restart the broker once the disk is fixed");
+                std::process::exit(1);
+            }
+        }
         handle.shutdown().await;
         Ok(())
     })
@@ -878,6 +897,31 @@ mod tests {
         assert_eq!(c.num_partitions, 5);
         assert_eq!(c.http_listen, None);
         assert_eq!(c.listen, BrokerConfig::default().listen);
+    }
+
+    #[test]
+    fn the_replica_lag_time_comes_from_flag_file_or_default_and_is_positive() {
+        let c = broker_config(Args::default()).unwrap();
+        assert_eq!(c.replica_lag_time_max_ms, 30_000);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sf.toml");
+        std::fs::write(&path, "replica.lag.time.max.ms = 4000\n").unwrap();
+        let file = Args {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        assert_eq!(broker_config(file).unwrap().replica_lag_time_max_ms, 4_000);
+        let flag = Args {
+            config: Some(path),
+            replica_lag_time_max_ms: Some(3_000),
+            ..Default::default()
+        };
+        assert_eq!(broker_config(flag).unwrap().replica_lag_time_max_ms, 3_000);
+        let zero = Args {
+            replica_lag_time_max_ms: Some(0),
+            ..Default::default()
+        };
+        assert!(broker_config(zero).is_err());
     }
 
     #[test]

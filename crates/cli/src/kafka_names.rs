@@ -123,6 +123,7 @@ const KAFKA_NAMES: &[(&str, &str)] = &[
         "replica.high.watermark.checkpoint.interval.ms",
         "replica_high_watermark_checkpoint_interval_ms",
     ),
+    ("replica.lag.time.max.ms", "replica_lag_time_max_ms"),
     ("broker.rack", "broker_rack"),
     ("replica.selector.class", "replica_selector"),
 ];

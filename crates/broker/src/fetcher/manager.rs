@@ -58,6 +58,12 @@ pub const FETCHER_PARTITIONS_MAX: usize = 100_000;
 /// Slack above `replica.fetch.response.max.bytes` for the response's own fields.
 const RESPONSE_OVERHEAD_MAX_BYTES: usize = 16 << 20;
 
+/// An error of this replica's own storage (KAFKA_STORAGE_ERROR: a full disk, an I/O error,
+/// an offline log), as opposed to a role or epoch that changed under the fetch.
+fn is_storage_error(e: &crate::partition::PartitionError) -> bool {
+    e.kafka_code() == kafka_protocol::ResponseError::KafkaStorageError.code()
+}
+
 /// Bounds of the fetchers (from the broker config).
 #[derive(Debug, Clone, Copy)]
 pub struct FetcherConfig {
@@ -267,8 +273,10 @@ struct FetcherTask {
     /// Partitions the leader refused (an error other than a fenced epoch, e.g.
     /// TOPIC_AUTHORIZATION_FAILED when this broker lacks CLUSTER_ACTION): left out of the
     /// Fetch until the instant, as Kafka's fetcher delays a partition with an error by
-    /// `replica.fetch.backoff.ms`; and the code, logged again only when it changes. At most
-    /// one entry per followed partition (pruned every round).
+    /// `replica.fetch.backoff.ms`; and the code, logged again only when it changes. Also a
+    /// partition whose append failed here with a storage error (a full disk): code
+    /// KAFKA_STORAGE_ERROR, logged by `storage_errors`. At most one entry per followed
+    /// partition (pruned every round).
     refused: HashMap<Key, (tokio::time::Instant, i16)>,
     image: Arc<ImageFacts>,
     /// The incremental fetch session with the leader.
@@ -568,6 +576,25 @@ impl FetcherTask {
                 }
                 Ok(())
             }
+            // This replica's disk refused the append (a full disk, an I/O error): counted and
+            // logged (throttled) as a leader's failed append is, and the partition waits
+            // `replica.fetch.backoff.ms` before it is fetched again. Without the wait the
+            // fetcher asked the leader for the same records at once, forever, while the
+            // disk stayed full. The log is as before the append (`segment/append.rs` undoes
+            // it), so the next fetch after space returns simply continues.
+            Err(e) if is_storage_error(&e) => {
+                crate::storage_errors::record(&key.0, key.1, &e);
+                let until =
+                    tokio::time::Instant::now() + Duration::from_millis(REPLICA_FETCH_BACKOFF_MS);
+                self.refused.insert(
+                    key.clone(),
+                    (
+                        until,
+                        kafka_protocol::ResponseError::KafkaStorageError.code(),
+                    ),
+                );
+                Ok(())
+            }
             // This broker's role or epoch changed under the fetch: drop the answer.
             Err(e) => {
                 tracing::debug!(topic = %key.0, partition = key.1, error = %e, "fetched data not applied");
@@ -664,4 +691,29 @@ impl FetcherTask {
 
 fn clamp_i32(v: usize) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod storage_error_tests {
+    use std::io;
+
+    use streamforge_log::LogError;
+
+    use super::is_storage_error;
+    use crate::partition::PartitionError;
+
+    #[test]
+    fn a_failed_append_on_a_full_disk_backs_off_and_a_role_change_does_not() {
+        let full = io::Error::from_raw_os_error(28); // ENOSPC
+        assert!(is_storage_error(&PartitionError::Log(LogError::Io(full))));
+        assert!(is_storage_error(&PartitionError::Offline("damaged".into())));
+        // A role or epoch that changed under the fetch: the answer is dropped, the next
+        // fetch follows the new role at once.
+        assert!(!is_storage_error(&PartitionError::NotLeaderOrFollower));
+        assert!(!is_storage_error(&PartitionError::FencedLeaderEpoch {
+            requested: 1,
+            current: 2
+        }));
+        assert!(!is_storage_error(&PartitionError::Gone));
+    }
 }

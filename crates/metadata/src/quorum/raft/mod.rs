@@ -398,12 +398,28 @@ impl RaftQuorum {
         Some((leader, node.addr.clone()))
     }
 
+    /// Why this member's Raft core stopped on its own, if it did (`None` while it runs and
+    /// after `shutdown`): openraft stops it for good at the first failed write of the log or
+    /// the vote (a full disk), see [`fatal_error`].
+    pub fn failure(&self) -> Option<String> {
+        fatal_error(&self.raft.metrics().borrow())
+    }
+
     /// Changes to what this voter knows (entries applied, leader, term), to wait on instead of
     /// polling.
     pub fn changes(
         &self,
     ) -> tokio::sync::watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>> {
         self.raft.metrics()
+    }
+}
+
+/// The error a Raft core stopped with, from its metrics (`None` while it runs, and after a
+/// requested shutdown).
+pub fn fatal_error(metrics: &openraft::RaftMetrics<NodeId, BasicNode>) -> Option<String> {
+    match &metrics.running_state {
+        Ok(()) | Err(openraft::error::Fatal::Stopped) => None,
+        Err(e) => Some(e.to_string()),
     }
 }
 

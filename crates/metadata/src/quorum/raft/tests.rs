@@ -208,3 +208,19 @@ async fn three_voters_over_tcp_survive_killing_the_leader() {
         q.shutdown().await;
     }
 }
+
+#[test]
+fn a_raft_core_that_stopped_on_an_error_is_a_failure_and_a_shutdown_is_not() {
+    use openraft::error::Fatal;
+    use openraft::{StorageError, StorageIOError};
+    let mut m = openraft::RaftMetrics::<NodeId, openraft::BasicNode>::new_initial(3);
+    assert_eq!(super::fatal_error(&m), None);
+    m.running_state = Err(Fatal::Stopped);
+    assert_eq!(super::fatal_error(&m), None);
+    let full = std::io::Error::from_raw_os_error(28);
+    m.running_state = Err(Fatal::StorageError(StorageError::from(
+        StorageIOError::write_logs(&full),
+    )));
+    let e = super::fatal_error(&m).expect("a failure");
+    assert!(e.contains("No space left"), "{e}");
+}
