@@ -17,7 +17,7 @@ macro_rules! served {
 // Keep in the order of router.rs, one line per route (scripts/fuzz parses both).
 served! {
     Produce, 0, 12;
-    Fetch, 4, 12;
+    Fetch, 4, 15;
     ListOffsets, 1, 10;
     Metadata, 0, 13;
     ApiVersions, 0, 4;

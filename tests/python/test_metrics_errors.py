@@ -88,9 +88,10 @@ def test_every_family_has_help_and_internal_topics_are_one_series(broker_factory
     assert typed, text
     assert [t for t in typed if t not in helped] == [], "families without # HELP"
     offsets = [l for l in text.splitlines() if "__consumer_offsets" in l and not l.startswith("#")]
-    # One series per per-partition family (size, start, end, high watermark), not 50 each.
+    # One series per per-partition family (size, start, end, high watermark, ISR size,
+    # under-replicated, under/at min ISR), not 50 each.
     assert offsets and all('partition="all"' in l or "partition=" not in l for l in offsets), offsets
-    assert len(offsets) <= 8, offsets
+    assert len(offsets) <= 12, offsets
 
 
 def test_errors_of_every_api_family_are_counted(broker_factory, topic_name):

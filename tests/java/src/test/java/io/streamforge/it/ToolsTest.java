@@ -175,7 +175,7 @@ class ToolsTest {
         String out = Tool.ok(API_VERSIONS, null, "--bootstrap-server", BS).out();
         // Produce v12: transaction.version 2 (KIP-890 part 2) is served.
         assertTrue(out.contains("Produce(0): 0 to 12 [usable: 12]"), out);
-        assertTrue(out.contains("Fetch(1): 4 to 12 [usable: 12]"), out);
+        assertTrue(out.contains("Fetch(1): 4 to 15 [usable: 15]"), out);
         assertTrue(out.contains("DescribeLogDirs(35): 1 to 4 [usable: 4]"), out);
         assertTrue(out.contains("DescribeTopicPartitions(75): 0 [usable: 0]"), out);
     }
