@@ -19,7 +19,7 @@ use streamforge_protocol::{ErrorCode, RequestFrame};
 use crate::BrokerState;
 use crate::handlers::produce_txn::{TxnAppend, TxnProduce};
 use crate::handlers::{message, topic_name};
-use crate::partition::replica::Replication;
+use crate::partition::purgatory::must_wait;
 use crate::partition::{Acks, AppendParams, Partition, PartitionError};
 use crate::quota::ClientIdentity;
 use crate::quota::entity::QuotaKey;
@@ -342,12 +342,17 @@ fn settle(
                 .increment(info.record_count as u64);
             metrics::counter!("streamforge_bytes_in_total", "topic" => name.to_string())
                 .increment(records_bytes as u64);
-            let partition = state.replicas.partition(name, r.index)?;
-            let pending = matches!(
-                partition.replication(info.last_offset + 1),
-                Ok(Replication::Pending)
-            );
-            (append_acks == Some(Acks::All) && pending).then_some((partition, info.last_offset + 1))
+            if append_acks != Some(Acks::All) {
+                return None;
+            }
+            let required = info.last_offset + 1;
+            // Gone since the append (deleted, reassigned away): not replicated for sure.
+            let Some(partition) = state.replicas.partition(name, r.index) else {
+                r.error_code = ErrorCode::NotLeaderOrFollower.code();
+                r.base_offset = -1;
+                return None;
+            };
+            must_wait(&partition, required).then_some((partition, required))
         }
         Err(rejection) => {
             let Rejection {

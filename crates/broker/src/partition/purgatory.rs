@@ -31,6 +31,20 @@ impl Default for ProducePurgatory {
     }
 }
 
+/// After an acks=all append: must its answer wait (in [`ProducePurgatory::wait`])? Only an
+/// append already `Done` is answered at once. An error here (the partition stopped leading
+/// between the append and this check: a leader election, the controller's preferred-leader
+/// rebalance) goes through the wait too, which answers it as that error
+/// (NOT_LEADER_OR_FOLLOWER), as Kafka's `DelayedProduce` does: taking anything but `Pending`
+/// for "no wait" answered such an append as a success, an acknowledgement the ISR never had
+/// (the new leader lacked the records, and the producer's next sequence was then out of order).
+pub fn must_wait(partition: &Partition, required_offset: i64) -> bool {
+    !matches!(
+        partition.replication(required_offset),
+        Ok(Replication::Done)
+    )
+}
+
 impl ProducePurgatory {
     /// Requests waiting now.
     pub fn waiting(&self) -> usize {
@@ -45,9 +59,7 @@ impl ProducePurgatory {
         timeout: Duration,
     ) -> Vec<Result<(), PartitionError>> {
         let deadline = Instant::now() + timeout;
-        let pending = waits
-            .iter()
-            .any(|(p, offset)| matches!(p.replication(*offset), Ok(Replication::Pending)));
+        let pending = waits.iter().any(|(p, offset)| must_wait(p, *offset));
         // Everything already committed (a lone leader): answer without taking a slot.
         let _slot = if pending {
             match tokio::time::timeout_at(deadline, self.slots.clone().acquire_owned()).await {
@@ -83,8 +95,17 @@ async fn wait_one(
         }
         match tokio::time::timeout_at(deadline, watch.changed()).await {
             Ok(Ok(())) => {}
-            // The partition went away: the next check says how.
-            Ok(Err(_)) => return partition.replication(required_offset).map(|_| ()),
+            // The partition went away: the next check says how (never a success unless
+            // replicated).
+            Ok(Err(_)) => {
+                return match partition.replication(required_offset)? {
+                    Replication::Done => Ok(()),
+                    Replication::NotEnoughReplicasAfterAppend => {
+                        Err(PartitionError::NotEnoughReplicasAfterAppend)
+                    }
+                    Replication::Pending => Err(PartitionError::NotLeaderOrFollower),
+                };
+            }
             Err(_) => return Err(PartitionError::RequestTimedOut),
         }
     }
