@@ -259,7 +259,7 @@ impl Sim {
             }
             // The Produce handler: answered at once unless it must wait (then `collect_acks`
             // plays the purgatory, which acknowledges only in the append's leadership).
-            if must_wait(&leader, end) {
+            if must_wait(&leader, end, Some(epoch)) {
                 self.pending.push((end, epoch));
             } else {
                 let ids = leader.batch_ids(end).unwrap();

@@ -13,7 +13,7 @@ use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 
 use super::*;
 use crate::partition::purgatory::ProducePurgatory;
-use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig};
+use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig, Replication};
 use crate::partition::replica_selector::ReplicaSelectorKind;
 use crate::partition::{
     Acks, AlterPartitionIntent, AppendParams, IsrChangeSink, Partition, RemoteTier,
@@ -122,7 +122,7 @@ async fn an_acks_all_append_whose_leadership_moves_before_the_check_is_not_ackno
     follower.make_leader(2).unwrap();
     leader.make_follower(2, 2).unwrap();
     assert!(
-        crate::partition::purgatory::must_wait(&leader, end),
+        crate::partition::purgatory::must_wait(&leader, end, Some(1)),
         "an append that lost its leadership is answered through the wait, not at once"
     );
     let answered = ProducePurgatory::default()
@@ -134,6 +134,27 @@ async fn an_acks_all_append_whose_leadership_moves_before_the_check_is_not_ackno
     );
     // What it was about: the new leader does not have the batch.
     assert_eq!(follower.offsets().unwrap().log_end_offset, 0);
+    // Leadership back here in a later epoch, alone in the ISR: the HW passes the batch, but
+    // the append's leadership ended (its log could have been truncated and refilled since).
+    lead(&leader, 3, &[1], 1, sink().0);
+    assert!(matches!(leader.replication(end), Ok(Replication::Done)));
+    assert!(crate::partition::purgatory::must_wait(
+        &leader,
+        end,
+        Some(1)
+    ));
+    let answered = ProducePurgatory::default()
+        .wait_in_leadership(&[(leader.clone(), end, 1)], Duration::from_secs(5))
+        .await;
+    assert_eq!(
+        answered[0].as_ref().unwrap_err().kafka_code(),
+        ResponseError::NotLeaderOrFollower.code()
+    );
+    assert!(!crate::partition::purgatory::must_wait(
+        &leader,
+        end,
+        Some(3)
+    ));
 }
 
 #[test]

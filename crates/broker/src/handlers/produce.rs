@@ -165,7 +165,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     // acks=all appends whose ISR has not got them yet: (topic, partition) positions in the
     // response, and what to wait for.
     let mut delayed: Vec<(usize, usize)> = Vec::new();
-    let mut delayed_waits: Vec<(Arc<Partition>, i64)> = Vec::new();
+    let mut delayed_waits: Vec<(Arc<Partition>, i64, i32)> = Vec::new();
     // Transactional partitions whose coordinator is another broker: checked there first.
     let mut remote: Vec<Remote> = Vec::new();
     for (name, parts) in topics {
@@ -251,7 +251,10 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     if !delayed_waits.is_empty() {
         let timeout = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
         busy.pause();
-        let results = state.produce_purgatory.wait(&delayed_waits, timeout).await;
+        let results = state
+            .produce_purgatory
+            .wait_in_leadership(&delayed_waits, timeout)
+            .await;
         busy.resume();
         for ((ti, pi), result) in delayed.into_iter().zip(results) {
             if let Err(e) = result {
@@ -331,7 +334,7 @@ fn settle(
     result: Result<streamforge_log::AppendInfo, Rejection>,
     r: &mut PartitionProduceResponse,
     records_bytes: usize,
-) -> Option<(Arc<Partition>, i64)> {
+) -> Option<(Arc<Partition>, i64, i32)> {
     match result {
         Ok(info) => {
             r.error_code = 0;
@@ -352,7 +355,8 @@ fn settle(
                 r.base_offset = -1;
                 return None;
             };
-            must_wait(&partition, required).then_some((partition, required))
+            let epoch = info.leader_epoch;
+            must_wait(&partition, required, Some(epoch)).then_some((partition, required, epoch))
         }
         Err(rejection) => {
             let Rejection {
