@@ -349,7 +349,8 @@ fn settle(
                 return None;
             }
             let required = info.last_offset + 1;
-            // Gone since the append (deleted, reassigned away): not replicated for sure.
+            // Gone since the append (deleted, reassigned away): its replication cannot be
+            // confirmed any more.
             let Some(partition) = state.replicas.partition(name, r.index) else {
                 r.error_code = ErrorCode::NotLeaderOrFollower.code();
                 r.base_offset = -1;
