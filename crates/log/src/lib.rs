@@ -236,6 +236,9 @@ pub struct AppendInfo {
     /// The batch was a retry of one already in the log (idempotent producer): nothing was
     /// appended and the offsets are the original ones.
     pub duplicate: bool,
+    /// The leader epoch the append was made in (a duplicate's too: the leadership that
+    /// answered it); a follower's append: its last batch's.
+    pub leader_epoch: i32,
 }
 
 /// The result of a read: whole batches as zero-copy slices of segment files.

@@ -5,7 +5,9 @@
 //! ISR member, else of any alive ELR member, else of the last known leader when it is back)
 //! and a scheduler that picks, per step, a produce (acks=all or acks=1), a follower fetch,
 //! time passing, an ISR answer, a high-watermark checkpoint write, a crash, a recovery or the
-//! metadata reaching the leader. An ISR answer can be lost
+//! metadata reaching the leader. An acks=all append is acknowledged by the Produce handler's
+//! own rule ([`must_wait`], then the wait), and sometimes the controller moves the leadership
+//! to another ISR member (a preferred-leader rebalance) between the append and that check. An ISR answer can be lost
 //! before or after the controller commits (a timeout), and the leader hears of a commit only
 //! through the answer or, later, the metadata. A crashed broker's log is dropped without being closed (no
 //! clean-shutdown marker, as after kill -9) and a recovery reopens it from disk, with its high
@@ -32,6 +34,7 @@ use streamforge_log::LogConfig;
 use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 
 use super::replicate_once;
+use crate::partition::purgatory::must_wait;
 use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig, Replication};
 use crate::partition::{
     Acks, AlterPartitionIntent, AppendParams, OpenHighWatermark, Partition, RemoteTier,
@@ -77,6 +80,8 @@ struct Sim {
     elr_elections: usize,
     /// acks=1 appends made while the leader's ISR was under min ISR.
     appends_under_min_isr: usize,
+    /// Leadership moved between an acks=all append and the handler's check.
+    moves_before_the_check: usize,
 }
 
 fn log_config() -> LogConfig {
@@ -121,6 +126,7 @@ impl Sim {
             reopened: 0,
             elr_elections: 0,
             appends_under_min_isr: 0,
+            moves_before_the_check: 0,
         };
         sim.install_leader();
         sim
@@ -247,8 +253,41 @@ impl Sim {
                 self.appends_under_min_isr += 1;
             }
         } else if let Ok(info) = leader.append(batch, AppendParams { acks: Acks::All }) {
-            self.pending.push((info.last_offset + 1, self.leader_epoch));
+            let (end, epoch) = (info.last_offset + 1, self.leader_epoch);
+            if self.rng.random_bool(0.1) && self.move_leadership() {
+                self.moves_before_the_check += 1;
+            }
+            // The Produce handler: answered at once unless it must wait (then `collect_acks`
+            // plays the purgatory, which acknowledges only in the append's leadership).
+            if must_wait(&leader, end, Some(epoch)) {
+                self.pending.push((end, epoch));
+            } else {
+                let ids = leader.batch_ids(end).unwrap();
+                let acked = ids.iter().find(|b| b.1 == end - 1).expect("acked batch");
+                self.acked.push(*acked);
+            }
         }
+    }
+
+    /// The controller's preferred-leader rebalance: leadership moves to another alive member
+    /// of the committed ISR (Kafka elects a preferred replica only from the ISR). Returns
+    /// whether it moved.
+    fn move_leadership(&mut self) -> bool {
+        let others: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|&b| b != self.leader && self.alive[&b])
+            .collect();
+        if others.is_empty() || self.offline {
+            return false;
+        }
+        self.leader = others[self.rng.random_range(0..others.len())];
+        self.leader_epoch += 1;
+        self.partition_epoch += 1;
+        self.intents.lock().clear();
+        self.install_leader();
+        true
     }
 
     fn fetch(&mut self) {
@@ -549,6 +588,7 @@ fn replicas_agree_and_nothing_acknowledged_is_lost_over_many_seeds() {
     let mut reopened = 0;
     let mut elr_elections = 0;
     let mut appends_under_min_isr = 0;
+    let mut moves = 0;
     let mut seeds = 0;
     for seed in std::env::var("SIM_SEED")
         .ok()
@@ -565,16 +605,18 @@ fn replicas_agree_and_nothing_acknowledged_is_lost_over_many_seeds() {
         reopened += sim.reopened;
         elr_elections += sim.elr_elections;
         appends_under_min_isr += sim.appends_under_min_isr;
+        moves += sim.moves_before_the_check;
         seeds += 1;
     }
     eprintln!(
-        "{seeds} seeds: {acked_total} acks, {elections} elections ({elr_elections} from the ELR), {reopened} restarts, {appends_under_min_isr} acks=1 appends under min ISR"
+        "{seeds} seeds: {acked_total} acks, {elections} elections ({elr_elections} from the ELR), {reopened} restarts, {appends_under_min_isr} acks=1 appends under min ISR, {moves} leadership moves between an acks=all append and its check"
     );
     // The scheduler really exercises the protocol.
     assert!(acked_total > seeds * 5, "only {acked_total} acks");
     assert!(elections > seeds as i32, "only {elections} elections");
     assert!(reopened > seeds, "only {reopened} restarts");
     assert!(elr_elections > 0, "no election from the ELR");
+    assert!(moves > seeds / 2, "only {moves} moves before the check");
     assert!(
         appends_under_min_isr > seeds,
         "only {appends_under_min_isr} acks=1 appends under min ISR"

@@ -13,7 +13,7 @@ use streamforge_protocol::batch::testing::{BatchSpec, build_simple};
 
 use super::*;
 use crate::partition::purgatory::ProducePurgatory;
-use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig};
+use crate::partition::replica::{IsrChangeOutcome, LeaderAndIsr, ReplicaConfig, Replication};
 use crate::partition::replica_selector::ReplicaSelectorKind;
 use crate::partition::{
     Acks, AlterPartitionIntent, AppendParams, IsrChangeSink, Partition, RemoteTier,
@@ -102,6 +102,59 @@ async fn acks_all_waits_until_the_follower_has_the_batch() {
     let pending = produce(&leader, 5);
     let o = leader.offsets().unwrap();
     assert_eq!((o.high_watermark, o.log_end_offset), (end, pending));
+}
+
+/// The cluster loop's lost acknowledgement (docs/REPLICATION.md, "acks=all and a leader
+/// change"): an acks=all append whose partition stops leading before the handler decides
+/// whether to wait (the controller's preferred-leader rebalance landed in between) must be
+/// answered NOT_LEADER_OR_FOLLOWER, never as a success. The handler took every answer but
+/// `Pending` for "no wait", so the error of the lost leadership read as "replicated": the
+/// producer held records as acknowledged that only the old leader had, which the new leader
+/// (without them) then truncated away.
+#[tokio::test]
+async fn an_acks_all_append_whose_leadership_moves_before_the_check_is_not_acknowledged() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (leader, follower) = (open(a.path()), open(b.path()));
+    lead(&leader, 1, &[1, 2], 2, sink().0);
+    follower.make_follower(1, 1).unwrap();
+    let end = produce(&leader, 10);
+    // Leadership moves to the follower (which never fetched the batch) before the check.
+    follower.make_leader(2).unwrap();
+    leader.make_follower(2, 2).unwrap();
+    assert!(
+        crate::partition::purgatory::must_wait(&leader, end, Some(1)),
+        "an append that lost its leadership is answered through the wait, not at once"
+    );
+    let answered = ProducePurgatory::default()
+        .wait(&[(leader.clone(), end)], Duration::from_secs(5))
+        .await;
+    assert_eq!(
+        answered[0].as_ref().unwrap_err().kafka_code(),
+        ResponseError::NotLeaderOrFollower.code()
+    );
+    // What it was about: the new leader does not have the batch.
+    assert_eq!(follower.offsets().unwrap().log_end_offset, 0);
+    // Leadership back here in a later epoch, alone in the ISR: the HW passes the batch, but
+    // the append's leadership ended (its log could have been truncated and refilled since).
+    lead(&leader, 3, &[1], 1, sink().0);
+    assert!(matches!(leader.replication(end), Ok(Replication::Done)));
+    assert!(crate::partition::purgatory::must_wait(
+        &leader,
+        end,
+        Some(1)
+    ));
+    let answered = ProducePurgatory::default()
+        .wait_in_leadership(&[(leader.clone(), end, 1)], Duration::from_secs(5))
+        .await;
+    assert_eq!(
+        answered[0].as_ref().unwrap_err().kafka_code(),
+        ResponseError::NotLeaderOrFollower.code()
+    );
+    assert!(!crate::partition::purgatory::must_wait(
+        &leader,
+        end,
+        Some(3)
+    ));
 }
 
 #[test]

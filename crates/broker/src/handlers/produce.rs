@@ -19,7 +19,7 @@ use streamforge_protocol::{ErrorCode, RequestFrame};
 use crate::BrokerState;
 use crate::handlers::produce_txn::{TxnAppend, TxnProduce};
 use crate::handlers::{message, topic_name};
-use crate::partition::replica::Replication;
+use crate::partition::purgatory::must_wait;
 use crate::partition::{Acks, AppendParams, Partition, PartitionError};
 use crate::quota::ClientIdentity;
 use crate::quota::entity::QuotaKey;
@@ -165,7 +165,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     // acks=all appends whose ISR has not got them yet: (topic, partition) positions in the
     // response, and what to wait for.
     let mut delayed: Vec<(usize, usize)> = Vec::new();
-    let mut delayed_waits: Vec<(Arc<Partition>, i64)> = Vec::new();
+    let mut delayed_waits: Vec<(Arc<Partition>, i64, i32)> = Vec::new();
     // Transactional partitions whose coordinator is another broker: checked there first.
     let mut remote: Vec<Remote> = Vec::new();
     for (name, parts) in topics {
@@ -251,7 +251,10 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
     if !delayed_waits.is_empty() {
         let timeout = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
         busy.pause();
-        let results = state.produce_purgatory.wait(&delayed_waits, timeout).await;
+        let results = state
+            .produce_purgatory
+            .wait_in_leadership(&delayed_waits, timeout)
+            .await;
         busy.resume();
         for ((ti, pi), result) in delayed.into_iter().zip(results) {
             if let Err(e) = result {
@@ -331,7 +334,7 @@ fn settle(
     result: Result<streamforge_log::AppendInfo, Rejection>,
     r: &mut PartitionProduceResponse,
     records_bytes: usize,
-) -> Option<(Arc<Partition>, i64)> {
+) -> Option<(Arc<Partition>, i64, i32)> {
     match result {
         Ok(info) => {
             r.error_code = 0;
@@ -342,12 +345,19 @@ fn settle(
                 .increment(info.record_count as u64);
             metrics::counter!("streamforge_bytes_in_total", "topic" => name.to_string())
                 .increment(records_bytes as u64);
-            let partition = state.replicas.partition(name, r.index)?;
-            let pending = matches!(
-                partition.replication(info.last_offset + 1),
-                Ok(Replication::Pending)
-            );
-            (append_acks == Some(Acks::All) && pending).then_some((partition, info.last_offset + 1))
+            if append_acks != Some(Acks::All) {
+                return None;
+            }
+            let required = info.last_offset + 1;
+            // Gone since the append (deleted, reassigned away): its replication cannot be
+            // confirmed any more.
+            let Some(partition) = state.replicas.partition(name, r.index) else {
+                r.error_code = ErrorCode::NotLeaderOrFollower.code();
+                r.base_offset = -1;
+                return None;
+            };
+            let epoch = info.leader_epoch;
+            must_wait(&partition, required, Some(epoch)).then_some((partition, required, epoch))
         }
         Err(rejection) => {
             let Rejection {

@@ -31,6 +31,21 @@ impl Default for ProducePurgatory {
     }
 }
 
+/// After an acks=all append made in `leader_epoch`: must its answer wait (in
+/// [`ProducePurgatory::wait_in_leadership`])? Only an append already `Done` in that leadership
+/// is answered at once. An error here (the partition stopped leading between the append and
+/// this check: a leader election, the controller's preferred-leader rebalance) goes through
+/// the wait too, which answers it as that error (NOT_LEADER_OR_FOLLOWER), as Kafka's
+/// `DelayedProduce` does: taking anything but `Pending` for "no wait" answered such an append
+/// as a success, an acknowledgement the ISR never had (the new leader lacked the records, and
+/// the producer's next sequence was then out of order).
+pub fn must_wait(partition: &Partition, required_offset: i64, leader_epoch: Option<i32>) -> bool {
+    !matches!(
+        partition.replication_in(required_offset, leader_epoch),
+        Ok(Replication::Done)
+    )
+}
+
 impl ProducePurgatory {
     /// Requests waiting now.
     pub fn waiting(&self) -> usize {
@@ -44,10 +59,32 @@ impl ProducePurgatory {
         waits: &[(Arc<Partition>, i64)],
         timeout: Duration,
     ) -> Vec<Result<(), PartitionError>> {
-        let deadline = Instant::now() + timeout;
-        let pending = waits
+        let waits: Vec<_> = waits.iter().map(|(p, o)| (p.clone(), *o, None)).collect();
+        self.wait_epochs(&waits, timeout).await
+    }
+
+    /// [`Self::wait`] for appends made in the given leader epochs (a Produce request's): an
+    /// entry whose leadership ended meanwhile answers NOT_LEADER_OR_FOLLOWER, even if it came
+    /// back here in a later epoch.
+    pub async fn wait_in_leadership(
+        &self,
+        waits: &[(Arc<Partition>, i64, i32)],
+        timeout: Duration,
+    ) -> Vec<Result<(), PartitionError>> {
+        let waits: Vec<_> = waits
             .iter()
-            .any(|(p, offset)| matches!(p.replication(*offset), Ok(Replication::Pending)));
+            .map(|(p, o, e)| (p.clone(), *o, Some(*e)))
+            .collect();
+        self.wait_epochs(&waits, timeout).await
+    }
+
+    async fn wait_epochs(
+        &self,
+        waits: &[(Arc<Partition>, i64, Option<i32>)],
+        timeout: Duration,
+    ) -> Vec<Result<(), PartitionError>> {
+        let deadline = Instant::now() + timeout;
+        let pending = waits.iter().any(|(p, offset, e)| must_wait(p, *offset, *e));
         // Everything already committed (a lone leader): answer without taking a slot.
         let _slot = if pending {
             match tokio::time::timeout_at(deadline, self.slots.clone().acquire_owned()).await {
@@ -58,8 +95,8 @@ impl ProducePurgatory {
             None
         };
         let mut results = Vec::with_capacity(waits.len());
-        for (partition, offset) in waits {
-            results.push(wait_one(partition, *offset, deadline).await);
+        for (partition, offset, epoch) in waits {
+            results.push(wait_one(partition, *offset, *epoch, deadline).await);
         }
         results
     }
@@ -69,12 +106,13 @@ impl ProducePurgatory {
 async fn wait_one(
     partition: &Partition,
     required_offset: i64,
+    leader_epoch: Option<i32>,
     deadline: Instant,
 ) -> Result<(), PartitionError> {
     let mut watch = partition.watch_high_watermark();
     loop {
         // Subscribed before the check, so a change in between is not missed.
-        match partition.replication(required_offset)? {
+        match partition.replication_in(required_offset, leader_epoch)? {
             Replication::Done => return Ok(()),
             Replication::NotEnoughReplicasAfterAppend => {
                 return Err(PartitionError::NotEnoughReplicasAfterAppend);
@@ -83,8 +121,17 @@ async fn wait_one(
         }
         match tokio::time::timeout_at(deadline, watch.changed()).await {
             Ok(Ok(())) => {}
-            // The partition went away: the next check says how.
-            Ok(Err(_)) => return partition.replication(required_offset).map(|_| ()),
+            // The partition went away: the next check says how (never a success unless
+            // replicated).
+            Ok(Err(_)) => {
+                return match partition.replication_in(required_offset, leader_epoch)? {
+                    Replication::Done => Ok(()),
+                    Replication::NotEnoughReplicasAfterAppend => {
+                        Err(PartitionError::NotEnoughReplicasAfterAppend)
+                    }
+                    Replication::Pending => Err(PartitionError::NotLeaderOrFollower),
+                };
+            }
             Err(_) => return Err(PartitionError::RequestTimedOut),
         }
     }

@@ -353,8 +353,21 @@ impl Partition {
 
     /// acks=all: has every ISR member got everything below `required_offset`?
     pub fn replication(&self, required_offset: i64) -> Result<Replication, PartitionError> {
+        self.replication_in(required_offset, None)
+    }
+
+    /// [`Self::replication`] of an append made in `leader_epoch` (when given): a leadership
+    /// that moved away since, even one back here in a later epoch, answers
+    /// NOT_LEADER_OR_FOLLOWER (the log may have been truncated and refilled in between).
+    pub fn replication_in(
+        &self,
+        required_offset: i64,
+        leader_epoch: Option<i32>,
+    ) -> Result<Replication, PartitionError> {
         self.with_state(|serving, log| {
-            if serving.role != PartitionRole::Leader {
+            if serving.role != PartitionRole::Leader
+                || leader_epoch.is_some_and(|e| e != serving.leader_epoch)
+            {
                 return Err(PartitionError::NotLeaderOrFollower);
             }
             Ok(match &serving.replica {

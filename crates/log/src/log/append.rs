@@ -85,6 +85,7 @@ impl Log {
                 log_start_offset: self.log_start_offset,
                 record_count: 0,
                 duplicate: true,
+                leader_epoch,
             });
         }
         let log_append = self.config.timestamp_type == TimestampType::LogAppendTime;
@@ -120,6 +121,7 @@ impl Log {
             log_start_offset: self.log_start_offset,
             record_count,
             duplicate: false,
+            leader_epoch,
         })
     }
 
@@ -161,6 +163,7 @@ impl Log {
             log_start_offset: self.log_start_offset,
             record_count,
             duplicate: false,
+            leader_epoch: epoch,
         })
     }
 

@@ -77,6 +77,7 @@ impl Log {
             log_start_offset: self.log_start_offset,
             record_count: 1,
             duplicate: false,
+            leader_epoch,
         })
     }
 
