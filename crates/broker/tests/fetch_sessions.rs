@@ -32,18 +32,13 @@ const PARTITIONS: i32 = 12;
 
 fn config(dir: &std::path::Path, node_id: i32, voters: &BTreeMap<u64, String>) -> BrokerConfig {
     BrokerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.to_path_buf(),
-        node_id,
-        http_listen: None,
-        log_tick_interval_ms: 100,
         cluster: Some(ClusterOptions {
             voters: voters.clone(),
             listen: voters[&(node_id as u64)].clone(),
             roles: ProcessRoles::Combined,
             security: Default::default(),
         }),
-        ..BrokerConfig::default()
+        ..support::replica_config(dir, node_id)
     }
 }
 
