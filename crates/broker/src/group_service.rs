@@ -466,8 +466,12 @@ impl GroupService {
         };
         let partition = partition.clone();
         let records = inner.coordinator.snapshot_records(index as i32, now);
+        // Nothing at or past the first open transaction's records goes: a transaction's
+        // offsets are pending until its marker, and a load must replay them (the snapshot
+        // holds committed offsets only). The last stable offset is also below the high
+        // watermark, so only what every in-sync replica has is dropped.
         let start = match partition.offsets() {
-            Ok(offsets) => offsets.log_end_offset,
+            Ok(offsets) => offsets.log_end_offset.min(offsets.last_stable_offset),
             Err(e) => {
                 tracing::error!(partition = index, error = %e, "snapshot: partition gone");
                 return;

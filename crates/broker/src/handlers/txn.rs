@@ -304,13 +304,12 @@ async fn offsets_in_txn(
 /// KIP-447: TxnOffsetCommit v3+ carries the consumer's generation, member id and instance id,
 /// checked against the group as Kafka does (a zombie whose consumer was rebalanced out is
 /// fenced); v0-2 carry none and are not checked. Kafka checks the producer's transaction
-/// first, then the group. When the consumer passes, `hold` runs under the same group lock
-/// (`TxnService::add_pending_offsets`), so no rebalance comes between the check and the hold.
+/// first, then the group. Runs under the group coordinator's lock, which the offsets' append
+/// and hold keep (`GroupService::txn_offset_commit`), so no rebalance comes between.
 fn consumer_check(
-    state: &BrokerState,
+    c: &streamforge_coordinator::GroupCoordinator,
     request: &TxnOffsetCommitRequest,
     api_version: i16,
-    hold: &mut dyn FnMut(),
 ) -> Result<(), i16> {
     let group = request.group_id.0.as_str();
     let (generation, member, instance) = if api_version >= 3 {
@@ -322,13 +321,41 @@ fn consumer_check(
     } else {
         (-1, "", None)
     };
-    state
+    c.validate_txn_offset_commit(group, generation, member, instance)
+}
+
+/// Stores a TxnOffsetCommit's offsets as Kafka's group coordinator does: the producer's
+/// transactional batch in the group's `__consumer_offsets` partition, held pending until the
+/// transaction's marker there, answered once the ISR has the batch. A timeout is
+/// COORDINATOR_NOT_AVAILABLE (retriable; a retry appends the same offsets again).
+async fn store_txn_offsets(
+    state: &BrokerState,
+    request: &TxnOffsetCommitRequest,
+    api_version: i16,
+    offsets: Vec<TxnOffset>,
+) -> i16 {
+    let group = request.group_id.0.as_str();
+    let producer = (request.producer_id.0, request.producer_epoch);
+    let held = state
         .groups
-        .read_group(group, |c| {
-            c.validate_txn_offset_commit(group, generation, member, instance)
-                .map(|()| hold())
-        })
-        .and_then(|r| r)
+        .txn_offset_commit(group, producer, offsets, |c| {
+            consumer_check(c, request, api_version)
+        });
+    if let Err(code) = held {
+        return code;
+    }
+    let timeout = std::time::Duration::from_millis(crate::group_service::OFFSET_COMMIT_TIMEOUT_MS);
+    match state
+        .groups
+        .wait_replicated(&state.produce_purgatory, group, timeout)
+        .await
+    {
+        Ok(()) => 0,
+        Err(code) if code == ResponseError::RequestTimedOut.code() => {
+            ResponseError::CoordinatorNotAvailable.code()
+        }
+        Err(code) => code,
+    }
 }
 
 pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
@@ -381,17 +408,7 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
     } else {
         let (tid, pid, epoch) = (tid.as_str(), pid, epoch);
         match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition).await {
-            0 => {
-                let held = state.txns.add_pending_offsets(
-                    &state.replicas,
-                    tid,
-                    &group,
-                    pid,
-                    offsets,
-                    |hold| consumer_check(&state, &request, req.api_version, hold),
-                );
-                held.err().unwrap_or(0)
-            }
+            0 => store_txn_offsets(&state, &request, req.api_version, offsets).await,
             check => check,
         }
     };
