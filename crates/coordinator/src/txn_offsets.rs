@@ -16,7 +16,10 @@ use kafka_protocol::ResponseError;
 
 /// Transactional offsets waiting for their producer's marker: (group, producer id) → offsets
 /// by (topic, partition).
-pub(crate) type PendingTxn = BTreeMap<(String, i64), BTreeMap<(String, i32), TxnOffset>>;
+pub(crate) type PendingTxn = BTreeMap<(String, i64), PendingSet>;
+
+/// One producer's pending offsets of one group, by (topic, partition).
+pub type PendingSet = BTreeMap<(String, i32), TxnOffset>;
 
 /// Which partitions have transactional offsets pending (TxnOffsetCommit taken, the
 /// transaction's marker not yet written), as the group coordinator asks it. The broker's
@@ -180,9 +183,7 @@ impl GroupCoordinator {
     }
 
     /// Every pending (group, producer id) and its offsets (tests, the dashboard).
-    pub fn pending_txn_offsets(
-        &self,
-    ) -> impl Iterator<Item = (&(String, i64), &BTreeMap<(String, i32), TxnOffset>)> {
+    pub fn pending_txn_offsets(&self) -> impl Iterator<Item = (&(String, i64), &PendingSet)> {
         self.txn_pending.iter()
     }
 
