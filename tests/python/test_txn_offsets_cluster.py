@@ -6,7 +6,8 @@ before the transaction ends. As on Kafka, the offsets are the producer's transac
 in `__consumer_offsets`, in every in-sync replica before TxnOffsetCommit is answered: the new
 leader loads them as pending, and the transaction's COMMIT marker commits them (OffsetFetch
 and a consumer's position are the sent offsets), its ABORT drops them (the offsets stay the
-ones committed before).
+ones committed before), whether the transaction ends once the partition moved or right
+after the kill.
 """
 
 from __future__ import annotations
@@ -67,8 +68,11 @@ def position(bootstrap, group, partition):
         c.close()
 
 
-@pytest.mark.parametrize("outcome", ["commit", "abort"])
-def test_offsets_sent_to_a_transaction_outlive_the_group_coordinator(broker_factory, outcome):
+@pytest.mark.parametrize("outcome,wait_for_the_move", [("commit", True), ("abort", True), ("commit", False)])
+def test_offsets_sent_to_a_transaction_outlive_the_group_coordinator(broker_factory, outcome, wait_for_the_move):
+    """`wait_for_the_move`: the transaction ends once the group's offsets partition is led by
+    another broker; else right after the kill (its markers wait for the new leader, which may
+    still be loading the partition when they come)."""
     brokers = start_cluster(broker_factory)
     wait_for("the cluster", lambda: cluster_view(brokers[0])[0] == [1, 2, 3])
     fs = admin(brokers[0]).create_topics([NewTopic(t, 2, 3) for t in (IN, OUT)], operation_timeout=15)
@@ -80,7 +84,7 @@ def test_offsets_sent_to_a_transaction_outlive_the_group_coordinator(broker_fact
         feed.produce(IN, f"in-{i}".encode(), partition=i % 2)
     assert feed.flush(30) == 0
 
-    tid = f"offsets-{outcome}"
+    tid = f"offsets-{outcome}-{wait_for_the_move}"
     p = Producer({
         "bootstrap.servers": bootstrap,
         "transactional.id": tid,
@@ -92,7 +96,7 @@ def test_offsets_sent_to_a_transaction_outlive_the_group_coordinator(broker_fact
     group, group_coordinator = next(
         (g, c) for g, c in (
             (g, coordinator_of(brokers[0], "__consumer_offsets", g))
-            for g in (f"eos-offsets-{outcome}-{i}" for i in range(100))
+            for g in (f"eos-offsets-{outcome}-{wait_for_the_move}-{i}" for i in range(100))
         ) if c != txn_coordinator
     )
     # Offsets committed before the transaction (a plain commit).
@@ -108,11 +112,14 @@ def test_offsets_sent_to_a_transaction_outlive_the_group_coordinator(broker_fact
     p.send_offsets_to_transaction([TopicPartition(IN, q, o) for q, o in SENT.items()], metadata, 30)
     # The group's coordinator dies with the offsets taken and the transaction open.
     brokers[group_coordinator - 1].kill()
-    moved_to = wait_for(
-        "the group's offsets partition led by another broker",
-        lambda: (lambda lead: lead if lead != group_coordinator else None)(
-            coordinator_of(brokers[txn_coordinator - 1], "__consumer_offsets", group)),
-    )
+    def moved():
+        return wait_for(
+            "the group's offsets partition led by another broker",
+            lambda: (lambda lead: lead if lead != group_coordinator else None)(
+                coordinator_of(brokers[txn_coordinator - 1], "__consumer_offsets", group)),
+        )
+
+    moved_to = moved() if wait_for_the_move else None
     started = time.monotonic()
     if outcome == "commit":
         p.commit_transaction(60)
@@ -120,8 +127,10 @@ def test_offsets_sent_to_a_transaction_outlive_the_group_coordinator(broker_fact
     else:
         p.abort_transaction(60)
         want = BEFORE
+    ended = time.monotonic() - started
+    moved_to = moved_to or moved()
     print(f"group coordinator {group_coordinator} killed, offsets partition now on {moved_to}, "
-          f"transaction coordinator {txn_coordinator}: {outcome} took {time.monotonic() - started:.2f} s")
+          f"transaction coordinator {txn_coordinator}: {outcome} took {ended:.2f} s")
     wait_for(f"the group's offsets after the {outcome}", lambda: committed(bootstrap, group) == want,
              timeout_s=30)
     for part, offset in want.items():
