@@ -265,19 +265,26 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
 }
 
 /// TxnOffsetCommit's check that the group's offsets partition is in the producer's open
-/// transaction: v5+ (transaction version 2, no AddOffsetsToTxn) adds it, as Kafka's group
+/// transaction, then `hold` (the group's check, the append and the hold of the offsets) once
+/// it passed: v5+ (transaction version 2, no AddOffsetsToTxn) adds it, as Kafka's group
 /// coordinator does through AddPartitionsToTxn; older versions must have added it
 /// (AddOffsetsToTxn) or get the producer's error (fenced, unknown, not open). When the
-/// transaction's coordinator is another broker (this one coordinates the group), the check or
-/// the add goes there (`txn_verify_sender::check`). 0 when the offsets may be taken.
+/// transaction's coordinator is this broker, that check and `hold` run under its lock: no
+/// EndTxn, and so no marker, comes between them (Kafka's verification guard). When it is
+/// another broker (this one coordinates the group), the check or the add goes there
+/// (`txn_verify_sender::check`); a marker landing before the append is then refused by the
+/// epoch it carries when bumped (a timeout's abort, fencing, transaction version 2). Returns
+/// the error code, 0 when the offsets were held.
 async fn offsets_in_txn(
     state: &BrokerState,
     api_version: i16,
     producer: (&str, i64, i16),
     partition: &(String, i32),
+    hold: impl FnOnce() -> i16,
 ) -> i16 {
     let (tid, pid, epoch) = producer;
     let add = api_version >= 5;
+    let mut hold = Some(hold);
     let local = if add {
         let added = state.txns.run(state, tid, |c, now, out| {
             c.add_partitions(now, tid, pid, epoch, std::slice::from_ref(partition), out)
@@ -285,10 +292,13 @@ async fn offsets_in_txn(
         state.txns.replicated(state, tid, added).await.map(|()| 0)
     } else {
         state.txns.read_for(tid, |c| {
-            c.verify_partitions(tid, pid, epoch, std::slice::from_ref(partition))[0]
+            match c.verify_partitions(tid, pid, epoch, std::slice::from_ref(partition))[0] {
+                0 => hold.take().map_or(0, |hold| hold()),
+                code => code,
+            }
         })
     };
-    match local {
+    let checked = match local {
         Ok(code) => code,
         Err(ResponseError::NotCoordinator) => {
             let answer =
@@ -298,6 +308,10 @@ async fn offsets_in_txn(
             crate::txn_verify::offset_commit_error(code)
         }
         Err(e) => e.code(),
+    };
+    match (checked, hold) {
+        (0, Some(hold)) => hold(),
+        (code, _) => code,
     }
 }
 
@@ -324,11 +338,10 @@ fn consumer_check(
     c.validate_txn_offset_commit(group, generation, member, instance)
 }
 
-/// Stores a TxnOffsetCommit's offsets as Kafka's group coordinator does: the producer's
-/// transactional batch in the group's `__consumer_offsets` partition, held pending until the
-/// transaction's marker there, answered once the ISR has the batch. A timeout is
-/// COORDINATOR_NOT_AVAILABLE (retriable; a retry appends the same offsets again).
-async fn store_txn_offsets(
+/// Holds a TxnOffsetCommit's offsets as Kafka's group coordinator stores them: the producer's
+/// transactional batch in the group's `__consumer_offsets` partition, pending until the
+/// transaction's marker there (`GroupService::txn_offset_commit`). 0 when held.
+fn hold_txn_offsets(
     state: &BrokerState,
     request: &TxnOffsetCommitRequest,
     api_version: i16,
@@ -341,9 +354,12 @@ async fn store_txn_offsets(
         .txn_offset_commit(group, producer, offsets, |c| {
             consumer_check(c, request, api_version)
         });
-    if let Err(code) = held {
-        return code;
-    }
+    held.err().unwrap_or(0)
+}
+
+/// The held offsets' batch in the ISR of the group's partition, as Kafka answers only then. A
+/// timeout is COORDINATOR_NOT_AVAILABLE (retriable; a retry appends the same offsets again).
+async fn replicated_txn_offsets(state: &BrokerState, group: &str) -> i16 {
     let timeout = std::time::Duration::from_millis(crate::group_service::OFFSET_COMMIT_TIMEOUT_MS);
     match state
         .groups
@@ -407,9 +423,10 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
         code
     } else {
         let (tid, pid, epoch) = (tid.as_str(), pid, epoch);
-        match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition).await {
-            0 => store_txn_offsets(&state, &request, req.api_version, offsets).await,
-            check => check,
+        let hold = || hold_txn_offsets(&state, &request, req.api_version, offsets);
+        match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition, hold).await {
+            0 => replicated_txn_offsets(&state, &group).await,
+            code => code,
         }
     };
     let mut resp = TxnOffsetCommitResponse::default();
