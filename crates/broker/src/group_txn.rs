@@ -21,6 +21,11 @@ use crate::group_service::GroupService;
 use crate::partition::{Acks, AppendParams, Partition, PartitionError};
 use crate::util::now_ms;
 
+/// (group, producer id) sets of pending transactional offsets a TxnOffsetCommit may add to
+/// (a named bound; a load takes what its log holds). Past it the commit is answered
+/// COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+const PENDING_TXN_SETS_MAX: usize = 100_000;
+
 /// What a failed transactional offsets append answers (Kafka's group coordinator: a stale
 /// producer epoch passes through, the rest as its other appends).
 fn txn_append_error(e: &PartitionError) -> i16 {
@@ -56,6 +61,16 @@ impl GroupService {
         check(&inner.coordinator)?;
         if offsets.is_empty() {
             return Ok(());
+        }
+        if inner
+            .coordinator
+            .txn_pending_full(group_id, producer.0, PENDING_TXN_SETS_MAX)
+        {
+            tracing::warn!(
+                limit = PENDING_TXN_SETS_MAX,
+                "too many transactions hold offsets"
+            );
+            return Err(ResponseError::CoordinatorLoadInProgress.code());
         }
         let partition = match inner.loads[index].appendable() {
             Ok(p) => p.clone(),

@@ -174,6 +174,15 @@ impl GroupCoordinator {
         groups
     }
 
+    /// Whether another (group, producer id) set of pending offsets would pass `max` sets
+    /// (a new TxnOffsetCommit is refused then; the offsets of a set held already are taken).
+    pub fn txn_pending_full(&self, group_id: &str, producer_id: i64, max: usize) -> bool {
+        self.txn_pending.len() >= max
+            && !self
+                .txn_pending
+                .contains_key(&(group_id.to_string(), producer_id))
+    }
+
     /// The partitions of `group_id` with transactional offsets pending here (any producer's).
     pub fn pending_txn_partitions(&self, group_id: &str) -> BTreeSet<(String, i32)> {
         self.txn_pending
