@@ -481,6 +481,19 @@ impl GroupService {
             tracing::error!(partition = index, error = %e, "snapshot append failed");
             return;
         }
+        // Open transactions' offsets again after the plain records, as each producer's batch:
+        // their records stay later in the log than the snapshot's (the marker makes them win).
+        for (producer, txn_records) in inner.coordinator.snapshot_txn_records(index as i32, now) {
+            let appended =
+                streamforge_coordinator::records::encode_txn_batch(&txn_records, now, producer)
+                    .map_err(|e| AppendError::Encode(e.to_string()))
+                    .and_then(|mut batch| Ok(partition.append(&mut batch, APPEND_PARAMS)?));
+            if let Err(e) = appended {
+                // Nothing is truncated: the transaction's first records stay in the log.
+                tracing::error!(partition = index, producer_id = producer.0, error = %e, "snapshot of transactional offsets failed");
+                return;
+            }
+        }
         match partition.delete_local_records_before(start) {
             Ok(log_start) => {
                 inner.appended_since_snapshot_bytes[index] = 0;

@@ -92,7 +92,7 @@ impl GroupService {
         inner.appended_since_snapshot_bytes[index] += bytes;
         inner
             .coordinator
-            .hold_txn_offsets(group_id, producer.0, offsets);
+            .hold_txn_offsets(group_id, producer, offsets);
         Ok(())
     }
 

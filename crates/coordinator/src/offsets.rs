@@ -264,7 +264,7 @@ impl GroupCoordinator {
             held.extend(
                 self.txn_pending
                     .range((group.group_id.clone(), i64::MIN)..=(group.group_id.clone(), i64::MAX))
-                    .flat_map(|(_, offsets)| offsets.keys().cloned()),
+                    .flat_map(|(_, set)| set.offsets.keys().cloned()),
             );
             let expired: Vec<(String, i32)> = group
                 .offsets

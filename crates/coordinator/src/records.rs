@@ -363,6 +363,7 @@ pub enum ReplayItem {
     /// the producer's marker.
     Transactional {
         producer_id: i64,
+        producer_epoch: i16,
         record: OffsetsRecord,
     },
     /// A transaction marker (control batch) of `producer_id`.
@@ -401,6 +402,7 @@ pub fn decode_batches_for_replay(mut bytes: Bytes) -> Result<Vec<(i64, ReplayIte
             let item = if r.transactional && r.producer_id >= 0 {
                 ReplayItem::Transactional {
                     producer_id: r.producer_id,
+                    producer_epoch: r.producer_epoch,
                     record,
                 }
             } else {

@@ -18,8 +18,14 @@ use kafka_protocol::ResponseError;
 /// by (topic, partition).
 pub(crate) type PendingTxn = BTreeMap<(String, i64), PendingSet>;
 
-/// One producer's pending offsets of one group, by (topic, partition).
-pub type PendingSet = BTreeMap<(String, i32), TxnOffset>;
+/// One producer's pending offsets of one group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingSet {
+    /// The epoch of the producer's last batch of them (a snapshot appends them again under it).
+    pub producer_epoch: i16,
+    /// By (topic, partition).
+    pub offsets: BTreeMap<(String, i32), TxnOffset>,
+}
 
 /// Which partitions have transactional offsets pending (TxnOffsetCommit taken, the
 /// transaction's marker not yet written), as the group coordinator asks it. The broker's
@@ -125,16 +131,46 @@ impl GroupCoordinator {
             .collect()
     }
 
-    /// Holds offsets whose transactional batch is in the group's partition: pending until
-    /// the producer's marker there (a later commit of the same partition replaces it).
-    pub fn hold_txn_offsets(&mut self, group_id: &str, producer_id: i64, offsets: Vec<TxnOffset>) {
+    /// Holds offsets whose transactional batch (of `producer` id and epoch) is in the group's
+    /// partition: pending until the producer's marker there (a later commit of the same
+    /// partition replaces it).
+    pub fn hold_txn_offsets(
+        &mut self,
+        group_id: &str,
+        producer: (i64, i16),
+        offsets: Vec<TxnOffset>,
+    ) {
         let set = self
             .txn_pending
-            .entry((group_id.to_string(), producer_id))
+            .entry((group_id.to_string(), producer.0))
             .or_default();
+        set.producer_epoch = producer.1;
         for o in offsets {
-            set.insert((o.topic.clone(), o.partition), o);
+            set.offsets.insert((o.topic.clone(), o.partition), o);
         }
+    }
+
+    /// The pending offsets of the groups stored in `partition` as records, per producer (id,
+    /// epoch): a snapshot-and-truncate appends them, as each producer's transactional batch,
+    /// after its plain records of the committed offsets, so the log keeps the transaction's
+    /// offsets after the plain ones (a load, and the log cleaner keeping the latest record of a
+    /// key, then come to what the running coordinator has).
+    pub fn snapshot_txn_records(
+        &self,
+        partition: i32,
+        now_ms: i64,
+    ) -> Vec<((i64, i16), Vec<OffsetsRecord>)> {
+        self.txn_pending
+            .iter()
+            .filter(|((g, _), set)| self.partition_for(g) == partition && !set.offsets.is_empty())
+            .map(|((g, pid), set)| {
+                let offsets: Vec<TxnOffset> = set.offsets.values().cloned().collect();
+                (
+                    (*pid, set.producer_epoch),
+                    self.txn_offset_records(now_ms, g, &offsets),
+                )
+            })
+            .collect()
     }
 
     /// The marker of `producer_id` on `__consumer_offsets` partition `partition` (written
@@ -156,7 +192,7 @@ impl GroupCoordinator {
             .collect();
         let mut groups = Vec::with_capacity(keys.len());
         for key in keys {
-            let Some(offsets) = self.txn_pending.remove(&key) else {
+            let Some(PendingSet { offsets, .. }) = self.txn_pending.remove(&key) else {
                 continue;
             };
             let (group_id, _) = key;
@@ -187,7 +223,7 @@ impl GroupCoordinator {
     pub fn pending_txn_partitions(&self, group_id: &str) -> BTreeSet<(String, i32)> {
         self.txn_pending
             .range((group_id.to_string(), i64::MIN)..=(group_id.to_string(), i64::MAX))
-            .flat_map(|(_, offsets)| offsets.keys().cloned())
+            .flat_map(|(_, set)| set.offsets.keys().cloned())
             .collect()
     }
 
@@ -210,6 +246,7 @@ impl GroupCoordinator {
             ReplayItem::Record(record) => self.replay(record, now_ms),
             ReplayItem::Transactional {
                 producer_id,
+                producer_epoch,
                 record,
             } => {
                 let key = records::decode_key(&record.key)?;
@@ -230,7 +267,11 @@ impl GroupCoordinator {
                             leader_epoch: c.leader_epoch,
                             metadata: c.metadata,
                         };
-                        self.hold_txn_offsets(&group, *producer_id, vec![offset]);
+                        self.hold_txn_offsets(
+                            &group,
+                            (*producer_id, *producer_epoch),
+                            vec![offset],
+                        );
                         Ok(())
                     }
                     // Kafka writes only offset commits transactionally; anything else is

@@ -200,13 +200,83 @@ fn pending_transactional_offsets_of_the_partition_hold_back_offset_expiry() {
     let mut c = GroupCoordinator::new(cfg, 0);
     let p = c.partition_for("s");
     c.complete_txn(0, p, 1, true);
-    c.hold_txn_offsets("s", 1, vec![offset("t", 0, 5), offset("t", 1, 6)]);
+    c.hold_txn_offsets("s", (1, 0), vec![offset("t", 0, 5), offset("t", 1, 6)]);
     c.complete_txn(0, p, 1, true);
     assert_eq!(committed(&c, "s", "t", 0), 5);
     // A second transaction holds t-0.
-    c.hold_txn_offsets("s", 2, vec![offset("t", 0, 7)]);
+    c.hold_txn_offsets("s", (2, 0), vec![offset("t", 0, 7)]);
     let mut out = Effects::default();
     c.tick(61_000, &mut out);
     assert_eq!(committed(&c, "s", "t", 0), 5, "pending: kept");
     assert_eq!(committed(&c, "s", "t", 1), -1, "expired");
+}
+
+#[test]
+fn a_snapshot_appends_open_transactions_after_its_plain_records_so_compaction_loads_the_same() {
+    let mut live = coordinator();
+    let scratch = coordinator();
+    let p = live.partition_for("g");
+    let plain = |o: i64| {
+        encode_batch(
+            &scratch.txn_offset_records(1, "g", &[offset("in", 0, o)]),
+            1,
+        )
+        .unwrap()
+    };
+    // Committed 5; producer 7 (epoch 2) holds 10.
+    live.replay_item(
+        p,
+        &ReplayItem::Record(
+            scratch
+                .txn_offset_records(1, "g", &[offset("in", 0, 5)])
+                .remove(0),
+        ),
+        0,
+    )
+    .unwrap();
+    live.hold_txn_offsets("g", (7, 2), vec![offset("in", 0, 10)]);
+    // What a snapshot writes: the plain committed offsets, then each open transaction's.
+    let snapshot = live.snapshot_records(p, 1);
+    let txn = live.snapshot_txn_records(p, 1);
+    assert_eq!(txn.len(), 1);
+    assert_eq!(txn[0].0, (7, 2), "under the producer's epoch");
+    let snapshot_batch = encode_batch(&snapshot, 1).unwrap();
+    let txn_batch = encode_txn_batch(&txn[0].1, 1, txn[0].0).unwrap();
+    for commit in [true, false] {
+        let want = if commit { 10 } else { 5 };
+        // The whole log: the first transactional batch, the snapshot, the batch again, the marker.
+        let mut all = coordinator();
+        let first = txn_batch_of(&scratch, 7, 10);
+        replay(
+            &mut all,
+            "g",
+            &[
+                plain(5),
+                first,
+                snapshot_batch.clone(),
+                txn_batch.clone(),
+                marker(7, 2, commit),
+            ],
+        );
+        assert_eq!(committed(&all, "g", "in", 0), want);
+        // What the cleaner leaves (the latest record of the key; an aborted transaction's
+        // records go and the plain record stays).
+        let mut cleaned = coordinator();
+        let left = if commit {
+            vec![txn_batch.clone(), marker(7, 2, true)]
+        } else {
+            vec![snapshot_batch.clone(), marker(7, 2, false)]
+        };
+        replay(&mut cleaned, "g", &left);
+        assert_eq!(committed(&cleaned, "g", "in", 0), want, "commit {commit}");
+    }
+}
+
+fn txn_batch_of(c: &GroupCoordinator, pid: i64, o: i64) -> BytesMut {
+    encode_txn_batch(
+        &c.txn_offset_records(1, "g", &[offset("in", 0, o)]),
+        1,
+        (pid, 2),
+    )
+    .unwrap()
 }
