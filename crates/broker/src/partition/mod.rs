@@ -388,6 +388,11 @@ impl Partition {
         self.state.lock().serving.leader_epoch
     }
 
+    /// The largest batch the log takes (`max.message.bytes`); `None` when the log is gone.
+    pub fn max_message_bytes(&self) -> Option<u64> {
+        self.with_log(|log| log.config().max_message_bytes).ok()
+    }
+
     /// The leader this broker follows (`None` unless the role is `Follower`).
     pub fn leader_id(&self) -> Option<i32> {
         self.state.lock().serving.leader_id
