@@ -289,6 +289,31 @@ fn the_coordinator_epoch_survives_restarts_with_and_without_a_snapshot() {
 }
 
 #[test]
+fn a_marker_between_the_verification_and_the_append_voids_the_guard() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    // Transaction 1 is open: no guard is needed.
+    txn_data(&mut log, 5, 0, 0, 1);
+    assert_eq!(log.start_txn_verification(5, 0, false, 0), None);
+    assert!(log.txn_verified(5, 0, None));
+    marker(&mut log, 5, 0, ControlType::Commit).unwrap();
+    // The next batch is checked with the coordinator under a guard...
+    let guard = log.start_txn_verification(5, 0, false, 0);
+    assert!(guard.is_some());
+    assert!(log.txn_verified(5, 0, guard));
+    // ...and a marker of the producer lands before the append: the guard no longer holds.
+    marker(&mut log, 5, 0, ControlType::Abort).unwrap();
+    assert!(!log.txn_verified(5, 0, guard));
+    assert!(
+        !log.txn_verified(5, 0, None),
+        "no open transaction, no guard"
+    );
+    // A stale epoch is left to the append's INVALID_PRODUCER_EPOCH.
+    txn_data(&mut log, 5, 1, 0, 1);
+    assert!(log.txn_verified(5, 0, None));
+}
+
+#[test]
 fn a_follower_copies_the_leaders_markers() {
     let dir = tempfile::tempdir().unwrap();
     let mut follower = Log::open(dir.path(), config(), 0).unwrap();
