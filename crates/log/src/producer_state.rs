@@ -103,7 +103,12 @@ impl ProducerEntry {
         self.last_timestamp = meta.timestamp;
     }
 
-    fn find_duplicate(&self, epoch: i16, first_seq: i32, last_seq: i32) -> Option<BatchMetadata> {
+    pub(crate) fn find_duplicate(
+        &self,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+    ) -> Option<BatchMetadata> {
         if epoch != self.epoch {
             return None;
         }

@@ -295,22 +295,26 @@ fn a_marker_between_the_verification_and_the_append_voids_the_guard() {
     // Transaction 1 is open: no guard is needed.
     txn_data(&mut log, 5, 0, 0, 1);
     assert_eq!(log.start_txn_verification(5, 0, false, 0), None);
-    assert!(log.txn_verified(5, 0, None));
+    assert!(log.txn_verified(5, 0, None, None));
     marker(&mut log, 5, 0, ControlType::Commit).unwrap();
     // The next batch is checked with the coordinator under a guard...
     let guard = log.start_txn_verification(5, 0, false, 0);
     assert!(guard.is_some());
-    assert!(log.txn_verified(5, 0, guard));
+    assert!(log.txn_verified(5, 0, None, guard));
     // ...and a marker of the producer lands before the append: the guard no longer holds.
     marker(&mut log, 5, 0, ControlType::Abort).unwrap();
-    assert!(!log.txn_verified(5, 0, guard));
+    assert!(!log.txn_verified(5, 0, None, guard));
+    assert!(!log.txn_verified(5, 0, Some((1, 1)), guard));
+    // A retry of a batch already in the log goes on to be answered as a duplicate, as Kafka
+    // looks for duplicates first.
+    assert!(log.txn_verified(5, 0, Some((0, 0)), guard));
     assert!(
-        !log.txn_verified(5, 0, None),
+        !log.txn_verified(5, 0, None, None),
         "no open transaction, no guard"
     );
     // A stale epoch is left to the append's INVALID_PRODUCER_EPOCH.
     txn_data(&mut log, 5, 1, 0, 1);
-    assert!(log.txn_verified(5, 0, None));
+    assert!(log.txn_verified(5, 0, None, None));
 }
 
 #[test]

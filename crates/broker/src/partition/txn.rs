@@ -62,8 +62,13 @@ impl Partition {
         guard: Option<VerificationGuard>,
     ) -> Result<AppendInfo, PartitionError> {
         let (producer_id, epoch) = producer;
+        // A retry of a batch already in the log passes (the append answers it as a duplicate).
+        let sequences = streamforge_protocol::batch::RecordBatchHeader::parse(batches)
+            .ok()
+            .map(|h| (h.base_sequence(), h.last_sequence()))
+            .filter(|&(first, _)| first >= 0);
         self.append_checked(batches, params, |log| {
-            if log.txn_verified(producer_id, epoch, guard) {
+            if log.txn_verified(producer_id, epoch, sequences, guard) {
                 Ok(())
             } else {
                 Err(PartitionError::TxnNotVerified)
@@ -226,6 +231,11 @@ mod tests {
         );
         assert_eq!(p.offsets().unwrap().log_end_offset, end, "nothing appended");
         assert!(p.open_transactions().unwrap().is_empty());
+        // A retry of transaction 1's first batch is still answered as a duplicate.
+        let retried = p
+            .append_verified(&mut txn_batch(5, 0, 0), params, (5, 0), guard)
+            .unwrap();
+        assert!(retried.duplicate);
 
         // Checked again (the client's retry): a fresh guard, nothing in between, appended.
         let guard = p.start_txn_verification(5, 0, false).unwrap();

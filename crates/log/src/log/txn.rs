@@ -125,18 +125,28 @@ impl Log {
         )
     }
 
-    /// Whether a transactional batch of `producer_id` at `epoch`, checked with the
-    /// coordinator under `guard`, may be appended now: its transaction is open here, or the
-    /// guard is still the producer's (no transactional batch of the producer, marker or data,
-    /// was appended since the guard was taken). A stale epoch passes here: the append's own
-    /// check refuses it with INVALID_PRODUCER_EPOCH, which Kafka answers first.
+    /// Whether a transactional batch of `producer_id` at `epoch` with `sequences` (first,
+    /// last), checked with the coordinator under `guard`, may be appended now: its
+    /// transaction is open here, or the guard is still the producer's (no transactional batch
+    /// of the producer, marker or data, was appended since the guard was taken). Passed on to
+    /// the append's own checks, which Kafka makes first: a retry of a batch already in the log
+    /// (answered as a duplicate) and a stale epoch (INVALID_PRODUCER_EPOCH).
     pub fn txn_verified(
         &self,
         producer_id: i64,
         epoch: i16,
+        sequences: Option<(i32, i32)>,
         guard: Option<VerificationGuard>,
     ) -> bool {
         if self.has_open_transaction(producer_id, epoch) {
+            return true;
+        }
+        let duplicate = sequences.is_some_and(|(first, last)| {
+            self.producers
+                .get(producer_id)
+                .is_some_and(|e| e.find_duplicate(epoch, first, last).is_some())
+        });
+        if duplicate {
             return true;
         }
         if self
