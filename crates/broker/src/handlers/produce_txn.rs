@@ -13,13 +13,11 @@
 //! EndTxn racing its Produce) voids the guard and the append is refused with INVALID_TXN_STATE
 //! ("Record was not part of an ongoing transaction"), as Kafka's `UnifiedLog` does.
 
-use streamforge_log::AppendInfo;
+use streamforge_log::{AppendInfo, VerificationGuard};
 use streamforge_protocol::batch::RecordBatchHeader;
 
 use super::produce::Rejection;
 use crate::BrokerState;
-use streamforge_log::VerificationGuard;
-
 use crate::partition::{AppendParams, Partition, PartitionError};
 use crate::txn_verify::{FIRST_ADD_PARTITION_PRODUCE_VERSION, produce_error};
 
