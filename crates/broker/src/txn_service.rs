@@ -13,7 +13,7 @@ use std::time::Duration;
 use kafka_protocol::ResponseError;
 use parking_lot::Mutex;
 use streamforge_coordinator::TxnOffset;
-use streamforge_coordinator::records::encode_batch;
+use streamforge_coordinator::records::encode_one_batch;
 use streamforge_coordinator::txn::{
     TRANSACTION_STATE_TOPIC, TxnConfig, TxnCoordinator, TxnEffects,
 };
@@ -441,6 +441,7 @@ impl TxnService {
         inner: &mut Inner,
         mut out: TxnEffects,
     ) -> Result<(), ResponseError> {
+        self.write_tombstones(&state.replicas, inner, std::mem::take(&mut out.expirations));
         loop {
             let mut stored = Ok(());
             for append in std::mem::take(&mut out.appends) {
@@ -525,6 +526,38 @@ impl TxnService {
         true
     }
 
+    /// Expired ids' tombstones, one append per batch; an id leaves memory only once its
+    /// batch is in the log. A failed append keeps the batch's ids (the next check writes them
+    /// again), so no id is forgotten here that a restart's replay would bring back.
+    pub(crate) fn write_tombstones(
+        &self,
+        replicas: &ReplicaManager,
+        inner: &mut Inner,
+        batches: Vec<streamforge_coordinator::txn::ExpiryBatch>,
+    ) {
+        for batch in batches {
+            match self.append_records(replicas, inner, batch.partition, &batch.records) {
+                Ok(()) => {
+                    inner.coordinator.tombstones_written(&batch);
+                }
+                Err(e) => {
+                    tracing::warn!(partition = batch.partition, ids = batch.ids.len(), error = %e, "appending expired transactional ids' tombstones to {TRANSACTION_STATE_TOPIC} failed: kept until the next check");
+                }
+            }
+        }
+    }
+
+    /// The smallest `max.message.bytes` of the state partitions loaded here (it bounds a
+    /// batch of expiry tombstones), or `None` when none is loaded.
+    fn state_batch_bytes_max(inner: &Inner) -> Option<usize> {
+        inner
+            .loads
+            .iter()
+            .filter_map(|l| l.appendable().ok()?.max_message_bytes())
+            .min()
+            .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+    }
+
     /// Appends to the partition as loaded (led here under the epoch of its load), else
     /// NOT_COORDINATOR; other failures are COORDINATOR_NOT_AVAILABLE.
     pub(crate) fn append_record(
@@ -533,6 +566,17 @@ impl TxnService {
         inner: &mut Inner,
         partition: i32,
         record: &streamforge_coordinator::OffsetsRecord,
+    ) -> Result<(), ResponseError> {
+        self.append_records(replicas, inner, partition, std::slice::from_ref(record))
+    }
+
+    /// [`TxnService::append_record`] for several records in one batch.
+    fn append_records(
+        &self,
+        replicas: &ReplicaManager,
+        inner: &mut Inner,
+        partition: i32,
+        records: &[streamforge_coordinator::OffsetsRecord],
     ) -> Result<(), ResponseError> {
         self.ensure_topic(replicas, inner).map_err(|e| {
             tracing::error!(error = %e, "{TRANSACTION_STATE_TOPIC} is not available");
@@ -543,8 +587,8 @@ impl TxnService {
             .get(partition as usize)
             .ok_or(ResponseError::CoordinatorNotAvailable)?
             .appendable()?;
-        let mut batch = encode_batch(std::slice::from_ref(record), now_ms())
-            .map_err(|_| ResponseError::UnknownServerError)?;
+        let mut batch =
+            encode_one_batch(records, now_ms()).map_err(|_| ResponseError::UnknownServerError)?;
         p.append(&mut batch, AppendParams { acks: Acks::All })
             .map_err(|e| append_error(&e))?;
         Ok(())
@@ -555,6 +599,9 @@ impl TxnService {
         let mut inner = self.inner.lock();
         let now = now_ms();
         let mut out = TxnEffects::default();
+        if let Some(bytes) = Self::state_batch_bytes_max(&inner) {
+            inner.coordinator.set_state_batch_bytes_max(bytes);
+        }
         inner.coordinator.tick(now, &mut out);
         inner.coordinator.retry_prepared(&mut out);
         // Failures are logged; the transactions stay pending and are retried next tick.

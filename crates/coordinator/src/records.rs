@@ -299,8 +299,25 @@ pub(crate) fn decode_group_value(value: &[u8]) -> Result<StoredGroup, RecordsErr
     })
 }
 
-/// Encodes records as one uncompressed RecordBatch v2 (offsets are assigned by the log).
+/// Encodes records as uncompressed RecordBatch v2, each record in a batch of its own
+/// (offsets are assigned by the log).
 pub fn encode_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, RecordsError> {
+    encode(records, now_ms, |_| -1)
+}
+
+/// Encodes records as one uncompressed RecordBatch v2 (offsets are assigned by the log), so
+/// its size is what the log's `max.message.bytes` bounds.
+pub fn encode_one_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, RecordsError> {
+    // The encoder keeps records together while offset - sequence is constant; the batch's
+    // base sequence is the first record's, -1 (no producer), as Kafka's coordinators write.
+    encode(records, now_ms, |i| (-1i32).wrapping_add(i as i32))
+}
+
+fn encode(
+    records: &[OffsetsRecord],
+    now_ms: i64,
+    sequence: impl Fn(usize) -> i32,
+) -> Result<BytesMut, RecordsError> {
     let records: Vec<Record> = records
         .iter()
         .enumerate()
@@ -313,7 +330,7 @@ pub fn encode_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, 
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            sequence: sequence(i),
             timestamp: now_ms,
             key: Some(r.key.clone()),
             value: r.value.clone(),
