@@ -94,8 +94,8 @@ pub struct TxnService {
     pub(crate) checks: Arc<crate::txn_verify_sender::CheckChannel>,
     /// Wakes the timer early (a Prepare record reached its ISR: its markers may go).
     timer_wake: Arc<tokio::sync::Notify>,
-    /// Woken whenever transactions complete (their markers all written): the adds waiting
-    /// in [`TxnService::run_after_markers`] run again.
+    /// Woken whenever transactions complete (their markers all written) or ids are served
+    /// here no more: the adds waiting in [`TxnService::run_after_markers`] run again.
     completed: tokio::sync::Notify,
 }
 
@@ -260,8 +260,9 @@ impl TxnService {
         retry_concurrent(&self.completed, deadline, || self.run(state, tid, &mut f)).await
     }
 
-    /// Wakes the adds waiting for transactions to complete.
-    pub(crate) fn transactions_completed(&self) {
+    /// Wakes the adds waiting for transactions to complete (some did, or ids left this
+    /// coordinator): they run again.
+    pub(crate) fn wake_prepared_waiters(&self) {
         self.completed.notify_waiters();
     }
 
@@ -515,7 +516,7 @@ impl TxnService {
                     inner
                         .coordinator
                         .markers_written(&m.transactional_id, now_ms(), &mut out);
-                    self.transactions_completed();
+                    self.wake_prepared_waiters();
                 } else if self.markers.queue.lock().submit(key, epoch, &elsewhere) {
                     tracing::debug!(transactional_id = %m.transactional_id, partitions = elsewhere.len(), "markers queued for the sender");
                     self.markers.wake();

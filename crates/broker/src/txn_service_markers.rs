@@ -130,7 +130,7 @@ impl TxnService {
             tracing::warn!(error = %e, "appending Complete records failed; retrying");
         }
         drop(inner);
-        self.transactions_completed();
+        self.wake_prepared_waiters();
     }
 
     /// A marker for `__consumer_offsets` partition `index` led here (from WriteTxnMarkers or
