@@ -8,11 +8,13 @@ the input, and runs the consume-transform-produce step of tests/python/txn_app.p
 confluent-kafka twice: once with the group's coordinator (the leader of its `__consumer_offsets`
 partition) on the same broker as the transaction's coordinator (the leader of the transactional
 id's `__transaction_state` partition), once on another broker. Each client call of a transaction
-is timed (begin, produce, send_offsets, commit) and printed as p50/p99/max, with the count of
-request librdkafka retried (from its `debug=protocol` log) and of each error the brokers answered
-AddOffsetsToTxn, TxnOffsetCommit, AddPartitionsToTxn, EndTxn and FindCoordinator
-(`streamforge_request_errors_total`).
-`--debug DIR` keeps each run's librdkafka log (timestamped) there.
+is timed (begin, produce, send_offsets, commit) and printed as p50/p99/max, with the number of
+requests librdkafka retried, by API (from its `debug=protocol` log), and of each error the brokers
+answered to AddOffsetsToTxn, TxnOffsetCommit, AddPartitionsToTxn, EndTxn and FindCoordinator
+(`streamforge_request_errors_total`). `--debug DIR` keeps each run's librdkafka log there
+(`debug=eos,protocol,broker,cgrp`; without librdkafka's timestamps: it reaches Python at the
+client's next call. For timestamps run tests/python/txn_app.py with TXN_APP_DEBUG set, whose
+librdkafka log goes to stderr). `--only same|different` runs one of the two.
 """
 
 from __future__ import annotations
