@@ -35,6 +35,10 @@ const STATE_SEGMENT_BYTES: u64 = 16 << 20;
 /// answers COORDINATOR_NOT_AVAILABLE (Kafka: `transaction.state.log` appends with acks=all
 /// under the request timeout).
 const STATE_REPLICATION_TIMEOUT_MS: u64 = 5_000;
+/// How long a client's AddPartitionsToTxn (v0-3) or AddOffsetsToTxn that meets the id's
+/// previous transaction still prepared (its markers on their way) waits for it to complete
+/// before it is answered CONCURRENT_TRANSACTIONS (see [`TxnService::run_after_markers`]).
+pub(crate) const PREPARED_WAIT_MS: u64 = 1_000;
 
 pub(crate) struct Inner {
     pub coordinator: TxnCoordinator,
@@ -90,6 +94,9 @@ pub struct TxnService {
     pub(crate) checks: Arc<crate::txn_verify_sender::CheckChannel>,
     /// Wakes the timer early (a Prepare record reached its ISR: its markers may go).
     timer_wake: Arc<tokio::sync::Notify>,
+    /// Woken whenever transactions complete (their markers all written) or ids are served
+    /// here no more: the adds waiting in [`TxnService::run_after_markers`] run again.
+    completed: tokio::sync::Notify,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +126,7 @@ impl TxnService {
                 markers: Default::default(),
                 checks: Default::default(),
                 timer_wake: Default::default(),
+                completed: Default::default(),
             });
         };
         // An existing topic keeps its partition count: placement depends on it.
@@ -166,6 +174,7 @@ impl TxnService {
             markers: Default::default(),
             checks: Default::default(),
             timer_wake: Default::default(),
+            completed: Default::default(),
         })
     }
 
@@ -228,6 +237,33 @@ impl TxnService {
         // transaction (AddPartitionsToTxn, EndTxn) saves a thread hop and a lock round.
         stored?;
         result
+    }
+
+    /// [`Self::run`] for a client's add (AddPartitionsToTxn v0-3, AddOffsetsToTxn): while it
+    /// is answered CONCURRENT_TRANSACTIONS (the id's previous transaction is prepared, its
+    /// markers on their way to other brokers) it runs again each time transactions complete,
+    /// for at most [`PREPARED_WAIT_MS`]; then the client gets CONCURRENT_TRANSACTIONS.
+    ///
+    /// Kafka answers such an add CONCURRENT_TRANSACTIONS at once and the client retries after
+    /// its backoff: librdkafka's AddOffsetsToTxn backoff is `retry.backoff.ms` (100 ms,
+    /// doubling), and a consume-transform-produce loop sends it right after the previous
+    /// commit, so every transaction waited 100 ms for markers written in a few. The wait is
+    /// Kafka's own server-side retry of an add that meets CONCURRENT_TRANSACTIONS (its
+    /// leader's for Produce v12), answered as soon as the markers are written.
+    pub async fn run_after_markers<R>(
+        &self,
+        state: &BrokerState,
+        tid: &str,
+        mut f: impl FnMut(&mut TxnCoordinator, i64, &mut TxnEffects) -> Result<R, ResponseError>,
+    ) -> Result<R, ResponseError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(PREPARED_WAIT_MS);
+        retry_concurrent(&self.completed, deadline, || self.run(state, tid, &mut f)).await
+    }
+
+    /// Wakes the adds waiting for transactions to complete (some did, or ids left this
+    /// coordinator): they run again.
+    pub(crate) fn wake_prepared_waiters(&self) {
+        self.completed.notify_waiters();
     }
 
     /// The first transactional batch of a producer on a partition (KIP-890): with `add`
@@ -481,6 +517,7 @@ impl TxnService {
                     inner
                         .coordinator
                         .markers_written(&m.transactional_id, now_ms(), &mut out);
+                    self.wake_prepared_waiters();
                 } else if self.markers.queue.lock().submit(key, epoch, &elsewhere) {
                     tracing::debug!(transactional_id = %m.transactional_id, partitions = elsewhere.len(), "markers queued for the sender");
                     self.markers.wake();
@@ -614,6 +651,27 @@ impl TxnService {
 }
 
 /// The timer task: transaction timeouts and marker retries, until shutdown.
+/// Runs `attempt` until it is answered other than CONCURRENT_TRANSACTIONS, again each time
+/// `completed` is woken, until `deadline` (then its last answer).
+async fn retry_concurrent<R>(
+    completed: &tokio::sync::Notify,
+    deadline: tokio::time::Instant,
+    mut attempt: impl FnMut() -> Result<R, ResponseError>,
+) -> Result<R, ResponseError> {
+    loop {
+        // Registered before the attempt: a completion between the two is not missed.
+        let woken = completed.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let result = attempt();
+        if !matches!(result, Err(ResponseError::ConcurrentTransactions))
+            || tokio::time::timeout_at(deadline, woken).await.is_err()
+        {
+            return result;
+        }
+    }
+}
+
 pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
     loop {
         let service = state.txns.clone();
@@ -635,3 +693,97 @@ pub(crate) type PendingOffsets = HashMap<(String, i64), BTreeMap<(String, i32), 
 #[cfg(test)]
 #[path = "txn_hold_tests.rs"]
 mod hold_tests;
+
+#[cfg(test)]
+mod retry_concurrent_tests {
+    use std::time::{Duration, Instant};
+
+    use kafka_protocol::ResponseError;
+    use tokio::sync::Notify;
+
+    use super::retry_concurrent;
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    fn deadline(after: Duration) -> tokio::time::Instant {
+        tokio::time::Instant::now() + after
+    }
+
+    #[tokio::test]
+    async fn an_add_meeting_a_prepared_transaction_runs_again_when_it_completes() {
+        let completed = std::sync::Arc::new(Notify::new());
+        let waker = completed.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            waker.notify_waiters();
+        });
+        let mut attempts = 0;
+        let started = Instant::now();
+        let result = retry_concurrent(&completed, deadline(LONG), || {
+            attempts += 1;
+            if attempts == 1 {
+                Err(ResponseError::ConcurrentTransactions)
+            } else {
+                Ok(attempts)
+            }
+        })
+        .await;
+        assert_eq!(result, Ok(2));
+        assert!(
+            started.elapsed() < LONG / 2,
+            "answered on the completion, not the deadline"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_completion_during_the_attempt_is_not_missed() {
+        let completed = Notify::new();
+        let mut attempts = 0;
+        let started = Instant::now();
+        let result = retry_concurrent(&completed, deadline(LONG), || {
+            attempts += 1;
+            if attempts == 1 {
+                // The markers finish between the coordinator's answer and the wait.
+                completed.notify_waiters();
+                Err(ResponseError::ConcurrentTransactions)
+            } else {
+                Ok(attempts)
+            }
+        })
+        .await;
+        assert_eq!(result, Ok(2));
+        assert!(started.elapsed() < LONG / 2);
+    }
+
+    #[tokio::test]
+    async fn without_a_completion_the_client_gets_concurrent_transactions_at_the_deadline() {
+        let completed = Notify::new();
+        let mut attempts = 0;
+        let started = Instant::now();
+        let result: Result<(), _> =
+            retry_concurrent(&completed, deadline(Duration::from_millis(50)), || {
+                attempts += 1;
+                Err(ResponseError::ConcurrentTransactions)
+            })
+            .await;
+        assert_eq!(result, Err(ResponseError::ConcurrentTransactions));
+        assert_eq!(attempts, 1);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+    }
+
+    #[tokio::test]
+    async fn other_answers_are_not_held() {
+        let completed = Notify::new();
+        for answer in [Ok(()), Err(ResponseError::ProducerFenced)] {
+            let mut attempts = 0;
+            let started = Instant::now();
+            let result = retry_concurrent(&completed, deadline(LONG), || {
+                attempts += 1;
+                answer
+            })
+            .await;
+            assert_eq!((result, attempts), (answer, 1));
+            assert!(started.elapsed() < LONG / 2);
+        }
+    }
+}
