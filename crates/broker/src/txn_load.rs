@@ -23,8 +23,13 @@ impl TxnService {
 
     pub(crate) fn follow_inner(&self, inner: &mut Inner, led: &[Led]) -> Vec<LoadJob> {
         let (unload, jobs) = follow(&mut inner.loads, led, TRANSACTION_STATE_TOPIC);
+        let unloaded = !unload.is_empty();
         for index in unload {
             unload_partition(inner, index);
+        }
+        if unloaded {
+            // Adds waiting for markers of ids served here no more: NOT_COORDINATOR now.
+            self.wake_prepared_waiters();
         }
         // Markers of ids served here no more are the new coordinator's to send.
         let coordinator = &inner.coordinator;

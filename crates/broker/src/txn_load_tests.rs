@@ -22,6 +22,7 @@ fn open(dir: &std::path::Path) -> (ReplicaManager, TxnService) {
     );
     let config = TxnConfig {
         state_partitions: 3,
+        transactional_id_expiration_ms: 1_000,
         ..TxnConfig::default()
     };
     let service = TxnService::open(&rm, config).unwrap();
@@ -167,5 +168,72 @@ fn the_first_use_creates_the_topic_and_serves_the_partitions_it_leads() {
     for p in 0..3 {
         assert_eq!(known(&service, &tid_on(p)), Ok(false), "{p} is served here");
     }
+    rm.close_all();
+}
+
+/// An idle id of `tid` (Empty, last updated at 0) written to partition 0's log.
+fn write_idle(rm: &ReplicaManager, tid: &str) {
+    let m = TxnMetadata::new(43, 60_000, 0);
+    let mut batch = encode_batch(&[records::record(tid, &m)], 0).unwrap();
+    let p = rm.partition(TRANSACTION_STATE_TOPIC, 0).unwrap();
+    p.append(&mut batch, AppendParams { acks: Acks::All })
+        .unwrap();
+}
+
+/// Moves partition 0 away and back and loads it again (replayed from its log).
+fn reload(rm: &ReplicaManager, service: &TxnService) {
+    move_leader(rm, TRANSACTION_STATE_TOPIC, 0, 1);
+    follow(rm, service);
+    move_leader(rm, TRANSACTION_STATE_TOPIC, 0, NODE);
+    service.load(follow(rm, service).remove(0));
+}
+
+/// Looks for expired ids now and writes their tombstones as the timer does.
+fn expire(rm: &ReplicaManager, service: &TxnService) {
+    let mut inner = service.inner.lock();
+    let mut out = streamforge_coordinator::txn::TxnEffects::default();
+    inner
+        .coordinator
+        .expire_transactional_ids(crate::util::now_ms(), &mut out);
+    assert_eq!(out.expirations.len(), 1, "one batch");
+    service.write_tombstones(rm, &mut inner, out.expirations);
+}
+
+#[test]
+fn an_expired_id_whose_tombstone_cannot_be_appended_stays_until_a_later_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rm, service) = open(dir.path());
+    let tid = tid_on(0);
+    write_idle(&rm, &tid);
+    reload(&rm, &service);
+    assert_eq!(known(&service, &tid), Ok(true));
+
+    // The partition moves away before this broker follows: the load is stale, the append
+    // refused (NOT_COORDINATOR). The id stays in memory, as it stays in the log.
+    move_leader(&rm, TRANSACTION_STATE_TOPIC, 0, 1);
+    let end_before = rm
+        .partition(TRANSACTION_STATE_TOPIC, 0)
+        .unwrap()
+        .offsets()
+        .unwrap()
+        .log_end_offset;
+    expire(&rm, &service);
+    assert!(service.read(|c| c.get(&tid).is_some()), "kept");
+
+    // Led here again: the next check writes the tombstone and the id goes; a replay of the
+    // log keeps it gone.
+    move_leader(&rm, TRANSACTION_STATE_TOPIC, 0, NODE);
+    service.load(follow(&rm, &service).remove(0));
+    expire(&rm, &service);
+    assert_eq!(known(&service, &tid), Ok(false));
+    let end_after = rm
+        .partition(TRANSACTION_STATE_TOPIC, 0)
+        .unwrap()
+        .offsets()
+        .unwrap()
+        .log_end_offset;
+    assert_eq!(end_after, end_before + 1, "one tombstone, appended once");
+    reload(&rm, &service);
+    assert_eq!(known(&service, &tid), Ok(false), "the tombstone replays");
     rm.close_all();
 }

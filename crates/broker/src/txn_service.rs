@@ -14,7 +14,7 @@ use std::time::Duration;
 use kafka_protocol::ResponseError;
 use parking_lot::Mutex;
 use streamforge_coordinator::TxnOffset;
-use streamforge_coordinator::records::encode_batch;
+use streamforge_coordinator::records::encode_one_batch;
 use streamforge_coordinator::txn::{
     TRANSACTION_STATE_TOPIC, TxnConfig, TxnCoordinator, TxnEffects,
 };
@@ -34,6 +34,10 @@ const STATE_SEGMENT_BYTES: u64 = 16 << 20;
 /// answers COORDINATOR_NOT_AVAILABLE (Kafka: `transaction.state.log` appends with acks=all
 /// under the request timeout).
 const STATE_REPLICATION_TIMEOUT_MS: u64 = 5_000;
+/// How long a client's AddPartitionsToTxn (v0-3) or AddOffsetsToTxn that meets the id's
+/// previous transaction still prepared (its markers on their way) waits for it to complete
+/// before it is answered CONCURRENT_TRANSACTIONS (see [`TxnService::run_after_markers`]).
+pub(crate) const PREPARED_WAIT_MS: u64 = 1_000;
 
 pub(crate) struct Inner {
     pub coordinator: TxnCoordinator,
@@ -88,6 +92,9 @@ pub struct TxnService {
     pub(crate) checks: Arc<crate::txn_verify_sender::CheckChannel>,
     /// Wakes the timer early (a Prepare record reached its ISR: its markers may go).
     timer_wake: Arc<tokio::sync::Notify>,
+    /// Woken whenever transactions complete (their markers all written) or ids are served
+    /// here no more: the adds waiting in [`TxnService::run_after_markers`] run again.
+    completed: tokio::sync::Notify,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +123,7 @@ impl TxnService {
                 markers: Default::default(),
                 checks: Default::default(),
                 timer_wake: Default::default(),
+                completed: Default::default(),
             });
         };
         // An existing topic keeps its partition count: placement depends on it.
@@ -162,6 +170,7 @@ impl TxnService {
             markers: Default::default(),
             checks: Default::default(),
             timer_wake: Default::default(),
+            completed: Default::default(),
         })
     }
 
@@ -224,6 +233,33 @@ impl TxnService {
         // transaction (AddPartitionsToTxn, EndTxn) saves a thread hop and a lock round.
         stored?;
         result
+    }
+
+    /// [`Self::run`] for a client's add (AddPartitionsToTxn v0-3, AddOffsetsToTxn): while it
+    /// is answered CONCURRENT_TRANSACTIONS (the id's previous transaction is prepared, its
+    /// markers on their way to other brokers) it runs again each time transactions complete,
+    /// for at most [`PREPARED_WAIT_MS`]; then the client gets CONCURRENT_TRANSACTIONS.
+    ///
+    /// Kafka answers such an add CONCURRENT_TRANSACTIONS at once and the client retries after
+    /// its backoff: librdkafka's AddOffsetsToTxn backoff is `retry.backoff.ms` (100 ms,
+    /// doubling), and a consume-transform-produce loop sends it right after the previous
+    /// commit, so every transaction waited 100 ms for markers written in a few. The wait is
+    /// Kafka's own server-side retry of an add that meets CONCURRENT_TRANSACTIONS (its
+    /// leader's for Produce v12), answered as soon as the markers are written.
+    pub async fn run_after_markers<R>(
+        &self,
+        state: &BrokerState,
+        tid: &str,
+        mut f: impl FnMut(&mut TxnCoordinator, i64, &mut TxnEffects) -> Result<R, ResponseError>,
+    ) -> Result<R, ResponseError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(PREPARED_WAIT_MS);
+        retry_concurrent(&self.completed, deadline, || self.run(state, tid, &mut f)).await
+    }
+
+    /// Wakes the adds waiting for transactions to complete (some did, or ids left this
+    /// coordinator): they run again.
+    pub(crate) fn wake_prepared_waiters(&self) {
+        self.completed.notify_waiters();
     }
 
     /// The first transactional batch of a producer on a partition (KIP-890): with `add`
@@ -381,6 +417,7 @@ impl TxnService {
         inner: &mut Inner,
         mut out: TxnEffects,
     ) -> Result<(), ResponseError> {
+        self.write_tombstones(&state.replicas, inner, std::mem::take(&mut out.expirations));
         loop {
             let mut stored = Ok(());
             for append in std::mem::take(&mut out.appends) {
@@ -420,6 +457,7 @@ impl TxnService {
                     inner
                         .coordinator
                         .markers_written(&m.transactional_id, now_ms(), &mut out);
+                    self.wake_prepared_waiters();
                 } else if self.markers.queue.lock().submit(key, epoch, &elsewhere) {
                     tracing::debug!(transactional_id = %m.transactional_id, partitions = elsewhere.len(), "markers queued for the sender");
                     self.markers.wake();
@@ -465,6 +503,38 @@ impl TxnService {
         true
     }
 
+    /// Expired ids' tombstones, one append per batch; an id leaves memory only once its
+    /// batch is in the log. A failed append keeps the batch's ids (the next check writes them
+    /// again), so no id is forgotten here that a restart's replay would bring back.
+    pub(crate) fn write_tombstones(
+        &self,
+        replicas: &ReplicaManager,
+        inner: &mut Inner,
+        batches: Vec<streamforge_coordinator::txn::ExpiryBatch>,
+    ) {
+        for batch in batches {
+            match self.append_records(replicas, inner, batch.partition, &batch.records) {
+                Ok(()) => {
+                    inner.coordinator.tombstones_written(&batch);
+                }
+                Err(e) => {
+                    tracing::warn!(partition = batch.partition, ids = batch.ids.len(), error = %e, "appending expired transactional ids' tombstones to {TRANSACTION_STATE_TOPIC} failed: kept until the next check");
+                }
+            }
+        }
+    }
+
+    /// The smallest `max.message.bytes` of the state partitions loaded here (it bounds a
+    /// batch of expiry tombstones), or `None` when none is loaded.
+    fn state_batch_bytes_max(inner: &Inner) -> Option<usize> {
+        inner
+            .loads
+            .iter()
+            .filter_map(|l| l.appendable().ok()?.max_message_bytes())
+            .min()
+            .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+    }
+
     /// Appends to the partition as loaded (led here under the epoch of its load), else
     /// NOT_COORDINATOR; other failures are COORDINATOR_NOT_AVAILABLE.
     pub(crate) fn append_record(
@@ -473,6 +543,17 @@ impl TxnService {
         inner: &mut Inner,
         partition: i32,
         record: &streamforge_coordinator::OffsetsRecord,
+    ) -> Result<(), ResponseError> {
+        self.append_records(replicas, inner, partition, std::slice::from_ref(record))
+    }
+
+    /// [`TxnService::append_record`] for several records in one batch.
+    fn append_records(
+        &self,
+        replicas: &ReplicaManager,
+        inner: &mut Inner,
+        partition: i32,
+        records: &[streamforge_coordinator::OffsetsRecord],
     ) -> Result<(), ResponseError> {
         self.ensure_topic(replicas, inner).map_err(|e| {
             tracing::error!(error = %e, "{TRANSACTION_STATE_TOPIC} is not available");
@@ -483,8 +564,8 @@ impl TxnService {
             .get(partition as usize)
             .ok_or(ResponseError::CoordinatorNotAvailable)?
             .appendable()?;
-        let mut batch = encode_batch(std::slice::from_ref(record), now_ms())
-            .map_err(|_| ResponseError::UnknownServerError)?;
+        let mut batch =
+            encode_one_batch(records, now_ms()).map_err(|_| ResponseError::UnknownServerError)?;
         p.append(&mut batch, AppendParams { acks: Acks::All })
             .map_err(|e| append_error(&e))?;
         Ok(())
@@ -495,6 +576,9 @@ impl TxnService {
         let mut inner = self.inner.lock();
         let now = now_ms();
         let mut out = TxnEffects::default();
+        if let Some(bytes) = Self::state_batch_bytes_max(&inner) {
+            inner.coordinator.set_state_batch_bytes_max(bytes);
+        }
         inner.coordinator.tick(now, &mut out);
         inner.coordinator.retry_prepared(&mut out);
         // Failures are logged; the transactions stay pending and are retried next tick.
@@ -507,6 +591,27 @@ impl TxnService {
 }
 
 /// The timer task: transaction timeouts and marker retries, until shutdown.
+/// Runs `attempt` until it is answered other than CONCURRENT_TRANSACTIONS, again each time
+/// `completed` is woken, until `deadline` (then its last answer).
+async fn retry_concurrent<R>(
+    completed: &tokio::sync::Notify,
+    deadline: tokio::time::Instant,
+    mut attempt: impl FnMut() -> Result<R, ResponseError>,
+) -> Result<R, ResponseError> {
+    loop {
+        // Registered before the attempt: a completion between the two is not missed.
+        let woken = completed.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let result = attempt();
+        if !matches!(result, Err(ResponseError::ConcurrentTransactions))
+            || tokio::time::timeout_at(deadline, woken).await.is_err()
+        {
+            return result;
+        }
+    }
+}
+
 pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bool>) {
     loop {
         let service = state.txns.clone();
@@ -524,3 +629,97 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
 }
 
 pub(crate) type PendingOffsets = HashMap<(String, i64), BTreeMap<(String, i32), TxnOffset>>;
+
+#[cfg(test)]
+mod retry_concurrent_tests {
+    use std::time::{Duration, Instant};
+
+    use kafka_protocol::ResponseError;
+    use tokio::sync::Notify;
+
+    use super::retry_concurrent;
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    fn deadline(after: Duration) -> tokio::time::Instant {
+        tokio::time::Instant::now() + after
+    }
+
+    #[tokio::test]
+    async fn an_add_meeting_a_prepared_transaction_runs_again_when_it_completes() {
+        let completed = std::sync::Arc::new(Notify::new());
+        let waker = completed.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            waker.notify_waiters();
+        });
+        let mut attempts = 0;
+        let started = Instant::now();
+        let result = retry_concurrent(&completed, deadline(LONG), || {
+            attempts += 1;
+            if attempts == 1 {
+                Err(ResponseError::ConcurrentTransactions)
+            } else {
+                Ok(attempts)
+            }
+        })
+        .await;
+        assert_eq!(result, Ok(2));
+        assert!(
+            started.elapsed() < LONG / 2,
+            "answered on the completion, not the deadline"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_completion_during_the_attempt_is_not_missed() {
+        let completed = Notify::new();
+        let mut attempts = 0;
+        let started = Instant::now();
+        let result = retry_concurrent(&completed, deadline(LONG), || {
+            attempts += 1;
+            if attempts == 1 {
+                // The markers finish between the coordinator's answer and the wait.
+                completed.notify_waiters();
+                Err(ResponseError::ConcurrentTransactions)
+            } else {
+                Ok(attempts)
+            }
+        })
+        .await;
+        assert_eq!(result, Ok(2));
+        assert!(started.elapsed() < LONG / 2);
+    }
+
+    #[tokio::test]
+    async fn without_a_completion_the_client_gets_concurrent_transactions_at_the_deadline() {
+        let completed = Notify::new();
+        let mut attempts = 0;
+        let started = Instant::now();
+        let result: Result<(), _> =
+            retry_concurrent(&completed, deadline(Duration::from_millis(50)), || {
+                attempts += 1;
+                Err(ResponseError::ConcurrentTransactions)
+            })
+            .await;
+        assert_eq!(result, Err(ResponseError::ConcurrentTransactions));
+        assert_eq!(attempts, 1);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+    }
+
+    #[tokio::test]
+    async fn other_answers_are_not_held() {
+        let completed = Notify::new();
+        for answer in [Ok(()), Err(ResponseError::ProducerFenced)] {
+            let mut attempts = 0;
+            let started = Instant::now();
+            let result = retry_concurrent(&completed, deadline(LONG), || {
+                attempts += 1;
+                answer
+            })
+            .await;
+            assert_eq!((result, attempts), (answer, 1));
+            assert!(started.elapsed() < LONG / 2);
+        }
+    }
+}

@@ -136,6 +136,8 @@ impl TxnService {
         if let Err(e) = self.apply(state, &mut inner, out) {
             tracing::warn!(error = %e, "appending Complete records failed; retrying");
         }
+        drop(inner);
+        self.wake_prepared_waiters();
     }
 
     /// A marker for `__consumer_offsets` partition `index` led here (from WriteTxnMarkers or

@@ -299,27 +299,40 @@ pub(crate) fn decode_group_value(value: &[u8]) -> Result<StoredGroup, RecordsErr
     })
 }
 
-/// Encodes records as one uncompressed RecordBatch v2 (offsets are assigned by the log).
+/// Encodes records as uncompressed RecordBatch v2, each record in a batch of its own
+/// (offsets are assigned by the log).
 pub fn encode_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, RecordsError> {
-    encode_batch_of(records, now_ms, None)
+    encode(records, now_ms, None, |_| -1)
+}
+
+/// Encodes records as one uncompressed RecordBatch v2 (offsets are assigned by the log), so
+/// its size is what the log's `max.message.bytes` bounds.
+pub fn encode_one_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, RecordsError> {
+    // The encoder keeps records together while offset - sequence is constant; the batch's
+    // base sequence is the first record's, -1 (no producer), as Kafka's coordinators write.
+    encode(records, now_ms, None, |i| (-1i32).wrapping_add(i as i32))
 }
 
 /// Encodes records as one transactional batch of `producer` (id, epoch), as Kafka's group
 /// coordinator writes a TxnOffsetCommit's offsets: they count once the producer's COMMIT
-/// marker follows them in the partition. No sequence: the log checks only the epoch (a
-/// stale producer's batch is refused), as for Kafka's coordinator appends.
+/// marker follows them in the partition. No sequence (the batch's base sequence is -1): the
+/// log checks only the epoch (a stale producer's batch is refused), as for Kafka's
+/// coordinator appends.
 pub fn encode_txn_batch(
     records: &[OffsetsRecord],
     now_ms: i64,
     producer: (i64, i16),
 ) -> Result<BytesMut, RecordsError> {
-    encode_batch_of(records, now_ms, Some(producer))
+    encode(records, now_ms, Some(producer), |i| {
+        (-1i32).wrapping_add(i as i32)
+    })
 }
 
-fn encode_batch_of(
+fn encode(
     records: &[OffsetsRecord],
     now_ms: i64,
     producer: Option<(i64, i16)>,
+    sequence: impl Fn(usize) -> i32,
 ) -> Result<BytesMut, RecordsError> {
     let (producer_id, producer_epoch) = producer.unwrap_or((-1, -1));
     let records: Vec<Record> = records
@@ -334,7 +347,7 @@ fn encode_batch_of(
             producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            sequence: sequence(i),
             timestamp: now_ms,
             key: Some(r.key.clone()),
             value: r.value.clone(),

@@ -26,6 +26,7 @@ mod tests;
 mod txn_index;
 #[cfg(test)]
 mod txn_tests;
+mod txn_verification;
 
 use bytes::Bytes;
 use streamforge_protocol::ResponseError;
@@ -43,6 +44,7 @@ pub use crate::txn_index::{
     AbortedTxn, ENTRY_BYTES as TXN_INDEX_ENTRY_BYTES, decode as decode_txn_index,
     encode_entries as encode_txn_index,
 };
+pub use crate::txn_verification::{VERIFICATIONS_MAX, VerificationGuard};
 
 /// `message.timestamp.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -2,12 +2,15 @@
 //! (every batch below it applied). Taken when a segment rolls and on clean close, so reopening
 //! replays only the batches after the latest snapshot.
 //!
-//! Format (big-endian): magic `SFPS`, version u16 (= 2), entry count u32, entries, then a
+//! Format (big-endian): magic `SFPS`, version u16 (= 3), entry count u32, entries, then a
 //! CRC-32C of everything before it. Entry: producer id i64, epoch i16, last timestamp i64, batch
 //! count u8, then per batch: first seq i32, last seq i32, first offset i64, last offset i64,
 //! timestamp i64; version 2 adds, after the batches, the first offset of the producer's open
-//! transaction i64 (-1 = none; version 1 files read as none). Unlike Kafka's snapshot (last batch only) all 5 retained batches are kept, so
-//! duplicates of any of them are still recognised after a restart.
+//! transaction i64 (-1 = none; version 1 files read as none); version 3 adds after it the
+//! coordinator epoch of the last marker applied for the producer i32 (-1 = none, as Kafka's
+//! snapshot field `coordinator_epoch`; versions 1 and 2 read as none). Unlike Kafka's snapshot
+//! (last batch only) all 5 retained batches are kept, so duplicates of any of them are still
+//! recognised after a restart.
 
 use std::fs;
 use std::io;
@@ -19,12 +22,14 @@ use crate::producer_state::{
 use crate::segment::file_stem;
 
 const MAGIC: &[u8; 4] = b"SFPS";
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
+/// Snapshots written before the coordinator epoch was kept are still read (as none).
+const VERSION_WITHOUT_COORDINATOR_EPOCH: u16 = 2;
 /// Snapshots written before transactions (no open-transaction field) are still read.
 const VERSION_WITHOUT_TXN: u16 = 1;
 const HEADER_BYTES: usize = 4 + 2 + 4;
 const ENTRY_FIXED_BYTES: usize = 8 + 2 + 8 + 1;
-const TXN_BYTES: usize = 8;
+const TXN_BYTES: usize = 8 + 4;
 const BATCH_BYTES: usize = 4 + 4 + 8 + 8 + 8;
 
 pub fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
@@ -71,6 +76,7 @@ pub fn write(dir: &Path, offset: i64, state: &ProducerStateManager) -> io::Resul
             buf.extend_from_slice(&b.timestamp.to_be_bytes());
         }
         buf.extend_from_slice(&e.current_txn_first_offset.to_be_bytes());
+        buf.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
     }
     let crc = crc32c::crc32c(&buf);
     buf.extend_from_slice(&crc.to_be_bytes());
@@ -124,7 +130,10 @@ pub fn read(dir: &Path, offset: i64) -> io::Result<Vec<ProducerEntry>> {
         .take::<2>()
         .map(u16::from_be_bytes)
         .ok_or_else(|| bad("short"))?;
-    if version != VERSION && version != VERSION_WITHOUT_TXN {
+    if !matches!(
+        version,
+        VERSION | VERSION_WITHOUT_COORDINATOR_EPOCH | VERSION_WITHOUT_TXN
+    ) {
         return Err(bad("unknown version"));
     }
     let count = r.i32().ok_or_else(|| bad("short"))? as u32 as usize;
@@ -152,18 +161,25 @@ pub fn read(dir: &Path, offset: i64) -> io::Result<Vec<ProducerEntry>> {
                 timestamp: r.i64().ok_or_else(short)?,
             };
         }
-        let txn_first_offset = if version == VERSION {
+        let txn_first_offset = if version >= VERSION_WITHOUT_COORDINATOR_EPOCH {
             r.i64().ok_or_else(short)?
         } else {
             crate::producer_state::NO_TXN
         };
-        out.push(ProducerEntry::restore(
+        let coordinator_epoch = if version >= VERSION {
+            r.i32().ok_or_else(short)?
+        } else {
+            crate::producer_state::NO_COORDINATOR_EPOCH
+        };
+        let mut entry = ProducerEntry::restore(
             producer_id,
             epoch,
             last_timestamp,
             &batches[..n],
             txn_first_offset,
-        ));
+        );
+        entry.coordinator_epoch = coordinator_epoch;
+        out.push(entry);
     }
     Ok(out)
 }
@@ -194,5 +210,85 @@ fn remove(dir: &Path, offset: i64) -> io::Result<()> {
     match fs::remove_file(snapshot_path(dir, offset)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::producer_state::{NO_COORDINATOR_EPOCH, NO_TXN};
+
+    fn batch(seq: i32, offset: i64) -> BatchMetadata {
+        BatchMetadata {
+            first_seq: seq,
+            last_seq: seq,
+            first_offset: offset,
+            last_offset: offset,
+            timestamp: 77,
+        }
+    }
+
+    /// A file of `version` holding one producer (id 5, epoch 2, one batch), its
+    /// version-dependent tail as given.
+    fn legacy_file(dir: &Path, version: u16, tail: &[u8]) {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(MAGIC);
+        buf.extend_from_slice(&version.to_be_bytes());
+        buf.extend_from_slice(&1u32.to_be_bytes());
+        buf.extend_from_slice(&5i64.to_be_bytes());
+        buf.extend_from_slice(&2i16.to_be_bytes());
+        buf.extend_from_slice(&77i64.to_be_bytes());
+        buf.push(1);
+        let b = batch(0, 10);
+        buf.extend_from_slice(&b.first_seq.to_be_bytes());
+        buf.extend_from_slice(&b.last_seq.to_be_bytes());
+        buf.extend_from_slice(&b.first_offset.to_be_bytes());
+        buf.extend_from_slice(&b.last_offset.to_be_bytes());
+        buf.extend_from_slice(&b.timestamp.to_be_bytes());
+        buf.extend_from_slice(tail);
+        let crc = crc32c::crc32c(&buf);
+        buf.extend_from_slice(&crc.to_be_bytes());
+        fs::write(snapshot_path(dir, 11), buf).unwrap();
+    }
+
+    #[test]
+    fn the_coordinator_epoch_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = ProducerStateManager::new();
+        let mut entry = ProducerEntry::restore(5, 2, 77, &[batch(0, 10)], 12);
+        entry.coordinator_epoch = 9;
+        state.insert(entry.clone());
+        state.insert(ProducerEntry::restore(6, 0, 78, &[], NO_TXN));
+        write(dir.path(), 13, &state).unwrap();
+        let entries = read(dir.path(), 13).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries.iter().find(|e| e.producer_id == 5), Some(&entry));
+        let other = entries.iter().find(|e| e.producer_id == 6).unwrap();
+        assert_eq!(other.coordinator_epoch, NO_COORDINATOR_EPOCH);
+    }
+
+    #[test]
+    fn older_versions_read_without_a_coordinator_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        legacy_file(
+            dir.path(),
+            VERSION_WITHOUT_COORDINATOR_EPOCH,
+            &12i64.to_be_bytes(),
+        );
+        let entries = read(dir.path(), 11).unwrap();
+        assert_eq!(entries[0].current_txn_first_offset, 12);
+        assert_eq!(entries[0].coordinator_epoch, NO_COORDINATOR_EPOCH);
+        assert_eq!(entries[0].batches(), &[batch(0, 10)]);
+
+        legacy_file(dir.path(), VERSION_WITHOUT_TXN, &[]);
+        let entries = read(dir.path(), 11).unwrap();
+        assert_eq!(entries[0].current_txn_first_offset, NO_TXN);
+        assert_eq!(entries[0].coordinator_epoch, NO_COORDINATOR_EPOCH);
+
+        // A version 2 body under the version 3 number is short: an error, not a panic.
+        legacy_file(dir.path(), VERSION, &12i64.to_be_bytes());
+        assert!(read(dir.path(), 11).is_err());
+        legacy_file(dir.path(), 4, &[0; 12]);
+        assert!(read(dir.path(), 11).is_err(), "unknown version");
     }
 }

@@ -11,6 +11,9 @@ use streamforge_protocol::control::{ControlType, control_type};
 /// `current_txn_first_offset` of a producer with no open transaction.
 pub const NO_TXN: i64 = -1;
 
+/// `coordinator_epoch` of a producer no marker was applied for.
+pub const NO_COORDINATOR_EPOCH: i32 = -1;
+
 /// Batches remembered per producer (Kafka: `NUM_BATCHES_TO_RETAIN`, matching the clients' max
 /// in-flight requests with idempotence).
 pub const BATCHES_TO_RETAIN: usize = 5;
@@ -42,8 +45,9 @@ pub struct ProducerEntry {
     /// Offset of the first batch of the producer's open transaction on this partition
     /// ([`NO_TXN`] when none is open): the last stable offset cannot pass it.
     pub current_txn_first_offset: i64,
-    /// Coordinator epoch of the last marker applied for this producer (-1 before any; not in
-    /// snapshots, so a restart forgets it): a marker from an older coordinator is fenced.
+    /// Coordinator epoch of the last marker applied for this producer
+    /// ([`NO_COORDINATOR_EPOCH`] before any; kept in snapshots and rebuilt from the markers
+    /// on recovery): a marker from an older coordinator is fenced.
     pub coordinator_epoch: i32,
 }
 
@@ -66,7 +70,7 @@ impl ProducerEntry {
             len: 0,
             last_timestamp: -1,
             current_txn_first_offset: NO_TXN,
-            coordinator_epoch: -1,
+            coordinator_epoch: NO_COORDINATOR_EPOCH,
         }
     }
 
@@ -99,7 +103,12 @@ impl ProducerEntry {
         self.last_timestamp = meta.timestamp;
     }
 
-    fn find_duplicate(&self, epoch: i16, first_seq: i32, last_seq: i32) -> Option<BatchMetadata> {
+    pub(crate) fn find_duplicate(
+        &self,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+    ) -> Option<BatchMetadata> {
         if epoch != self.epoch {
             return None;
         }

@@ -288,6 +288,7 @@ pub(crate) fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log, Lo
         group: GroupCommit::new(recovery_point),
         producers: ProducerStateManager::new(),
         aborted: Default::default(),
+        txn_verifications: Default::default(),
         dirty_pending: false,
         segments_rebuilt_at_open: rebuilt,
         recovery_checked_bytes: checked_bytes,

@@ -210,6 +210,113 @@ fn a_marker_from_an_older_coordinator_is_fenced() {
     assert!(log.open_transactions().is_empty());
 }
 
+/// A COMMIT marker of producer 5 (epoch 0) from coordinator epoch `coordinator_epoch`.
+fn commit_from(log: &mut Log, coordinator_epoch: i32) -> Result<i64, LogError> {
+    let m = TxnMarker {
+        producer_id: 5,
+        producer_epoch: 0,
+        coordinator_epoch,
+        kind: ControlType::Commit,
+    };
+    let info = log.append_txn_marker(m, 0, 10)?;
+    let hw = log.log_end_offset();
+    log.set_high_watermark(hw);
+    Ok(info.first_offset)
+}
+
+fn coordinator_epoch(log: &Log) -> i32 {
+    let producers = log.producers();
+    producers
+        .iter()
+        .find(|e| e.producer_id == 5)
+        .unwrap()
+        .coordinator_epoch
+}
+
+fn remove_snapshots(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "snapshot") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_coordinator_epoch_survives_restarts_with_and_without_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    txn_data(&mut log, 5, 0, 0, 1);
+    commit_from(&mut log, 4).unwrap();
+    txn_data(&mut log, 5, 0, 1, 1);
+    // Clean close: the snapshot at the log end holds the producer, nothing is replayed.
+    log.close().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    assert_eq!(coordinator_epoch(&log), 4);
+    let fenced = commit_from(&mut log, 3).unwrap_err();
+    assert!(
+        matches!(
+            fenced,
+            LogError::CoordinatorFenced {
+                marker: 3,
+                current: 4
+            }
+        ),
+        "{fenced:?}"
+    );
+    assert_eq!(
+        log.open_transactions().len(),
+        1,
+        "the fenced marker ended nothing"
+    );
+    commit_from(&mut log, 6).unwrap();
+    txn_data(&mut log, 5, 0, 2, 1);
+
+    // No snapshot at all: recovery replays every batch and takes the epoch from the markers.
+    drop(log);
+    remove_snapshots(dir.path());
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    assert_eq!(coordinator_epoch(&log), 6);
+    assert!(matches!(
+        commit_from(&mut log, 5).unwrap_err(),
+        LogError::CoordinatorFenced {
+            marker: 5,
+            current: 6
+        }
+    ));
+    commit_from(&mut log, 6).unwrap();
+    assert!(log.open_transactions().is_empty());
+}
+
+#[test]
+fn a_marker_between_the_verification_and_the_append_voids_the_guard() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), config(), 0).unwrap();
+    // Transaction 1 is open: no guard is needed.
+    txn_data(&mut log, 5, 0, 0, 1);
+    assert_eq!(log.start_txn_verification(5, 0, false, 0), None);
+    assert!(log.txn_verified(5, 0, None, None));
+    marker(&mut log, 5, 0, ControlType::Commit).unwrap();
+    // The next batch is checked with the coordinator under a guard...
+    let guard = log.start_txn_verification(5, 0, false, 0);
+    assert!(guard.is_some());
+    assert!(log.txn_verified(5, 0, None, guard));
+    // ...and a marker of the producer lands before the append: the guard no longer holds.
+    marker(&mut log, 5, 0, ControlType::Abort).unwrap();
+    assert!(!log.txn_verified(5, 0, None, guard));
+    assert!(!log.txn_verified(5, 0, Some((1, 1)), guard));
+    // A retry of a batch already in the log goes on to be answered as a duplicate, as Kafka
+    // looks for duplicates first.
+    assert!(log.txn_verified(5, 0, Some((0, 0)), guard));
+    assert!(
+        !log.txn_verified(5, 0, None, None),
+        "no open transaction, no guard"
+    );
+    // A stale epoch is left to the append's INVALID_PRODUCER_EPOCH.
+    txn_data(&mut log, 5, 1, 0, 1);
+    assert!(log.txn_verified(5, 0, None, None));
+}
+
 #[test]
 fn a_follower_copies_the_leaders_markers() {
     let dir = tempfile::tempdir().unwrap();

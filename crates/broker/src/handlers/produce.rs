@@ -90,6 +90,9 @@ struct Remote {
     index: i32,
     records: Option<Range<usize>>,
     producer: (i64, i16),
+    /// Taken before the check; the append carries it (a marker of the producer landing in
+    /// between voids it).
+    guard: Option<streamforge_log::VerificationGuard>,
 }
 
 /// Where the records sit: a mutable view of the body when we own it, else the shared one.
@@ -200,6 +203,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
                     TxnAppend::Remote {
                         producer_id,
                         producer_epoch,
+                        guard,
                     } => {
                         remote.push(Remote {
                             at,
@@ -207,6 +211,7 @@ pub async fn handle(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult
                             index: p.index,
                             records: p.records,
                             producer: (producer_id, producer_epoch),
+                            guard,
                         });
                         t.partition_responses.push(r);
                         continue;
@@ -450,7 +455,13 @@ fn append_remote_checked(
         .map_err(|e| Rejection::new(e.response_error(), None))?;
     let mut shared = Vec::new();
     let batches = batches_of(body, d.records.clone().unwrap_or(0..0), &mut shared);
-    append(&partition, batches, AppendParams { acks })
+    let params = AppendParams { acks };
+    let appended = partition.append_verified(batches, params, d.producer, d.guard);
+    if let Err(PartitionError::TxnNotVerified) = &appended {
+        // Worth a line: the client's transaction ended while its Produce was being checked.
+        tracing::info!(topic = %d.topic, partition = d.index, producer_id = d.producer.0, producer_epoch = d.producer.1, "transactional Produce answered INVALID_TXN_STATE: a marker landed after the coordinator's check");
+    }
+    appended.map_err(Rejection::from_partition)
 }
 
 /// A partition's batches in the request body (copied to `shared` when the body is shared).

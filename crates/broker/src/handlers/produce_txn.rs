@@ -7,12 +7,13 @@
 //! transaction find it open in the log and go straight to the append. When the coordinator is
 //! this broker the check runs in-process under its lock; when it is another broker the check
 //! goes there (`txn_verify_sender::check`) and the append follows the answer.
-//! Between that answer and the append no lock is held: a marker landing there would have
-//! bumped the producer's epoch under transaction version 2 (every marker does) or on a
-//! timeout or fencing, so the log refuses the stale batch; Kafka's verification guard also
-//! covers a version 1 client's own EndTxn racing its Produce, which is not guarded here.
+//! Either way the partition hands out a verification guard for the producer before the check
+//! (Kafka's `VerificationGuard`) and the append carries it: a transactional batch of the
+//! producer appended in between (a marker ending its transaction, say a version 1 client's own
+//! EndTxn racing its Produce) voids the guard and the append is refused with INVALID_TXN_STATE
+//! ("Record was not part of an ongoing transaction"), as Kafka's `UnifiedLog` does.
 
-use streamforge_log::AppendInfo;
+use streamforge_log::{AppendInfo, VerificationGuard};
 use streamforge_protocol::batch::RecordBatchHeader;
 
 use super::produce::Rejection;
@@ -45,10 +46,11 @@ impl TxnProduce {
 pub(crate) enum TxnAppend {
     Done(Result<AppendInfo, Rejection>),
     /// The producer's coordinator is another broker: check with it (the producer's id and
-    /// epoch), then append (`Partition::append`) if it answers 0.
+    /// epoch), then append (`Partition::append_verified` with `guard`) if it answers 0.
     Remote {
         producer_id: i64,
         producer_epoch: i16,
+        guard: Option<VerificationGuard>,
     },
 }
 
@@ -84,26 +86,30 @@ pub(crate) fn append(
         Err(PartitionError::NotInTransaction) => {}
         other => return TxnAppend::Done(other.map_err(Rejection::from_partition)),
     }
+    // The guard goes before the check: whatever of the producer lands after it voids it.
+    let guard = match partition.start_txn_verification(pid, epoch, txn.add_partitions()) {
+        Ok(guard) => guard,
+        Err(e) => return TxnAppend::Done(Err(Rejection::from_partition(e))),
+    };
     let appended = state.txns.verified_append(
         state,
         (&txn.transactional_id, pid, epoch),
         (partition.topic.to_string(), partition.index),
         txn.add_partitions(),
-        || partition.append(batches, params),
+        || partition.append_verified(batches, params, (pid, epoch), guard),
     );
+    let remote = TxnAppend::Remote {
+        producer_id: pid,
+        producer_epoch: epoch,
+        guard,
+    };
     match appended {
         Ok(result) => TxnAppend::Done(result.map_err(Rejection::from_partition)),
         // CONCURRENT_TRANSACTIONS on an add (the previous transaction's markers are still
         // going out) is retried off the coordinator's lock, as Kafka's leader retries it.
-        Err(kafka_protocol::ResponseError::NotCoordinator) => TxnAppend::Remote {
-            producer_id: pid,
-            producer_epoch: epoch,
-        },
+        Err(kafka_protocol::ResponseError::NotCoordinator) => remote,
         Err(kafka_protocol::ResponseError::ConcurrentTransactions) if txn.add_partitions() => {
-            TxnAppend::Remote {
-                producer_id: pid,
-                producer_epoch: epoch,
-            }
+            remote
         }
         Err(e) => {
             if e == kafka_protocol::ResponseError::InvalidTxnState {

@@ -103,6 +103,17 @@ async fn add_one(
             Ok(codes) => codes,
             Err(e) => vec![e.code(); wanted.len()],
         }
+    } else if client.is_some() {
+        // A client's add waits out the previous transaction's markers (bounded); a broker's
+        // (v4+, many ids in one request) is answered at once and retried by that broker.
+        let r = state
+            .txns
+            .run_after_markers(state, tid, |c, now, out| {
+                c.add_partitions(now, tid, pid, epoch, &wanted, out)
+            })
+            .await;
+        let r = state.txns.replicated(state, tid, r).await;
+        vec![code(r); wanted.len()]
     } else {
         let r = state.txns.run(state, tid, |c, now, out| {
             c.add_partitions(now, tid, pid, epoch, &wanted, out)
@@ -193,16 +204,20 @@ pub async fn handle_add_offsets(state: Arc<BrokerState>, req: RequestFrame) -> H
     }
     let partition = offsets_partition(&state, &request.group_id.0);
     let tid = &request.transactional_id.0;
-    let added = state.txns.run(&state, tid, |c, now, out| {
-        c.add_partitions(
-            now,
-            tid,
-            request.producer_id.0,
-            request.producer_epoch,
-            std::slice::from_ref(&partition),
-            out,
-        )
-    });
+    // Waits out the previous transaction's markers (bounded), as a client's AddPartitionsToTxn.
+    let added = state
+        .txns
+        .run_after_markers(&state, tid, |c, now, out| {
+            c.add_partitions(
+                now,
+                tid,
+                request.producer_id.0,
+                request.producer_epoch,
+                std::slice::from_ref(&partition),
+                out,
+            )
+        })
+        .await;
     let result = code(state.txns.replicated(&state, tid, added).await);
     resp.error_code = fenced_code(req.api_version, PRODUCER_FENCED_SINCE, result);
     Ok(Some(req.respond(&resp)?))

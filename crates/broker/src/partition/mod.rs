@@ -163,6 +163,11 @@ pub enum PartitionError {
     /// its transaction coordinator has not got (KIP-890 part 1 verification).
     #[error("the partition was not added to the transaction")]
     NotInTransaction,
+    /// A transactional batch checked with the coordinator whose verification guard no longer
+    /// holds (a marker of the producer landed between the check and the append: Kafka's
+    /// InvalidTxnStateException, with its message).
+    #[error("Record was not part of an ongoing transaction")]
+    TxnNotVerified,
     #[error(transparent)]
     Remote(#[from] TieredError),
     #[error(transparent)]
@@ -190,7 +195,9 @@ impl PartitionError {
                 ResponseError::NotEnoughReplicasAfterAppend.code()
             }
             PartitionError::RequestTimedOut => ResponseError::RequestTimedOut.code(),
-            PartitionError::NotInTransaction => ResponseError::InvalidTxnState.code(),
+            PartitionError::NotInTransaction | PartitionError::TxnNotVerified => {
+                ResponseError::InvalidTxnState.code()
+            }
             PartitionError::Remote(e) => e.kafka_code(),
             PartitionError::Log(e) => e.kafka_code(),
         }
@@ -386,6 +393,11 @@ impl Partition {
 
     pub fn leader_epoch(&self) -> i32 {
         self.state.lock().serving.leader_epoch
+    }
+
+    /// The largest batch the log takes (`max.message.bytes`); `None` when the log is gone.
+    pub fn max_message_bytes(&self) -> Option<u64> {
+        self.with_log(|log| log.config().max_message_bytes).ok()
     }
 
     /// The leader this broker follows (`None` unless the role is `Follower`).

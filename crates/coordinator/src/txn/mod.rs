@@ -12,6 +12,8 @@
 //! rebuilds the state, and a transaction found in a Prepare state after replay has its markers
 //! written again (they are idempotent for the log: a second marker ends nothing).
 
+mod expiry;
+pub use expiry::{ExpiredId, ExpiryBatch};
 #[cfg(test)]
 mod expiry_tests;
 pub mod records;
@@ -155,12 +157,17 @@ pub struct TxnConfig {
     /// `transaction.remove.expired.transaction.cleanup.interval.ms` (Kafka's default 1 hour):
     /// how often expired ids are looked for.
     pub remove_expired_interval_ms: i64,
+    /// The largest batch of `__transaction_state` (its `max.message.bytes`, Kafka's default
+    /// 1,048,588): expiry tombstones are written in batches no larger.
+    pub state_batch_bytes_max: usize,
 }
 
 /// `transactional.id.expiration.ms` default: 7 days.
 pub const DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 /// `transaction.remove.expired.transaction.cleanup.interval.ms` default: 1 hour.
 pub const DEFAULT_REMOVE_EXPIRED_INTERVAL_MS: i64 = 60 * 60 * 1000;
+/// `max.message.bytes` default, the bound of a batch of expiry tombstones.
+pub const DEFAULT_STATE_BATCH_BYTES_MAX: usize = 1_048_588;
 
 impl Default for TxnConfig {
     fn default() -> Self {
@@ -170,6 +177,7 @@ impl Default for TxnConfig {
             transaction_version: v2::TRANSACTION_VERSION_EPOCH_BUMP,
             transactional_id_expiration_ms: DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
             remove_expired_interval_ms: DEFAULT_REMOVE_EXPIRED_INTERVAL_MS,
+            state_batch_bytes_max: DEFAULT_STATE_BATCH_BYTES_MAX,
         }
     }
 }
@@ -191,11 +199,14 @@ pub struct MarkerRequest {
     pub partitions: Vec<(String, i32)>,
 }
 
-/// What an event asks the broker to do, in order: appends, then markers.
+/// What an event asks the broker to do, in order: appends, then markers. Expirations are
+/// apart: each batch is appended by itself and reported back with
+/// [`TxnCoordinator::tombstones_written`] once it is in the log.
 #[derive(Debug, Default)]
 pub struct TxnEffects {
     pub appends: Vec<TxnStateAppend>,
     pub markers: Vec<MarkerRequest>,
+    pub expirations: Vec<ExpiryBatch>,
 }
 
 /// What InitProducerId answers.
@@ -555,34 +566,6 @@ impl TxnCoordinator {
                 self.fence_and_abort(tid, now_ms, out);
                 Ok(())
             }
-        }
-    }
-
-    /// Removes the ids that have no transaction open (Empty, CompleteCommit, CompleteAbort)
-    /// and whose state last changed `transactional_id_expiration_ms` ago or earlier, with a
-    /// tombstone each (Kafka's `removeExpiredTransactionalIds`). An open or completing
-    /// transaction (Ongoing, a Prepare state) is never expired. A new InitProducerId for a
-    /// removed id starts it again under a fresh producer id.
-    pub fn expire_transactional_ids(&mut self, now_ms: i64, out: &mut TxnEffects) {
-        let horizon_ms = now_ms.saturating_sub(self.config.transactional_id_expiration_ms);
-        let expired: Vec<String> = self
-            .txns
-            .iter()
-            .filter(|(_, m)| {
-                matches!(
-                    m.state,
-                    TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-                ) && m.last_update_ms <= horizon_ms
-            })
-            .map(|(t, _)| t.clone())
-            .collect();
-        for tid in expired {
-            let m = self.txns.remove(&tid).expect("listed above");
-            tracing::info!(transactional_id = %tid, producer_id = m.producer_id, last_update_ms = m.last_update_ms, "transactional id expired");
-            out.appends.push(TxnStateAppend {
-                partition: self.partition_for(&tid),
-                record: records::tombstone(&tid),
-            });
         }
     }
 

@@ -76,6 +76,7 @@ impl Log {
             let Ok(view) = RecordBatch::parse(&batches[position..]) else {
                 return Ok(());
             };
+            self.txn_verifications.on_append(&view);
             if let Some(done) = self.producers.apply(&view) {
                 self.index_completed_txn(done)?;
             }
@@ -142,6 +143,8 @@ impl Log {
     pub(super) fn expire_producers(&mut self, now_ms: i64) {
         let removed = self
             .producers
+            .expire(now_ms, self.config.producer_id_expiration_ms);
+        self.txn_verifications
             .expire(now_ms, self.config.producer_id_expiration_ms);
         if removed > 0 {
             tracing::debug!(dir = %self.dir.display(), removed, "expired idle producers");

@@ -47,6 +47,8 @@ pub struct Log {
     pub(crate) producers: ProducerStateManager,
     /// Aborted transactions of the segments (the `.txnindex` files, in memory).
     pub(crate) aborted: crate::txn_index::AbortedTxns,
+    /// Producers being checked with their transaction coordinator (KIP-890 guards).
+    pub(crate) txn_verifications: crate::txn_verification::TxnVerifications,
     /// Opened after a clean shutdown and not modified yet: the clean-shutdown marker is still on
     /// disk and the active segment's indexes are still trimmed. The first mutation fixes both
     /// (`mark_dirty`), so a clean open costs no fsync.

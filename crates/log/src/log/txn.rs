@@ -9,6 +9,7 @@ use streamforge_protocol::control::{ControlType, build_marker};
 use super::{Log, batch_error};
 use crate::producer_state::CompletedTxn;
 use crate::txn_index::{self, AbortedTxn};
+use crate::txn_verification::VerificationGuard;
 use crate::{AppendInfo, LogError};
 
 /// A COMMIT or ABORT marker for one producer (one partition of a WriteTxnMarkers request).
@@ -102,6 +103,60 @@ impl Log {
         self.producers.get(producer_id).is_some_and(|e| {
             e.current_txn_first_offset != crate::producer_state::NO_TXN && e.epoch == epoch
         })
+    }
+
+    /// Before a producer's first transactional batch here is checked with its transaction
+    /// coordinator (Kafka's `maybeStartTransactionVerification`): the guard the append must
+    /// carry afterwards, or `None` when the producer's transaction is already open here under
+    /// `epoch` (nothing to check). `epoch_bump`: a transaction version 2 producer.
+    pub fn start_txn_verification(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        epoch_bump: bool,
+        now_ms: i64,
+    ) -> Option<VerificationGuard> {
+        if self.has_open_transaction(producer_id, epoch) {
+            return None;
+        }
+        Some(
+            self.txn_verifications
+                .start(producer_id, epoch, epoch_bump, now_ms),
+        )
+    }
+
+    /// Whether a transactional batch of `producer_id` at `epoch` with `sequences` (first,
+    /// last), checked with the coordinator under `guard`, may be appended now: its
+    /// transaction is open here, or the guard is still the producer's (no transactional batch
+    /// of the producer, marker or data, was appended since the guard was taken). Passed on to
+    /// the append's own checks, which Kafka makes first: a retry of a batch already in the log
+    /// (answered as a duplicate) and a stale epoch (INVALID_PRODUCER_EPOCH).
+    pub fn txn_verified(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        sequences: Option<(i32, i32)>,
+        guard: Option<VerificationGuard>,
+    ) -> bool {
+        if self.has_open_transaction(producer_id, epoch) {
+            return true;
+        }
+        let duplicate = sequences.is_some_and(|(first, last)| {
+            self.producers
+                .get(producer_id)
+                .is_some_and(|e| e.find_duplicate(epoch, first, last).is_some())
+        });
+        if duplicate {
+            return true;
+        }
+        if self
+            .producers
+            .get(producer_id)
+            .is_some_and(|e| epoch < e.epoch)
+        {
+            return true;
+        }
+        guard.is_some_and(|g| self.txn_verifications.holds(producer_id, g))
     }
 
     /// Open transactions as (first offset, producer id), oldest first.
