@@ -13,7 +13,7 @@ use std::sync::Arc;
 use kafka_protocol::ResponseError;
 use streamforge_coordinator::records::encode_txn_batch;
 use streamforge_coordinator::{GroupCoordinator, TxnOffset};
-use streamforge_log::{AppendInfo, LogError, TxnMarker};
+use streamforge_log::{AppendInfo, LogError, TxnMarker, VerificationGuard};
 use streamforge_protocol::control::ControlType;
 
 use crate::coordinator_load::{Load, append_error};
@@ -33,6 +33,9 @@ fn txn_append_error(e: &PartitionError) -> i16 {
         PartitionError::Log(LogError::InvalidProducerEpoch(_)) => {
             ResponseError::InvalidProducerEpoch.code()
         }
+        // A marker of the producer landed since its transaction was checked (Kafka's
+        // verification guard): "Record was not part of an ongoing transaction".
+        PartitionError::TxnNotVerified => ResponseError::InvalidTxnState.code(),
         PartitionError::NotEnoughReplicas { .. } => ResponseError::CoordinatorNotAvailable.code(),
         e => append_error(e).code(),
     }
@@ -45,10 +48,16 @@ impl GroupService {
     /// either before the check (the zombie is refused) or after the hold (the new member's
     /// `require_stable` OffsetFetch finds them pending). The caller waits for the ISR
     /// ([`GroupService::wait_replicated`]) before it answers.
+    ///
+    /// `guard` is the verification guard taken on the group's partition before the producer's
+    /// transaction was checked ([`Self::start_txn_offsets_verification`]): a marker of the
+    /// producer appended since refuses the batch (INVALID_TXN_STATE), as Kafka's group
+    /// coordinator appends TxnOffsetCommit's offsets under the guard.
     pub fn txn_offset_commit(
         &self,
         group_id: &str,
         producer: (i64, i16),
+        guard: Option<VerificationGuard>,
         offsets: Vec<TxnOffset>,
         check: impl FnOnce(&GroupCoordinator) -> Result<(), i16>,
     ) -> Result<(), i16> {
@@ -84,7 +93,7 @@ impl GroupService {
             .map_err(|_| ResponseError::UnknownServerError.code())?;
         let bytes = batch.len() as u64;
         partition
-            .append(&mut batch, AppendParams { acks: Acks::All })
+            .append_verified(&mut batch, AppendParams { acks: Acks::All }, producer, guard)
             .map_err(|e| {
                 tracing::info!(group = group_id, producer_id = producer.0, producer_epoch = producer.1, error = %e, "transactional offsets not appended");
                 txn_append_error(&e)
@@ -94,6 +103,28 @@ impl GroupService {
             .coordinator
             .hold_txn_offsets(group_id, producer, offsets);
         Ok(())
+    }
+
+    /// Before a TxnOffsetCommit's transaction check (KIP-890): the verification guard of the
+    /// producer on `group_id`'s partition, which its offsets' append carries (`None` when the
+    /// producer's transaction is open there already). `epoch_bump`: transaction version 2
+    /// (TxnOffsetCommit v5+).
+    pub fn start_txn_offsets_verification(
+        &self,
+        group_id: &str,
+        producer: (i64, i16),
+        epoch_bump: bool,
+    ) -> Result<Option<VerificationGuard>, i16> {
+        let inner = self.inner.lock();
+        let index = inner.coordinator.partition_for(group_id) as usize;
+        let load = inner
+            .loads
+            .get(index)
+            .ok_or(ResponseError::NotCoordinator.code())?;
+        let partition = load.appendable().map_err(|e| e.code())?;
+        partition
+            .start_txn_verification(producer.0, producer.1, epoch_bump)
+            .map_err(|e| txn_append_error(&e))
     }
 
     /// A transaction marker for `__consumer_offsets` partition `partition` (led here): appended

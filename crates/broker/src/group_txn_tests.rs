@@ -37,6 +37,18 @@ fn open(dir: &std::path::Path) -> (Arc<ReplicaManager>, Arc<GroupService>) {
     (rm, service)
 }
 
+/// A TxnOffsetCommit whose transaction check passed, under the guard taken before it.
+fn guarded(
+    service: &GroupService,
+    group: &str,
+    producer: (i64, i16),
+    offsets: Vec<TxnOffset>,
+    check: impl FnOnce(&streamforge_coordinator::GroupCoordinator) -> Result<(), i16>,
+) -> Result<(), i16> {
+    let guard = service.start_txn_offsets_verification(group, producer, false)?;
+    service.txn_offset_commit(group, producer, guard, offsets, check)
+}
+
 fn unchecked(_: &streamforge_coordinator::GroupCoordinator) -> Result<(), i16> {
     Ok(())
 }
@@ -81,7 +93,7 @@ fn a_rebalance_never_comes_between_the_group_check_and_the_hold() {
     let commit = std::thread::spawn({
         let service = service.clone();
         move || {
-            service.txn_offset_commit("g", (7, 0), offsets(11), |_| {
+            guarded(&service, "g", (7, 0), offsets(11), |_| {
                 // Checked: the rebalance starts now and waits for the group's lock.
                 checked_tx.send(()).unwrap();
                 std::thread::sleep(Duration::from_millis(300));
@@ -105,7 +117,7 @@ fn a_rebalance_never_comes_between_the_group_check_and_the_hold() {
         .offsets()
         .unwrap()
         .log_end_offset;
-    let zombie = service.txn_offset_commit("g", (8, 0), offsets(12), |_| {
+    let zombie = guarded(&service, "g", (8, 0), offsets(12), |_| {
         Err(ResponseError::IllegalGeneration.code())
     });
     assert_eq!(zombie, Err(ResponseError::IllegalGeneration.code()));
@@ -125,18 +137,12 @@ fn pending_offsets_survive_a_restart_and_commit_with_the_marker_after_it() {
     let dir = tempfile::tempdir().unwrap();
     {
         let (rm, service) = open(dir.path());
-        service
-            .txn_offset_commit("g", (7, 0), offsets(5), unchecked)
-            .unwrap();
+        guarded(&service, "g", (7, 0), offsets(5), unchecked).unwrap();
         marker(&service, &rm, 7, 0, true);
         assert_eq!(committed(&service, "g"), 5);
         // The next transaction's offsets, and another producer's to abort.
-        service
-            .txn_offset_commit("g", (7, 0), offsets(10), unchecked)
-            .unwrap();
-        service
-            .txn_offset_commit("h", (8, 0), offsets(99), unchecked)
-            .unwrap();
+        guarded(&service, "g", (7, 0), offsets(10), unchecked).unwrap();
+        guarded(&service, "h", (8, 0), offsets(99), unchecked).unwrap();
         assert_eq!(committed(&service, "g"), 5, "not before the marker");
         // A snapshot in the middle keeps what the open transactions wrote.
         service.snapshot_all();
@@ -168,14 +174,12 @@ fn pending_offsets_survive_a_restart_and_commit_with_the_marker_after_it() {
 fn a_stale_producer_epoch_is_refused_after_the_abort_that_fenced_it() {
     let dir = tempfile::tempdir().unwrap();
     let (rm, service) = open(dir.path());
-    service
-        .txn_offset_commit("g", (7, 3), offsets(5), unchecked)
-        .unwrap();
+    guarded(&service, "g", (7, 3), offsets(5), unchecked).unwrap();
     // The transaction timed out: the coordinator aborted it under a bumped epoch.
     marker(&service, &rm, 7, 4, false);
     assert!(!pending(&service, "g"));
     // The producer's TxnOffsetCommit, checked before the abort, lands after it: refused.
-    let late = service.txn_offset_commit("g", (7, 3), offsets(6), unchecked);
+    let late = guarded(&service, "g", (7, 3), offsets(6), unchecked);
     assert_eq!(late, Err(ResponseError::InvalidProducerEpoch.code()));
     assert!(
         !pending(&service, "g"),
@@ -183,8 +187,51 @@ fn a_stale_producer_epoch_is_refused_after_the_abort_that_fenced_it() {
     );
     assert_eq!(committed(&service, "g"), -1);
     // The producer at its new epoch goes on.
+    guarded(&service, "g", (7, 4), offsets(7), unchecked).unwrap();
+    assert!(pending(&service, "g"));
+    rm.close_all();
+}
+
+#[test]
+fn a_marker_between_the_transaction_check_and_the_append_refuses_the_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rm, service) = open(dir.path());
+    // The guard is taken, then the producer's transaction is checked with its coordinator...
+    let guard = service
+        .start_txn_offsets_verification("g", (7, 0), false)
+        .unwrap();
+    assert!(
+        guard.is_some(),
+        "no transaction of the producer is open here"
+    );
+    // ...which answers, and then the producer's own EndTxn (transaction version 1: no epoch
+    // bump) lands its marker first.
+    marker(&service, &rm, 7, 0, false);
+    let end = rm
+        .partition(OFFSETS_TOPIC, 0)
+        .unwrap()
+        .offsets()
+        .unwrap()
+        .log_end_offset;
+    let late = service.txn_offset_commit("g", (7, 0), guard, offsets(5), unchecked);
+    assert_eq!(late, Err(ResponseError::InvalidTxnState.code()));
+    assert!(!pending(&service, "g"), "nothing held");
+    let after = rm
+        .partition(OFFSETS_TOPIC, 0)
+        .unwrap()
+        .offsets()
+        .unwrap()
+        .log_end_offset;
+    assert_eq!(
+        after, end,
+        "nothing appended: no transaction left open on the partition"
+    );
+    // The next transaction, checked under a fresh guard, goes through.
+    let guard = service
+        .start_txn_offsets_verification("g", (7, 0), false)
+        .unwrap();
     service
-        .txn_offset_commit("g", (7, 4), offsets(7), unchecked)
+        .txn_offset_commit("g", (7, 0), guard, offsets(6), unchecked)
         .unwrap();
     assert!(pending(&service, "g"));
     rm.close_all();

@@ -360,13 +360,14 @@ fn hold_txn_offsets(
     state: &BrokerState,
     request: &TxnOffsetCommitRequest,
     api_version: i16,
+    guard: Option<streamforge_log::VerificationGuard>,
     offsets: Vec<TxnOffset>,
 ) -> i16 {
     let group = request.group_id.0.as_str();
     let producer = (request.producer_id.0, request.producer_epoch);
     let held = state
         .groups
-        .txn_offset_commit(group, producer, offsets, |c| {
+        .txn_offset_commit(group, producer, guard, offsets, |c| {
             consumer_check(c, request, api_version)
         });
     held.err().unwrap_or(0)
@@ -438,10 +439,23 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
         code
     } else {
         let (tid, pid, epoch) = (tid.as_str(), pid, epoch);
-        let hold = || hold_txn_offsets(&state, &request, req.api_version, offsets);
-        match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition, hold).await {
-            0 => replicated_txn_offsets(&state, &group).await,
-            code => code,
+        // The guard goes before the check: a marker of the producer landing on the group's
+        // partition after it refuses the offsets' append (Kafka's verification guard).
+        let epoch_bump = req.api_version >= 5;
+        match state
+            .groups
+            .start_txn_offsets_verification(&group, (pid, epoch), epoch_bump)
+        {
+            Err(code) => code,
+            Ok(guard) => {
+                let hold = || hold_txn_offsets(&state, &request, req.api_version, guard, offsets);
+                match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition, hold)
+                    .await
+                {
+                    0 => replicated_txn_offsets(&state, &group).await,
+                    code => code,
+                }
+            }
         }
     };
     let mut resp = TxnOffsetCommitResponse::default();
