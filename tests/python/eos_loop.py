@@ -237,7 +237,11 @@ def stop_past_timeouts_and_fence(app: AppProcess, feed, rounds: int = 1) -> AppP
     3. `fenced`: SIGSTOP once the messages are delivered; a new instance starts under the same
        transactional.id and group, fences the stopped one with its InitProducerId (which aborts
        the open transaction) and commits; at SIGCONT the zombie's next request is fenced, it
-       finds the new instance's commits and exits with FENCED_EXIT_CODE.
+       finds the new instance's commits and exits with FENCED_EXIT_CODE. Then the same with the
+       zombie stopped before sending (usually before its AddPartitionsToTxn, so the new
+       instance's InitProducerId bumps the epoch once, with nothing to abort): its messages
+       time out, and its abort asks for a bump of its own, fenced, epoch (KIP-360
+       InitProducerId), which is PRODUCER_FENCED as on Kafka: it exits too.
     """
     txn_timeout_s, message_timeout_s = (t / 1000 for t in app.init_kwargs["timeouts_ms"])
     started = time.monotonic()
@@ -270,23 +274,28 @@ def stop_past_timeouts_and_fence(app: AppProcess, feed, rounds: int = 1) -> AppP
         assert app.branches.get("reinit", 0) > before, f"not re-initialised: {app.branches} {app.stderr_tail}"
         done(f"round {round_}: re-initialised after a stop past the transaction timeout")
 
-        feed()
-        fenced = app.branches.get("fenced", 0)
-        app.stop("after-send")
-        successor = AppProcess(*app.init_args, **app.init_kwargs)
-        successor.previous_total = app.total
-        successor.start()
-        successor.wait_progress(0, "the new instance's first commits")
-        app.resume()
-        rc = app.wait_exit()
-        assert rc == FENCED_EXIT_CODE, f"the zombie exited {rc}: {app.stderr_tail}"
-        assert app.branches.get("fenced", 0) == fenced + 1, app.branches
-        done(f"round {round_}: the zombie exited, the new instance committing")
-        for k, v in app.stats.items():
-            successor.stats[k] = successor.stats.get(k, 0) + v
-        for k, v in app.branches.items():
-            successor.branches[k] = successor.branches.get(k, 0) + v
-        app = successor
+        for where in ("after-send", "before-send"):
+            feed()
+            fenced = app.branches.get("fenced", 0)
+            app.stop(where)
+            stopped_at = time.monotonic()
+            successor = AppProcess(*app.init_args, **app.init_kwargs)
+            successor.previous_total = app.total
+            successor.start()
+            successor.wait_progress(0, "the new instance's first commits")
+            # Stopped before sending, the zombie's messages time out: its abort then asks for
+            # a bump of its fenced epoch (KIP-360), which must be refused.
+            time.sleep(max(0.0, stopped_at + message_timeout_s + 0.6 - time.monotonic()))
+            app.resume()
+            rc = app.wait_exit()
+            assert rc == FENCED_EXIT_CODE, f"the zombie stopped {where} exited {rc}: {app.stderr_tail}"
+            assert app.branches.get("fenced", 0) == fenced + 1, app.branches
+            done(f"round {round_}: the zombie stopped {where} exited, the new instance committing")
+            for k, v in app.stats.items():
+                successor.stats[k] = successor.stats.get(k, 0) + v
+            for k, v in app.branches.items():
+                successor.branches[k] = successor.branches.get(k, 0) + v
+            app = successor
     return app
 
 
