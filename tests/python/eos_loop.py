@@ -243,60 +243,76 @@ def stop_past_timeouts_and_fence(app: AppProcess, feed, rounds: int = 1) -> AppP
        time out, and its abort asks for a bump of its own, fenced, epoch (KIP-360
        InitProducerId), which is PRODUCER_FENCED as on Kafka: it exits too.
     """
-    txn_timeout_s, message_timeout_s = (t / 1000 for t in app.init_kwargs["timeouts_ms"])
     started = time.monotonic()
-
-    def done(what: str) -> None:
-        print(f"{what}: {time.monotonic() - started:.1f} s", flush=True)
-
     for round_ in range(rounds):
-        for attempt in range(4):
-            feed()
-            before = app.branches.get("abort", 0)
-            app.stop("before-send")
-            mark = app.committed
-            time.sleep(message_timeout_s + 0.6)
-            app.resume()
-            app.wait_progress(mark, "after a stop before its messages were sent")
-            if app.branches.get("abort", 0) > before:
-                break
-        else:
-            raise AssertionError(f"no stop before sending made the app abort: {app.branches} {app.stderr_tail}")
-        done(f"round {round_}: aborted after a stop before sending ({attempt + 1} stops)")
-
-        feed()
-        before = app.branches.get("reinit", 0)
-        app.stop("after-send")
-        mark = app.committed
-        time.sleep(txn_timeout_s + 1.5)
-        app.resume()
-        app.wait_progress(mark, "after a stop past the transaction timeout")
-        assert app.branches.get("reinit", 0) > before, f"not re-initialised: {app.branches} {app.stderr_tail}"
-        done(f"round {round_}: re-initialised after a stop past the transaction timeout")
-
+        stops = _abort_after_a_stop_before_sending(app, feed)
+        print(f"round {round_}: aborted after a stop before sending ({stops} stops): {time.monotonic() - started:.1f} s")
+        _reinit_after_a_stop_past_the_transaction_timeout(app, feed)
+        print(f"round {round_}: re-initialised after a stop past the transaction timeout: {time.monotonic() - started:.1f} s")
         for where in ("after-send", "before-send"):
-            feed()
-            fenced = app.branches.get("fenced", 0)
-            app.stop(where)
-            stopped_at = time.monotonic()
-            successor = AppProcess(*app.init_args, **app.init_kwargs)
-            successor.previous_total = app.total
-            successor.start()
-            successor.wait_progress(0, "the new instance's first commits")
-            # Stopped before sending, the zombie's messages time out: its abort then asks for
-            # a bump of its fenced epoch (KIP-360), which must be refused.
-            time.sleep(max(0.0, stopped_at + message_timeout_s + 0.6 - time.monotonic()))
-            app.resume()
-            rc = app.wait_exit()
-            assert rc == FENCED_EXIT_CODE, f"the zombie stopped {where} exited {rc}: {app.stderr_tail}"
-            assert app.branches.get("fenced", 0) == fenced + 1, app.branches
-            done(f"round {round_}: the zombie stopped {where} exited, the new instance committing")
-            for k, v in app.stats.items():
-                successor.stats[k] = successor.stats.get(k, 0) + v
-            for k, v in app.branches.items():
-                successor.branches[k] = successor.branches.get(k, 0) + v
-            app = successor
+            app = _fence_a_stopped_zombie(app, feed, where)
+            print(f"round {round_}: the zombie stopped {where} exited: {time.monotonic() - started:.1f} s")
     return app
+
+
+def _timeouts_s(app: AppProcess) -> tuple[float, float]:
+    """The app's transaction.timeout.ms and message.timeout.ms, in seconds."""
+    txn_timeout_ms, message_timeout_ms = app.init_kwargs["timeouts_ms"]
+    return txn_timeout_ms / 1000, message_timeout_ms / 1000
+
+
+def _abort_after_a_stop_before_sending(app: AppProcess, feed) -> int:
+    """Step 1 of `stop_past_timeouts_and_fence`; how many stops it took."""
+    # A stop after the messages left makes no error; under load the abort may also come after
+    # the coordinator's timeout (then it is fenced and the app re-initialises): stopped again.
+    for attempt in range(4):
+        feed()
+        before = app.branches.get("abort", 0)
+        app.stop("before-send")
+        mark = app.committed
+        time.sleep(_timeouts_s(app)[1] + 0.4)  # the client's timeout scan is due at once then
+        app.resume()
+        app.wait_progress(mark, "after a stop before its messages were sent")
+        if app.branches.get("abort", 0) > before:
+            return attempt + 1
+    raise AssertionError(f"no stop before sending made the app abort: {app.branches} {app.stderr_tail}")
+
+
+def _reinit_after_a_stop_past_the_transaction_timeout(app: AppProcess, feed) -> None:
+    """Step 2 of `stop_past_timeouts_and_fence`."""
+    feed()
+    before = app.branches.get("reinit", 0)
+    app.stop("after-send")
+    mark = app.committed
+    time.sleep(_timeouts_s(app)[0] + 1.5)
+    app.resume()
+    app.wait_progress(mark, "after a stop past the transaction timeout")
+    assert app.branches.get("reinit", 0) > before, f"not re-initialised: {app.branches} {app.stderr_tail}"
+
+
+def _fence_a_stopped_zombie(app: AppProcess, feed, where: str) -> AppProcess:
+    """Step 3 of `stop_past_timeouts_and_fence` with the zombie stopped `where`; the new
+    instance, running, with the zombie's counts added to its own."""
+    feed()
+    fenced = app.branches.get("fenced", 0)
+    app.stop(where)
+    stopped_at = time.monotonic()
+    successor = AppProcess(*app.init_args, **app.init_kwargs)
+    successor.previous_total = app.total
+    successor.start()
+    successor.wait_progress(0, "the new instance's first commits")
+    # Stopped before sending, the zombie's messages time out: its abort then asks for a bump of
+    # its fenced epoch (KIP-360), which must be refused.
+    time.sleep(max(0.0, stopped_at + _timeouts_s(app)[1] + 0.6 - time.monotonic()))
+    app.resume()
+    rc = app.wait_exit()
+    assert rc == FENCED_EXIT_CODE, f"the zombie stopped {where} exited {rc}: {app.stderr_tail}"
+    assert app.branches.get("fenced", 0) == fenced + 1, app.branches
+    for k, v in app.stats.items():
+        successor.stats[k] = successor.stats.get(k, 0) + v
+    for k, v in app.branches.items():
+        successor.branches[k] = successor.branches.get(k, 0) + v
+    return successor
 
 
 def read_committed(bootstrap: str, topic: str, partitions: int, want: int, idle_s: float = 3.0,
