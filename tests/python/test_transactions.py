@@ -341,7 +341,12 @@ def test_exactly_once_when_the_app_is_stopped_past_its_timeouts_and_fenced_by_a_
     branches = app.branches
     assert branches.get("abort", 0) >= rounds and branches.get("reinit", 0) >= rounds, branches
     assert branches.get("fenced") == 2 * rounds, branches
-    print(f"{rounds} rounds, {feeder.n} inputs, {time.monotonic() - started:.1f} s; branches: {branches}; app: {app.stats}")
+    # The re-initialisations followed the coordinator's own timeout aborts.
+    timeout_aborts = sum(b.log_path.read_text(errors="replace").count(
+        f"aborting a transaction past its timeout transactional_id={group}-app") for b in [broker])
+    assert timeout_aborts >= rounds, timeout_aborts
+    print(f"{rounds} rounds, {feeder.n} inputs, {time.monotonic() - started:.1f} s; branches: {branches}, "
+          f"{timeout_aborts} timeout aborts; app: {app.stats}")
 
 
 def test_kcat_read_committed_skips_aborted_and_open_transactions(broker, topic_name):
