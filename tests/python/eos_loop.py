@@ -244,14 +244,19 @@ def stop_past_timeouts_and_fence(app: AppProcess, feed, rounds: int = 1) -> AppP
        InitProducerId), which is PRODUCER_FENCED as on Kafka: it exits too.
     """
     started = time.monotonic()
-    for round_ in range(rounds):
-        stops = _abort_after_a_stop_before_sending(app, feed)
-        print(f"round {round_}: aborted after a stop before sending ({stops} stops): {time.monotonic() - started:.1f} s")
-        _reinit_after_a_stop_past_the_transaction_timeout(app, feed)
-        print(f"round {round_}: re-initialised after a stop past the transaction timeout: {time.monotonic() - started:.1f} s")
-        for where in ("after-send", "before-send"):
-            app = _fence_a_stopped_zombie(app, feed, where)
-            print(f"round {round_}: the zombie stopped {where} exited: {time.monotonic() - started:.1f} s")
+    try:
+        for round_ in range(rounds):
+            stops = _abort_after_a_stop_before_sending(app, feed)
+            print(f"round {round_}: aborted after a stop before sending ({stops} stops): {time.monotonic() - started:.1f} s")
+            _reinit_after_a_stop_past_the_transaction_timeout(app, feed)
+            print(f"round {round_}: re-initialised after a stop past the transaction timeout: {time.monotonic() - started:.1f} s")
+            for where in ("after-send", "before-send"):
+                app = _fence_a_stopped_zombie(app, feed, where)
+                print(f"round {round_}: the zombie stopped {where} exited: {time.monotonic() - started:.1f} s")
+    except BaseException:
+        if app.proc is not None:  # a new instance the caller does not know of
+            app.kill()
+        raise
     return app
 
 
@@ -300,14 +305,20 @@ def _fence_a_stopped_zombie(app: AppProcess, feed, where: str) -> AppProcess:
     successor = AppProcess(*app.init_args, **app.init_kwargs)
     successor.previous_total = app.total
     successor.start()
-    successor.wait_progress(0, "the new instance's first commits")
-    # Stopped before sending, the zombie's messages time out: its abort then asks for a bump of
-    # its fenced epoch (KIP-360), which must be refused.
-    time.sleep(max(0.0, stopped_at + _timeouts_s(app)[1] + 0.6 - time.monotonic()))
-    app.resume()
-    rc = app.wait_exit()
-    assert rc == FENCED_EXIT_CODE, f"the zombie stopped {where} exited {rc}: {app.stderr_tail}"
-    assert app.branches.get("fenced", 0) == fenced + 1, app.branches
+    try:
+        successor.wait_progress(0, "the new instance's first commits")
+        # Stopped before sending, the zombie's messages time out: its abort then asks for a bump
+        # of its fenced epoch (KIP-360), which must be refused.
+        time.sleep(max(0.0, stopped_at + _timeouts_s(app)[1] + 0.6 - time.monotonic()))
+        app.resume()
+        rc = app.wait_exit()
+        assert rc == FENCED_EXIT_CODE, f"the zombie stopped {where} exited {rc}: {app.stderr_tail}"
+        assert app.branches.get("fenced", 0) == fenced + 1, app.branches
+    except BaseException:
+        for p in (app, successor):  # the caller only knows the instance it passed
+            if p.proc is not None:
+                p.kill()
+        raise
     for k, v in app.stats.items():
         successor.stats[k] = successor.stats.get(k, 0) + v
     for k, v in app.branches.items():
