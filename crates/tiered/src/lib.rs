@@ -27,6 +27,8 @@ mod replica_suite_tests;
 pub mod retry;
 pub mod stats;
 #[cfg(test)]
+mod snapshot_tests;
+#[cfg(test)]
 mod suite_tests;
 pub mod tiering;
 pub mod txn_index;
@@ -295,6 +297,18 @@ impl TieredStorage {
         upper: i64,
     ) -> Result<RemoteAborted> {
         txn_index::collect(&self.shared, part, start, upper).await
+    }
+
+    /// The remote producer snapshot that is the state as of `offset`: the one uploaded with the
+    /// segment ending there (`None` when no segment's recorded snapshot is at `offset`, e.g.
+    /// entries from before snapshots were taken at the segment's end). The bytes are the log's
+    /// snapshot format (`streamforge_log`'s decoder checks them).
+    pub async fn producer_snapshot_at(
+        &self,
+        part: &RemotePartition,
+        offset: i64,
+    ) -> Result<Option<Bytes>> {
+        uploader::producer_snapshot_at(&self.shared, part, offset).await
     }
 
     /// ListOffsets by time over remote data: the first record with timestamp `>= timestamp_ms`
