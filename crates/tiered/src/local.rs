@@ -33,10 +33,9 @@ impl LocalSegment {
             // The state at the segment's end: every batch below the next segment's base
             // applied (the log writes `<offset>.snapshot` as the state as of `offset` when it
             // rolls there). `<base>.snapshot` would be the state at its start.
-            ObjectKind::ProducerSnapshot => Some(dir.join(format!(
-                "{:020}.snapshot",
-                self.next_base_offset
-            ))),
+            ObjectKind::ProducerSnapshot => {
+                Some(dir.join(format!("{:020}.snapshot", self.next_base_offset)))
+            }
             ObjectKind::LeaderEpochCheckpoint => Some(dir.join("leader-epoch-checkpoint")),
             ObjectKind::TxnIndex => Some(dir.join(format!("{base}.txnindex"))),
         }

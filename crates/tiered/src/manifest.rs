@@ -246,6 +246,22 @@ impl PartitionManifest {
             .rev()
             .find(|s| s.producer_snapshot_offset == Some(offset))
     }
+
+    /// Where a replica whose leader's local log starts at `local_start` begins its own local
+    /// log, and the segment whose end-state snapshot it loads (Kafka's follower: the remote
+    /// segment holding the offset before the leader's local start, restarted at its end).
+    /// `local_start` itself when a segment's snapshot is there; otherwise the end of the
+    /// segment holding `local_start - 1`, when that is at or above `local_start` (replicas
+    /// roll at different offsets, so a new leader's local start may fall inside a remote
+    /// segment; the leader still holds those offsets locally). `None` when neither exists.
+    pub fn snapshot_for_local_start(&self, local_start: i64) -> Option<(i64, &RemoteSegment)> {
+        if let Some(s) = self.segment_with_snapshot_at(local_start) {
+            return Some((local_start, s));
+        }
+        let s = self.segment_for(local_start.checked_sub(1)?)?;
+        let at = s.producer_snapshot_offset?;
+        (s.base_offset < local_start && at >= local_start).then_some((at, s))
+    }
 }
 
 /// Load the manifest at `key`; `None` when it does not exist yet.
@@ -387,6 +403,20 @@ mod tests {
         assert_eq!(back.segment_with_snapshot_at(10).unwrap().segment_id, "a");
         assert_eq!(back.segment_with_snapshot_at(21).unwrap().segment_id, "b");
         assert!(back.segment_with_snapshot_at(12).is_none());
+
+        assert_eq!(back.snapshot_for_local_start(10).unwrap().0, 10);
+        // A local start inside a segment: restart at that segment's end.
+        assert_eq!(
+            back.snapshot_for_local_start(15)
+                .map(|(o, s)| (o, s.segment_id.as_str())),
+            Some((21, "b"))
+        );
+        assert!(back.snapshot_for_local_start(11).is_none(), "in the gap");
+        assert!(
+            back.snapshot_for_local_start(25).is_none(),
+            "past the remote end"
+        );
+        assert!(m.snapshot_for_local_start(5).is_none(), "an old entry");
 
         let mut bad = new.clone();
         bad.segments[0].producer_snapshot_offset = Some(9); // inside the segment

@@ -54,7 +54,13 @@ async fn each_segment_is_uploaded_with_the_snapshot_at_its_end() {
         if end == missing {
             assert_eq!(seg.producer_snapshot_offset, None);
             assert!(!seg.objects.contains(&ObjectKind::ProducerSnapshot));
-            assert!(storage.producer_snapshot_at(&part, end).await.unwrap().is_none());
+            assert!(
+                storage
+                    .producer_snapshot_at(&part, end)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
             continue;
         }
         assert_eq!(seg.producer_snapshot_offset, Some(end), "segment {i}");
@@ -65,9 +71,20 @@ async fn each_segment_is_uploaded_with_the_snapshot_at_its_end() {
             ObjectKind::ProducerSnapshot,
         );
         let object = store.get(&key).await.unwrap().bytes().await.unwrap();
-        assert_eq!(&object[..], &snapshot_bytes(end)[..], "segment {i}: not its end state");
+        assert_eq!(
+            &object[..],
+            &snapshot_bytes(end)[..],
+            "segment {i}: not its end state"
+        );
         let found = storage.producer_snapshot_at(&part, end).await.unwrap();
         assert_eq!(found.as_deref(), Some(&snapshot_bytes(end)[..]));
+        // A leader whose local log starts inside this segment: restart at its end.
+        let (at, bytes) = storage
+            .producer_snapshot_for_local_start(&part, seg.base_offset + 1)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((at, &bytes[..]), (end, &snapshot_bytes(end)[..]));
     }
     // No segment ends at the first base (that snapshot is the state at the start).
     assert!(

@@ -593,24 +593,19 @@ pub(crate) async fn reconcile(sh: &Shared, part: &RemotePartition) -> Result<usi
     Ok(deleted)
 }
 
-/// GET the producer snapshot uploaded with the segment ending at `offset` (bounded in size).
-pub(crate) async fn producer_snapshot_at(
+/// GET the producer snapshot uploaded with `seg` (bounded in size).
+pub(crate) async fn get_producer_snapshot(
     sh: &Shared,
     part: &RemotePartition,
-    offset: i64,
-) -> Result<Option<Bytes>> {
-    let m = part.manifest();
-    let Some(seg) = m.segment_with_snapshot_at(offset) else {
-        return Ok(None);
-    };
+    seg: &RemoteSegment,
+) -> Result<Bytes> {
     let key = sh.layout.segment_object(
         &part.id,
         seg.base_offset,
         &seg.segment_id,
         ObjectKind::ProducerSnapshot,
     );
-    let bytes = sh
-        .config
+    sh.config
         .retry
         .run("get producer snapshot", || async {
             let r = sh.store.get(&key).await?;
@@ -622,6 +617,5 @@ pub(crate) async fn producer_snapshot_at(
             }
             Ok(r.bytes().await?)
         })
-        .await?;
-    Ok(Some(bytes))
+        .await
 }
