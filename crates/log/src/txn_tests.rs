@@ -460,9 +460,15 @@ fn a_follower_restarted_at_a_segment_end_takes_the_producer_state_from_its_snaps
             .load_producer_snapshot_at_start(end + 1, &bytes)
             .is_err()
     );
-    assert!(follower.load_producer_snapshot_at_start(end, b"junk").is_err());
+    assert!(
+        follower
+            .load_producer_snapshot_at_start(end, b"junk")
+            .is_err()
+    );
     assert_eq!(
-        follower.load_producer_snapshot_at_start(end, &bytes).unwrap(),
+        follower
+            .load_producer_snapshot_at_start(end, &bytes)
+            .unwrap(),
         2
     );
     assert_eq!(follower.open_transactions(), vec![(txn_first, 7)]);
@@ -495,6 +501,11 @@ fn a_follower_restarted_at_a_segment_end_takes_the_producer_state_from_its_snaps
         2,
         40,
     );
-    assert!(follower.append_as_leader(&mut retry, 0, 10).unwrap().duplicate);
+    assert!(
+        follower
+            .append_as_leader(&mut retry, 0, 10)
+            .unwrap()
+            .duplicate
+    );
     assert_eq!(follower.aborted_transactions(0, end + 1).len(), 1);
 }
