@@ -9,8 +9,10 @@ a transaction begins on leader 4; enough other records follow that 4 uploads the
 segments and deletes them locally; node 5 restarts below 4's local log start and starts there;
 the transaction is aborted (the marker reaches 5); 4 is killed, 5 leads. Reading from offset 0
 through 5 (remote data below its local log start): read_committed gets every committed record
-and none of the aborted ones; read_uncommitted gets both. Before this change node 5 restarted
-with empty producer state, so the ABORT ended nothing there and the aborted records were served.
+and none of the aborted ones; read_uncommitted gets both. An idempotent producer's batch written
+to 4 before node 5's restart point, sent again to 5 as a retry, is answered as a duplicate (its
+original offset). Before this change node 5 restarted with empty producer state, so the ABORT
+ended nothing there and the aborted records were served, and the retry was appended again.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from test_cluster import admin, cluster_view, placement, start_cluster, wait_for
+import wire
 from tiered_store import MotoStore
 
 TOPIC = "tiered-txn-follower"
@@ -31,6 +34,21 @@ LEADER, FOLLOWER = 4, 5
 ABORTED = 20
 FILLER = 1500
 WAIT_S = 90
+IDEMPOTENT_PID = 424242
+
+
+def idempotent_batch() -> bytes:
+    """One record from idempotent producer IDEMPOTENT_PID, epoch 0, sequence 0."""
+    b = bytearray(wire.record_batch([(b"i", b"idempotent-once")]))
+    b[43:51] = wire.i64(IDEMPOTENT_PID)
+    b[51:53] = wire.i16(0)
+    b[53:57] = wire.i32(0)
+    return wire.reseal(bytes(b))
+
+
+def produce_raw(b, batch: bytes) -> dict:
+    with wire.connect(b.port, host=b.host) as sock:
+        return wire.produce_v8(sock, TOPIC, 0, batch)
 
 
 def isr(b) -> list[int]:
@@ -129,6 +147,10 @@ def run(broker_factory, store):
     follower.kill()
     wait_for("the ISR to shrink to the leader", lambda: isr(brokers[0]) == [LEADER])
 
+    # An idempotent producer's batch below the follower's coming restart point.
+    first = produce_raw(leader, idempotent_batch())
+    assert first["error_code"] == 0, first
+
     # A transaction begins on the leader and stays open.
     txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tiered-txn-follower",
                     "transaction.timeout.ms": 600000, "linger.ms": 0})
@@ -163,14 +185,20 @@ def run(broker_factory, store):
     leader.kill()
     wait_for("node 5 leads", lambda: leader_of(brokers[0]) == FOLLOWER, timeout_s=WAIT_S)
     survivors = ",".join(b.bootstrap for b in brokers if b is not leader)
-    committed_total = 10 + FILLER + 5
+    committed_total = 10 + FILLER + 5 + 1
 
     uncommitted = read_all(survivors, "read_uncommitted", committed_total + ABORTED)
     assert sum(v.startswith(b"aborted-") for v in uncommitted) == ABORTED, "the aborted records exist"
+    assert uncommitted.count(b"idempotent-once") == 1
     committed = read_all(survivors, "read_committed", committed_total)
     leaked = [v for v in committed if v.startswith(b"aborted-")]
     assert not leaked, f"read_committed served {len(leaked)} aborted records: {leaked[:3]}"
     assert len(committed) == committed_total, (len(committed), committed_total)
+    # The producer's retry of its batch is a duplicate on the new leader: answered with the
+    # original offset, not appended again.
+    retry = wait_for("the retry answered", lambda: (
+        lambda r: r if r["error_code"] == 0 else None)(produce_raw(follower, idempotent_batch())))
+    assert retry["base_offset"] == first["base_offset"], (retry, first)
     log = follower.log_text()
     assert "producer state taken from the remote producer snapshot" in log
 
