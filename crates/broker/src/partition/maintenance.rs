@@ -92,8 +92,9 @@ impl Partition {
     /// ends its transaction and is indexed here too. When the leader's local start lies inside
     /// a remote segment, the local log starts at that segment's end instead (the leader holds
     /// those offsets). Without such a snapshot (manifest entries from before end-state
-    /// snapshots, or the store unreachable) the local log starts empty at the leader's local
-    /// start, as before, with a warning.
+    /// snapshots) the local log starts empty at the leader's local start, as before, with a
+    /// warning; when the store cannot hand out a snapshot the manifest names, nothing changes
+    /// and the error goes back to the fetcher, which tries again.
     pub async fn restart_follower_above_remote(
         &self,
         leader_epoch: i32,
@@ -105,16 +106,16 @@ impl Partition {
             if let Err(e) = tiering.storage().follow(&remote).await {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot read the remote manifest; the tiering pass retries");
             }
-            match tiering
+            // A snapshot the manifest names but the store does not hand out now: restart later
+            // (the fetcher asks again next round, as Kafka's follower retries) rather than
+            // start without the producer state.
+            snapshot = tiering
                 .storage()
                 .producer_snapshot_for_local_start(&remote, leader_local_start)
                 .await
-            {
-                Ok(found) => snapshot = found,
-                Err(e) => {
-                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot read the remote producer snapshot");
-                }
-            }
+                .inspect_err(|e| {
+                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot read the remote producer snapshot; restart above the remote log retried");
+                })?;
         }
         let start = snapshot.as_ref().map_or(leader_local_start, |s| s.0);
         let below_local =
