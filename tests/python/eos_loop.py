@@ -13,6 +13,7 @@ order, and the group's committed offsets are the input's end offsets.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 APP = Path(__file__).with_name("txn_app.py")
 HUNG_EXIT_CODE = 3  # txn_app.HUNG_EXIT_CODE
+FENCED_EXIT_CODE = 4  # txn_app.FENCED_EXIT_CODE
 # Bound on every wait of the loops: a restarted broker serves again, and the app commits again,
 # well within this (a stuck transaction or a hung client fails the test here).
 PROGRESS_WAIT_S = 60.0
@@ -59,13 +61,19 @@ class AppProcess:
     """txn_app.py as a child process; `committed` follows its `committed N` lines (N counts this
     process's committed inputs; `total` sums every process's)."""
 
-    def __init__(self, bootstrap: str, src: str, dst: str, group: str, partitions: int, per_txn: int):
+    def __init__(self, bootstrap: str, src: str, dst: str, group: str, partitions: int, per_txn: int,
+                 timeouts_ms: tuple[int, int] | None = None):
+        self.init_args = (bootstrap, src, dst, group, partitions, per_txn)
+        self.init_kwargs = {"timeouts_ms": timeouts_ms}
         self.args = [sys.executable, str(APP), bootstrap, src, dst, group, str(partitions), str(per_txn)]
+        self.args += [str(t) for t in timeouts_ms or ()]
         self.where = (bootstrap, src, group, partitions)
         self.proc: subprocess.Popen | None = None
         self.previous_total = 0
         self.committed = 0
         self.stats: dict[str, int] = {}
+        self.branches: dict[str, int] = {}  # `branch NAME` lines: abort, reinit, fenced
+        self.stopped = threading.Event()  # a `stopped WHERE` line came
         self.runs = 0
         self.stderr_tail: list[str] = []
 
@@ -87,6 +95,11 @@ class AppProcess:
         for line in proc.stdout:
             if line.startswith("committed "):
                 self.committed = int(line.split()[1])
+            elif line.startswith("branch "):
+                name = line.split()[1]
+                self.branches[name] = self.branches.get(name, 0) + 1
+            elif line.startswith("stopped "):
+                self.stopped.set()
             elif line.startswith("stats "):
                 for kv in line.split()[1:]:
                     k, v = kv.split("=")
@@ -152,6 +165,30 @@ class AppProcess:
             out.append(f"a fresh read_committed consumer: {e}")
         return "; ".join(out) + f"; app log: {self.stderr_tail}"
 
+    def stop(self, where: str) -> None:
+        """Have the app stop itself with SIGSTOP in its next transaction (`before-send`: its
+        messages produced, still in the client; `after-send`: delivered), and wait until it has."""
+        self.stopped.clear()
+        self.proc.stdin.write(f"stop-{where}\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + PROGRESS_WAIT_S
+        while not self.stopped.wait(0.1):
+            assert self.proc.poll() is None, f"the app exited ({self.proc.returncode}) before stopping: {self.stderr_tail}"
+            assert time.monotonic() < deadline, f"the app did not stop {where} in {PROGRESS_WAIT_S} s"
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def wait_exit(self, timeout_s: float = PROGRESS_WAIT_S) -> int:
+        """Wait for the app to exit by itself; its exit code."""
+        try:
+            rc = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the app did not exit in {timeout_s} s: {self.stderr_tail}") from None
+        time.sleep(0.2)  # the stdout reader takes the stats line
+        self.proc = None
+        return rc
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(timeout=10)
@@ -176,6 +213,117 @@ class AppProcess:
         time.sleep(0.2)  # the stdout reader takes the stats line
         assert rc == 0, f"the app failed: {self.stderr_tail}"
         self.proc = None
+
+
+# The stopped app's timeouts (transaction.timeout.ms, message.timeout.ms): short, so the stops
+# are short, yet far above what one of its transactions takes.
+STOP_TIMEOUTS_MS = (3000, 1000)
+
+
+def stop_past_timeouts_and_fence(app: AppProcess, feed, rounds: int = 1) -> AppProcess:
+    """Drives the app (started with `timeouts_ms`, e.g. STOP_TIMEOUTS_MS, committing) `rounds`
+    times through its three failure branches with real failures, `feed()` giving it input before
+    each; returns the instance that carries on (the last new one, running).
+
+    1. `abort`: SIGSTOP with the transaction's messages still queued in the client, for longer
+       than message.timeout.ms but shorter than transaction.timeout.ms: at SIGCONT librdkafka
+       times the messages out, an abortable error (with an epoch bump); the app aborts, rewinds
+       and goes on. A stop that came after the messages left makes no error: tried again.
+    2. `reinit`: SIGSTOP once the messages are delivered, past transaction.timeout.ms: the
+       coordinator aborts the transaction under a bumped epoch, and at SIGCONT the app's next
+       request (AddOffsetsToTxn v0) is answered INVALID_PRODUCER_EPOCH, librdkafka's fatal
+       _FENCED, as on Kafka; nobody else committed, so the app starts a new producer, rewinds
+       and goes on.
+    3. `fenced`: SIGSTOP once the messages are delivered; a new instance starts under the same
+       transactional.id and group, fences the stopped one with its InitProducerId (which aborts
+       the open transaction) and commits; at SIGCONT the zombie's next request is fenced, it
+       finds the new instance's commits and exits with FENCED_EXIT_CODE. Then the same with the
+       zombie stopped before sending (usually before its AddPartitionsToTxn, so the new
+       instance's InitProducerId bumps the epoch once, with nothing to abort): its messages
+       time out, and its abort asks for a bump of its own, fenced, epoch (KIP-360
+       InitProducerId), which is PRODUCER_FENCED as on Kafka: it exits too.
+    """
+    started = time.monotonic()
+    try:
+        for round_ in range(rounds):
+            stops = _abort_after_a_stop_before_sending(app, feed)
+            print(f"round {round_}: aborted after a stop before sending ({stops} stops): {time.monotonic() - started:.1f} s")
+            _reinit_after_a_stop_past_the_transaction_timeout(app, feed)
+            print(f"round {round_}: re-initialised after a stop past the transaction timeout: {time.monotonic() - started:.1f} s")
+            for where in ("after-send", "before-send"):
+                app = _fence_a_stopped_zombie(app, feed, where)
+                print(f"round {round_}: the zombie stopped {where} exited: {time.monotonic() - started:.1f} s")
+    except BaseException:
+        if app.proc is not None:  # a new instance the caller does not know of
+            app.kill()
+        raise
+    return app
+
+
+def _timeouts_s(app: AppProcess) -> tuple[float, float]:
+    """The app's transaction.timeout.ms and message.timeout.ms, in seconds."""
+    txn_timeout_ms, message_timeout_ms = app.init_kwargs["timeouts_ms"]
+    return txn_timeout_ms / 1000, message_timeout_ms / 1000
+
+
+def _abort_after_a_stop_before_sending(app: AppProcess, feed) -> int:
+    """Step 1 of `stop_past_timeouts_and_fence`; how many stops it took."""
+    # A stop after the messages left makes no error; under load the abort may also come after
+    # the coordinator's timeout (then it is fenced and the app re-initialises): stopped again.
+    for attempt in range(4):
+        feed()
+        before = app.branches.get("abort", 0)
+        app.stop("before-send")
+        mark = app.committed
+        time.sleep(_timeouts_s(app)[1] + 0.4)  # the client's timeout scan is due at once then
+        app.resume()
+        app.wait_progress(mark, "after a stop before its messages were sent")
+        if app.branches.get("abort", 0) > before:
+            return attempt + 1
+    raise AssertionError(f"no stop before sending made the app abort: {app.branches} {app.stderr_tail}")
+
+
+def _reinit_after_a_stop_past_the_transaction_timeout(app: AppProcess, feed) -> None:
+    """Step 2 of `stop_past_timeouts_and_fence`."""
+    feed()
+    before = app.branches.get("reinit", 0)
+    app.stop("after-send")
+    mark = app.committed
+    time.sleep(_timeouts_s(app)[0] + 1.5)
+    app.resume()
+    app.wait_progress(mark, "after a stop past the transaction timeout")
+    assert app.branches.get("reinit", 0) > before, f"not re-initialised: {app.branches} {app.stderr_tail}"
+
+
+def _fence_a_stopped_zombie(app: AppProcess, feed, where: str) -> AppProcess:
+    """Step 3 of `stop_past_timeouts_and_fence` with the zombie stopped `where`; the new
+    instance, running, with the zombie's counts added to its own."""
+    feed()
+    fenced = app.branches.get("fenced", 0)
+    app.stop(where)
+    stopped_at = time.monotonic()
+    successor = AppProcess(*app.init_args, **app.init_kwargs)
+    successor.previous_total = app.total
+    successor.start()
+    try:
+        successor.wait_progress(0, "the new instance's first commits")
+        # Stopped before sending, the zombie's messages time out: its abort then asks for a bump
+        # of its fenced epoch (KIP-360), which must be refused.
+        time.sleep(max(0.0, stopped_at + _timeouts_s(app)[1] + 0.6 - time.monotonic()))
+        app.resume()
+        rc = app.wait_exit()
+        assert rc == FENCED_EXIT_CODE, f"the zombie stopped {where} exited {rc}: {app.stderr_tail}"
+        assert app.branches.get("fenced", 0) == fenced + 1, app.branches
+    except BaseException:
+        for p in (app, successor):  # the caller only knows the instance it passed
+            if p.proc is not None:
+                p.kill()
+        raise
+    for k, v in app.stats.items():
+        successor.stats[k] = successor.stats.get(k, 0) + v
+    for k, v in app.branches.items():
+        successor.branches[k] = successor.branches.get(k, 0) + v
+    return successor
 
 
 def read_committed(bootstrap: str, topic: str, partitions: int, want: int, idle_s: float = 3.0,

@@ -309,6 +309,46 @@ def test_exactly_once_when_the_broker_is_killed_at_random_points(broker, topic_n
     print(f"{broker_kills} broker kills ({busy} with the app at work), {feeder.n} inputs, {time.monotonic() - started:.1f} s; app: {app.stats}")
 
 
+def test_exactly_once_when_the_app_is_stopped_past_its_timeouts_and_fenced_by_a_new_instance(broker, topic_name):
+    """The consume-transform-produce app (txn_app.py, with short timeouts) is stopped with SIGSTOP
+    in the middle of transactions (`eos_loop.stop_past_timeouts_and_fence`): past its
+    message.timeout.ms with messages still queued (librdkafka's abortable error: the app aborts
+    and rewinds), past its transaction.timeout.ms once they are delivered (the broker aborts the
+    transaction under a bumped epoch; the app is fenced, starts a new producer and rewinds), and
+    while a new instance under the same transactional.id fences it and commits (the zombie exits
+    when continued). Each branch runs; the output read with read_committed holds every input
+    exactly once, in order, and the group's committed offsets are the input's end."""
+    from eos_loop import STOP_TIMEOUTS_MS, AppProcess, Feeder, check_exactly_once, kills, stop_past_timeouts_and_fence
+
+    src, dst, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-eos"
+    partitions = 3
+    create_topic(broker.bootstrap, src, partitions)
+    create_topic(broker.bootstrap, dst, partitions)
+    feeder = Feeder(broker.bootstrap, src, partitions)
+    feeder.feed(200)
+    app = AppProcess(broker.bootstrap, src, dst, group, partitions, per_txn=5, timeouts_ms=STOP_TIMEOUTS_MS)
+    rounds = max(1, kills(5) // 5)  # the long mode (SF_EOS_KILLS=N): N / 5 rounds of the three stops
+    started = time.monotonic()
+    app.start()
+    try:
+        app.wait_progress(0, "at the start")
+        app = stop_past_timeouts_and_fence(app, lambda: feeder.feed(200), rounds)
+        app.finish()
+    finally:
+        if app.proc is not None:
+            app.kill()
+    check_exactly_once(broker.bootstrap, src, dst, group, partitions, feeder.n)
+    branches = app.branches
+    assert branches.get("abort", 0) >= rounds and branches.get("reinit", 0) >= rounds, branches
+    assert branches.get("fenced") == 2 * rounds, branches
+    # The re-initialisations followed the coordinator's own timeout aborts.
+    timeout_aborts = sum(b.log_path.read_text(errors="replace").count(
+        f"aborting a transaction past its timeout transactional_id={group}-app") for b in [broker])
+    assert timeout_aborts >= rounds, timeout_aborts
+    print(f"{rounds} rounds, {feeder.n} inputs, {time.monotonic() - started:.1f} s; branches: {branches}, "
+          f"{timeout_aborts} timeout aborts; app: {app.stats}")
+
+
 def test_kcat_read_committed_skips_aborted_and_open_transactions(broker, topic_name):
     """kcat (Debian's older librdkafka) with isolation.level: read_committed drops the aborted
     transaction and stops before the open one; read_uncommitted shows everything."""

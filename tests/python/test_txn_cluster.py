@@ -348,3 +348,46 @@ def test_exactly_once_when_leaders_and_the_coordinator_are_killed_at_random_poin
     check_exactly_once(bootstrap, src, dst, group, partitions, feeder.n)
     print(f"{len(victims)} kills ({', '.join(victims)}; {busy} with the app at work), {feeder.n} inputs, "
           f"{time.monotonic() - started:.1f} s; app: {app.stats}")
+
+
+def test_exactly_once_when_the_app_is_stopped_past_its_timeouts_and_fenced_by_a_new_instance(broker_factory):
+    """Three brokers, input and output RF=3: the consume-transform-produce app (txn_app.py, with
+    short timeouts) is stopped with SIGSTOP in the middle of transactions
+    (`eos_loop.stop_past_timeouts_and_fence`): past its message.timeout.ms with messages still
+    queued (it aborts), past its transaction.timeout.ms once they are delivered (the coordinator
+    aborts it, with markers to the other brokers' partitions; the app is fenced and starts a new
+    producer), and while a new instance fences it (the zombie exits when continued). Each branch
+    runs; the output read with read_committed holds every input exactly once, in order."""
+    from eos_loop import STOP_TIMEOUTS_MS, AppProcess, Feeder, check_exactly_once, kills, stop_past_timeouts_and_fence
+
+    src, dst, group, partitions = "stop-in", "stop-out", "stop-cluster", 3
+    brokers = start_cluster(broker_factory)
+    wait_for("the cluster", lambda: cluster_view(brokers[0])[0] == [1, 2, 3])
+    fs = admin(brokers[0]).create_topics(
+        [NewTopic(t, partitions, 3, config={"min.insync.replicas": "2"}) for t in (src, dst)], operation_timeout=15)
+    for f in fs.values():
+        f.result(20)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    feeder = Feeder(bootstrap, src, partitions)
+    feeder.feed(100)
+    app = AppProcess(bootstrap, src, dst, group, partitions, per_txn=10, timeouts_ms=STOP_TIMEOUTS_MS)
+    rounds = max(1, kills(5) // 5)  # the long mode (SF_EOS_KILLS=N): N / 5 rounds of the three stops
+    started = time.monotonic()
+    app.start()
+    try:
+        app.wait_progress(0, "at the start")
+        app = stop_past_timeouts_and_fence(app, lambda: feeder.feed(100), rounds)
+        app.finish()
+    finally:
+        if app.proc is not None:
+            app.kill()
+    check_exactly_once(bootstrap, src, dst, group, partitions, feeder.n)
+    branches = app.branches
+    assert branches.get("abort", 0) >= rounds and branches.get("reinit", 0) >= rounds, branches
+    assert branches.get("fenced") == 2 * rounds, branches
+    # The re-initialisations followed the coordinator's own timeout aborts.
+    timeout_aborts = sum(b.log_path.read_text(errors="replace").count(
+        f"aborting a transaction past its timeout transactional_id={group}-app") for b in brokers)
+    assert timeout_aborts >= rounds, timeout_aborts
+    print(f"{rounds} rounds, {feeder.n} inputs, {time.monotonic() - started:.1f} s; branches: {branches}, "
+          f"{timeout_aborts} timeout aborts; app: {app.stats}")

@@ -6,22 +6,35 @@ transaction.
 
 It rides through broker crashes as a real app would: librdkafka retries what is retriable; a
 commit that fails retriably is retried; an abortable error aborts the transaction and rewinds the
-consumer to the group's committed offsets; a fatal error (or anything else, such as a timed-out
-abort) closes the producer, starts a new one under the same transactional.id (which completes or
-aborts whatever was open) and rewinds likewise. After every commit it prints `committed N` (the
-inputs committed by this process so far) to stdout, and on exit one `stats ...` line.
+consumer to the group's committed offsets (branch `abort`); a fatal error (or anything else, such
+as a timed-out abort) closes the producer, starts a new one under the same transactional.id (which
+completes or aborts whatever was open) and rewinds likewise (branch `reinit`). A fenced producer
+(librdkafka's fatal _FENCED: the coordinator aborted its transaction under a bumped epoch, after
+its transaction.timeout.ms or for a new instance's InitProducerId) first looks at the group's
+committed offsets: when another process committed since its own last commit, a new instance owns
+the transactional.id and this one is a zombie: it exits with FENCED_EXIT_CODE (branch `fenced`)
+instead of fencing the new instance in turn; else the fencing was its own timeout and it
+re-initialises. After every commit it prints `committed N` (the inputs committed by this process
+so far) to stdout, `branch NAME` whenever one of those branches ran, and on exit one
+`stats ...` line.
 
-Once its stdin is at its end (at once when it is /dev/null) it exits 0 as soon as every
-partition's committed offset has reached the input's end and nothing new came for IDLE_EXIT_S (without a
-broker to ask, it keeps trying); 1 on an error it does not expect; HUNG_EXIT_CODE when a client
-call hangs past its timeout.
+stdin takes commands, one a line, for the tests: `stop-before-send` makes the next transaction
+stop the whole process with SIGSTOP right after producing its messages (still queued in the
+client), `stop-after-send` once they are delivered (the transaction is open at the coordinator);
+either prints `stopped WHERE` first, and the test sends SIGCONT. Once stdin is at its end (at once
+when it is /dev/null) it exits 0 as soon as every partition's committed offset has reached the
+input's end and nothing new came for IDLE_EXIT_S (without a broker to ask, it keeps trying); 1 on
+an error it does not expect; HUNG_EXIT_CODE when a client call hangs past its timeout.
 
-Usage: python3 txn_app.py BOOTSTRAP SRC DST GROUP PARTITIONS [MESSAGES_PER_TRANSACTION]
+Usage: python3 txn_app.py BOOTSTRAP SRC DST GROUP PARTITIONS [MESSAGES_PER_TRANSACTION
+       [TRANSACTION_TIMEOUT_MS [MESSAGE_TIMEOUT_MS]]]
+(defaults 100, 20000 and the client's default, which is the transaction timeout)
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -35,6 +48,8 @@ CALL_TIMEOUT_S = 15
 # HUNG_EXIT_CODE, as a supervisor would restart it, and the test starts it again.
 HUNG_GRACE_S = 10
 HUNG_EXIT_CODE = 3
+# A fenced zombie: another instance owns the transactional.id now.
+FENCED_EXIT_CODE = 4
 # librdkafka 2.16 re-bootstraps when every broker is down (the single broker was killed) and
 # decommissions the brokers it knew; a decommissioned group coordinator leaves
 # send_offsets_to_transaction() waiting forever, past its timeout (librdkafka issues 5511 and
@@ -46,13 +61,25 @@ CLIENT_WORKAROUNDS = {"metadata.recovery.strategy": "none"}
 ATTEMPTS_MAX = 20
 
 
+class Fenced(Exception):
+    """This process is a zombie: another instance committed under its transactional.id."""
+
+
 class App:
-    def __init__(self, bootstrap: str, src: str, dst: str, group: str, partitions: int, per_txn: int):
+    def __init__(self, bootstrap: str, src: str, dst: str, group: str, partitions: int, per_txn: int,
+                 txn_timeout_ms: int = 20000, message_timeout_ms: int | None = None):
         self.bootstrap, self.src, self.dst, self.group = bootstrap, src, dst, group
         self.per_txn = per_txn
+        self.timeouts = {"transaction.timeout.ms": txn_timeout_ms,
+                         **({"message.timeout.ms": message_timeout_ms} if message_timeout_ms else {})}
         self.tps = [TopicPartition(src, p) for p in range(partitions)]
-        self.stats = {"commits": 0, "retried_commits": 0, "aborts": 0, "new_producers": 0, "rewinds": 0}
+        self.stats = {"commits": 0, "retried_commits": 0, "aborts": 0, "new_producers": 0, "fenced_exits": 0,
+                      "rewinds": 0, "stops": 0}
         self.committed_inputs = 0
+        # The group's committed offsets as this process last knew them (read at a rewind, then its
+        # own commits): anything else found there was committed by another instance.
+        self.known_offsets: dict[int, int] = {}
+        self.stop_at: str | None = None  # a test's stop-before-send / stop-after-send, pending
         self.call: tuple[str, float] | None = None  # the blocking client call under way, since
         threading.Thread(target=self.watchdog, daemon=True).start()
         self.consumer = Consumer({
@@ -83,7 +110,7 @@ class App:
     def new_producer(self) -> Producer:
         p = Producer({
             "bootstrap.servers": self.bootstrap, "transactional.id": f"{self.group}-app", "linger.ms": 2,
-            "transaction.timeout.ms": 20000, "reconnect.backoff.max.ms": 1000, **CLIENT_WORKAROUNDS,
+            **self.timeouts, "reconnect.backoff.max.ms": 1000, **CLIENT_WORKAROUNDS,
             **({"debug": os.environ["TXN_APP_DEBUG"]} if os.environ.get("TXN_APP_DEBUG") else {}),
         })
         for attempt in range(ATTEMPTS_MAX):
@@ -96,15 +123,25 @@ class App:
                 time.sleep(0.2)
         raise AssertionError("unreachable")
 
+    def branch(self, name: str, stat: str) -> None:
+        self.stats[stat] += 1
+        print(f"branch {name}", flush=True)
+
+    def fatal(self, err: KafkaError) -> None:
+        """A fatal error: a zombie exits (raises Fenced), anything else starts a new producer."""
+        if err.code() == KafkaError._FENCED and self.committed_offsets() != self.known_offsets:
+            self.branch("fenced", "fenced_exits")
+            raise Fenced(err.str())
+        self.replace_producer()
+
     def replace_producer(self) -> None:
-        self.stats["new_producers"] += 1
+        self.branch("reinit", "new_producers")
         self.producer = None  # the old one is in an error state: dropped, never used again
         self.producer = self.new_producer()
         self.rewind()
 
-    def rewind(self) -> None:
-        """Seek every partition to the group's committed offset (the start when none)."""
-        self.stats["rewinds"] += 1
+    def committed_offsets(self) -> dict[int, int]:
+        """The group's committed offset of every partition (0 when none)."""
         for attempt in range(ATTEMPTS_MAX):
             try:
                 committed = self.blocking("committed", self.consumer.committed, list(self.tps), CALL_TIMEOUT_S)
@@ -116,29 +153,50 @@ class App:
                 time.sleep(0.2)
         for tp in committed:
             assert tp.error is None, tp.error
-            offset = tp.offset if tp.offset >= 0 else 0
-            self.consumer.seek(TopicPartition(self.src, tp.partition, offset))
+        return {tp.partition: max(tp.offset, 0) for tp in committed}
+
+    def rewind(self) -> None:
+        """Seek every partition to the group's committed offset (the start when none)."""
+        self.stats["rewinds"] += 1
+        self.known_offsets = self.committed_offsets()
+        for partition, offset in self.known_offsets.items():
+            self.consumer.seek(TopicPartition(self.src, partition, offset))
+
+    def stop(self, where: str) -> None:
+        """Stop the whole process (every client thread with it) until a SIGCONT."""
+        self.stats["stops"] += 1
+        print(f"stopped {where}", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
     def abort(self) -> None:
         for _ in range(ATTEMPTS_MAX):
             try:
                 self.blocking("abort_transaction", self.producer.abort_transaction, CALL_TIMEOUT_S)
-                self.stats["aborts"] += 1
+                self.branch("abort", "aborts")
                 self.rewind()
                 return
             except KafkaException as e:
                 print(f"txn_app: error {e.args[0].name()} (abort): {e.args[0].str()}", file=sys.stderr, flush=True)
-                if e.args[0].fatal() or not e.args[0].retriable():
+                if e.args[0].fatal():
+                    self.fatal(e.args[0])
+                    return
+                if not e.args[0].retriable():
                     break
         self.replace_producer()
 
     def transaction(self, msgs) -> None:
         """One transaction of `msgs`; on failure the consumer is rewound, nothing is lost."""
         p = self.producer
+        stop_at, self.stop_at = self.stop_at, None
         try:
             p.begin_transaction()
             for m in msgs:
                 p.produce(self.dst, m.value().upper(), partition=m.partition())
+            if stop_at == "stop-before-send":
+                self.stop("before-send")
+            elif stop_at == "stop-after-send":
+                self.blocking("flush", p.flush, CALL_TIMEOUT_S)
+                self.stop("after-send")
             offsets = [TopicPartition(self.src, m.partition(), m.offset() + 1) for m in last_per_partition(msgs)]
             self.blocking("send_offsets_to_transaction", p.send_offsets_to_transaction, offsets,
                           self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
@@ -154,6 +212,7 @@ class App:
                         continue
                     raise
             self.stats["commits"] += 1
+            self.known_offsets.update({tp.partition: tp.offset for tp in offsets})
             self.committed_inputs += len(msgs)
             print(f"committed {self.committed_inputs}", flush=True)
         except BufferError:
@@ -164,7 +223,7 @@ class App:
             if err.txn_requires_abort() and not err.fatal():
                 self.abort()
             else:
-                self.replace_producer()
+                self.fatal(err)
 
     def at_end(self) -> bool:
         """The group's committed offsets are the input's end offsets (false when no broker
@@ -179,20 +238,33 @@ class App:
         except KafkaException:
             return False
 
+    def commands(self, may_exit: threading.Event) -> None:
+        for line in sys.stdin:
+            if line.strip() in ("stop-before-send", "stop-after-send"):
+                self.stop_at = line.strip()
+        may_exit.set()
+
     def run(self) -> int:
         may_exit = threading.Event()
-        threading.Thread(target=lambda: (sys.stdin.read(), may_exit.set()), daemon=True).start()
+        threading.Thread(target=self.commands, args=(may_exit,), daemon=True).start()
         idle_since = time.monotonic()
-        while True:
-            msgs = [m for m in self.consumer.consume(self.per_txn, 0.5) if not m.error()]
-            if msgs:
-                idle_since = time.monotonic()
-                self.transaction(msgs)
-            elif may_exit.is_set() and time.monotonic() - idle_since > IDLE_EXIT_S and self.at_end():
-                break
+        rc = 0
+        try:
+            self.rewind()
+            self.stats["rewinds"] = 0  # the start's seek to the committed offsets is no rewind
+            while True:
+                msgs = [m for m in self.consumer.consume(self.per_txn, 0.5) if not m.error()]
+                if msgs:
+                    idle_since = time.monotonic()
+                    self.transaction(msgs)
+                elif may_exit.is_set() and time.monotonic() - idle_since > IDLE_EXIT_S and self.at_end():
+                    break
+        except Fenced as e:
+            print(f"txn_app: fenced by a new instance, exiting: {e}", file=sys.stderr, flush=True)
+            rc = FENCED_EXIT_CODE
         self.consumer.close()
         print("stats " + " ".join(f"{k}={v}" for k, v in self.stats.items()), flush=True)
-        return 0
+        return rc
 
 
 def last_per_partition(msgs):
@@ -205,7 +277,9 @@ def last_per_partition(msgs):
 def main() -> int:
     bootstrap, src, dst, group, partitions = sys.argv[1:6]
     per_txn = int(sys.argv[6]) if len(sys.argv) > 6 else 100
-    return App(bootstrap, src, dst, group, int(partitions), per_txn).run()
+    txn_timeout_ms = int(sys.argv[7]) if len(sys.argv) > 7 else 20000
+    message_timeout_ms = int(sys.argv[8]) if len(sys.argv) > 8 else None
+    return App(bootstrap, src, dst, group, int(partitions), per_txn, txn_timeout_ms, message_timeout_ms).run()
 
 
 if __name__ == "__main__":

@@ -110,7 +110,12 @@ impl Reader<'_> {
 
 /// Read a snapshot; `Err` with a reason if it is damaged.
 pub fn read(dir: &Path, offset: i64) -> io::Result<Vec<ProducerEntry>> {
-    let bytes = fs::read(snapshot_path(dir, offset))?;
+    decode(&fs::read(snapshot_path(dir, offset))?, offset)
+}
+
+/// Decode a snapshot file's bytes (`offset` names it in errors); `Err` with a reason if it is
+/// damaged. Never panics, whatever the bytes (a remote store's object goes through here).
+pub fn decode(bytes: &[u8], offset: i64) -> io::Result<Vec<ProducerEntry>> {
     let bad = |why: &str| {
         io::Error::new(
             io::ErrorKind::InvalidData,

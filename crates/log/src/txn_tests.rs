@@ -406,3 +406,106 @@ proptest! {
         }
     }
 }
+
+fn segment_bases(dir: &std::path::Path) -> Vec<i64> {
+    let mut out: Vec<i64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Tiered storage uploads `<next base>.snapshot` with a segment: the state at its end. A
+/// follower restarted empty at that offset loads it, so an ABORT of a transaction begun below
+/// it ends the transaction there (indexed, LSO held meanwhile) and an idempotent producer's
+/// retry of a batch below it is still a duplicate.
+#[test]
+fn a_follower_restarted_at_a_segment_end_takes_the_producer_state_from_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut leader = Log::open(dir.path(), config(), 0).unwrap();
+    let mut idem = build_simple(
+        BatchSpec {
+            producer_id: 5,
+            base_sequence: 0,
+            ..BatchSpec::default()
+        },
+        2,
+        40,
+    );
+    let retry = idem.clone();
+    leader.append_as_leader(&mut idem, 0, 10).unwrap();
+    let txn_first = txn_data(&mut leader, 7, 0, 0, 3);
+    while segment_bases(dir.path()).len() < 3 {
+        plain(&mut leader);
+    }
+    let bases = segment_bases(dir.path());
+    let end = bases[1]; // the end of the first segment
+    assert!(end > txn_first);
+    // Gone (snapshots are not fsynced): rebuilt from the state below it and the batches between.
+    std::fs::remove_file(dir.path().join(format!("{end:020}.snapshot"))).unwrap();
+    let path = leader.ensure_producer_snapshot(end).unwrap().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(leader.ensure_producer_snapshot(end).unwrap(), Some(path));
+    assert_eq!(leader.ensure_producer_snapshot(-1).unwrap(), None);
+
+    let fdir = tempfile::tempdir().unwrap();
+    let mut follower = Log::open(fdir.path(), config(), 0).unwrap();
+    follower.truncate_fully_and_start_at(end).unwrap();
+    assert!(
+        follower
+            .load_producer_snapshot_at_start(end + 1, &bytes)
+            .is_err()
+    );
+    assert!(
+        follower
+            .load_producer_snapshot_at_start(end, b"junk")
+            .is_err()
+    );
+    assert_eq!(
+        follower
+            .load_producer_snapshot_at_start(end, &bytes)
+            .unwrap(),
+        2
+    );
+    assert_eq!(follower.open_transactions(), vec![(txn_first, 7)]);
+    // The leader's ABORT marker, copied at the follower's end.
+    let mut m = streamforge_protocol::control::build_marker(7, 0, 0, ControlType::Abort, 10);
+    streamforge_protocol::batch::RecordBatchMut::parse(&mut m)
+        .unwrap()
+        .set_base_offset(end);
+    follower.append_as_follower(&m).unwrap();
+    assert!(follower.open_transactions().is_empty());
+    let aborted = follower.aborted_transactions(0, end + 1);
+    assert_eq!(aborted.len(), 1, "{aborted:?}");
+    assert_eq!(
+        (aborted[0].producer_id, aborted[0].first_offset),
+        (7, txn_first)
+    );
+    // Idempotence: the retry is recognised.
+    let mut retry = retry;
+    let info = follower.append_as_leader(&mut retry, 0, 10).unwrap();
+    assert!(info.duplicate);
+    // And it survives a restart (the state was written to `<end>.snapshot` locally).
+    drop(follower);
+    let mut follower = Log::open(fdir.path(), config(), 0).unwrap();
+    let mut retry = build_simple(
+        BatchSpec {
+            producer_id: 5,
+            base_sequence: 0,
+            ..BatchSpec::default()
+        },
+        2,
+        40,
+    );
+    assert!(
+        follower
+            .append_as_leader(&mut retry, 0, 10)
+            .unwrap()
+            .duplicate
+    );
+    assert_eq!(follower.aborted_transactions(0, end + 1).len(), 1);
+}

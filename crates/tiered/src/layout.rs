@@ -50,7 +50,10 @@ pub enum ObjectKind {
     OffsetIndex,
     /// The local `.timeindex` file.
     TimeIndex,
-    /// The producer-state snapshot taken at the segment's end (`<base>.snapshot`).
+    /// The producer-state snapshot at the segment's end: the local `<next base>.snapshot`
+    /// (every batch of the segment applied; Kafka's `<nextOffset>.snapshot`). The manifest
+    /// entry's `producer_snapshot_offset` says so; entries without it are from before, when
+    /// the `<base>.snapshot` (the state at the segment's start) was uploaded instead.
     ProducerSnapshot,
     /// The partition's leader-epoch checkpoint at upload time.
     LeaderEpochCheckpoint,

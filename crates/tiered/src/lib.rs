@@ -25,6 +25,8 @@ pub mod replica_rules;
 #[cfg(test)]
 mod replica_suite_tests;
 pub mod retry;
+#[cfg(test)]
+mod snapshot_tests;
 pub mod stats;
 #[cfg(test)]
 mod suite_tests;
@@ -295,6 +297,42 @@ impl TieredStorage {
         upper: i64,
     ) -> Result<RemoteAborted> {
         txn_index::collect(&self.shared, part, start, upper).await
+    }
+
+    /// The remote producer snapshot that is the state as of `offset`: the one uploaded with the
+    /// segment ending there (`None` when no segment's recorded snapshot is at `offset`, e.g.
+    /// entries from before snapshots were taken at the segment's end). The bytes are the log's
+    /// snapshot format (`streamforge_log`'s decoder checks them).
+    pub async fn producer_snapshot_at(
+        &self,
+        part: &RemotePartition,
+        offset: i64,
+    ) -> Result<Option<Bytes>> {
+        let m = part.manifest();
+        match m.segment_with_snapshot_at(offset) {
+            Some(seg) => uploader::get_producer_snapshot(&self.shared, part, seg)
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// For a replica whose leader's local log starts at `local_start` (OFFSET_MOVED_TO_TIERED_STORAGE):
+    /// the offset to start its local log at and the producer snapshot as of that offset
+    /// (`PartitionManifest::snapshot_for_local_start`), or `None` when the manifest has no
+    /// end-state snapshot there.
+    pub async fn producer_snapshot_for_local_start(
+        &self,
+        part: &RemotePartition,
+        local_start: i64,
+    ) -> Result<Option<(i64, Bytes)>> {
+        let m = part.manifest();
+        match m.snapshot_for_local_start(local_start) {
+            Some((at, seg)) => uploader::get_producer_snapshot(&self.shared, part, seg)
+                .await
+                .map(|b| Some((at, b))),
+            None => Ok(None),
+        }
     }
 
     /// ListOffsets by time over remote data: the first record with timestamp `>= timestamp_ms`

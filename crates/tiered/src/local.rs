@@ -30,7 +30,12 @@ impl LocalSegment {
             ObjectKind::Log | ObjectKind::RemoteIndex => None,
             ObjectKind::OffsetIndex => Some(dir.join(format!("{base}.index"))),
             ObjectKind::TimeIndex => Some(dir.join(format!("{base}.timeindex"))),
-            ObjectKind::ProducerSnapshot => Some(dir.join(format!("{base}.snapshot"))),
+            // The state at the segment's end: every batch below the next segment's base
+            // applied (the log writes `<offset>.snapshot` as the state as of `offset` when it
+            // rolls there). `<base>.snapshot` would be the state at its start.
+            ObjectKind::ProducerSnapshot => {
+                Some(dir.join(format!("{:020}.snapshot", self.next_base_offset)))
+            }
             ObjectKind::LeaderEpochCheckpoint => Some(dir.join("leader-epoch-checkpoint")),
             ObjectKind::TxnIndex => Some(dir.join(format!("{base}.txnindex"))),
         }
@@ -116,6 +121,12 @@ mod tests {
             s[1].companion(ObjectKind::OffsetIndex)
                 .unwrap()
                 .ends_with("00000000000000000050.index")
+        );
+        // The producer snapshot of a segment is the one at its end (the next base).
+        assert!(
+            s[1].companion(ObjectKind::ProducerSnapshot)
+                .unwrap()
+                .ends_with("00000000000000000120.snapshot")
         );
     }
 }

@@ -55,6 +55,13 @@ pub struct RemoteSegment {
     /// unknown, read as none (docs/TIERED.md, "Transactions").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub txn_index_entries: Option<u32>,
+    /// The offset the `ProducerSnapshot` object is the producer state as of (every batch below
+    /// it applied): the segment's end, the next segment's base offset (Kafka's
+    /// `<nextOffset>.snapshot` in `LogSegmentData`). `None` (absent) in entries written before
+    /// it was recorded: their snapshot object, if any, is the state at the segment's *start*
+    /// and is never used as its end state (docs/TIERED.md, "Replicas").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer_snapshot_offset: Option<i64>,
 }
 
 impl RemoteSegment {
@@ -166,6 +173,7 @@ impl PartitionManifest {
                 return Err(format!("segment {} lacks log or index", s.segment_id));
             }
             validate_txn_index(s)?;
+            validate_producer_snapshot(s)?;
         }
         Ok(())
     }
@@ -213,6 +221,49 @@ fn validate_txn_index(s: &RemoteSegment) -> std::result::Result<(), String> {
     }
 }
 
+/// A recorded producer-snapshot offset needs the object and lies at or after the segment's
+/// end (its next offset, or the base of the next segment after a gap).
+fn validate_producer_snapshot(s: &RemoteSegment) -> std::result::Result<(), String> {
+    match s.producer_snapshot_offset {
+        None => Ok(()),
+        Some(o) if s.objects.contains(&ObjectKind::ProducerSnapshot) && o >= s.next_offset() => {
+            Ok(())
+        }
+        Some(o) => Err(format!(
+            "segment {}: producer snapshot at {o} for a segment ending at {}",
+            s.segment_id, s.last_offset
+        )),
+    }
+}
+
+impl PartitionManifest {
+    /// The segment whose producer snapshot is the state as of `offset` (its end): what a
+    /// replica starting its local log at `offset` loads. Only entries that record the
+    /// snapshot's offset qualify.
+    pub fn segment_with_snapshot_at(&self, offset: i64) -> Option<&RemoteSegment> {
+        self.segments
+            .iter()
+            .rev()
+            .find(|s| s.producer_snapshot_offset == Some(offset))
+    }
+
+    /// Where a replica whose leader's local log starts at `local_start` begins its own local
+    /// log, and the segment whose end-state snapshot it loads (Kafka's follower: the remote
+    /// segment holding the offset before the leader's local start, restarted at its end).
+    /// `local_start` itself when a segment's snapshot is there; otherwise the end of the
+    /// segment holding `local_start - 1`, when that is at or above `local_start` (replicas
+    /// roll at different offsets, so a new leader's local start may fall inside a remote
+    /// segment; the leader still holds those offsets locally). `None` when neither exists.
+    pub fn snapshot_for_local_start(&self, local_start: i64) -> Option<(i64, &RemoteSegment)> {
+        if let Some(s) = self.segment_with_snapshot_at(local_start) {
+            return Some((local_start, s));
+        }
+        let s = self.segment_for(local_start.checked_sub(1)?)?;
+        let at = s.producer_snapshot_offset?;
+        (s.base_offset < local_start && at >= local_start).then_some((at, s))
+    }
+}
+
 /// Load the manifest at `key`; `None` when it does not exist yet.
 pub async fn load(store: &dyn ObjectStore, key: &Path) -> Result<Option<PartitionManifest>> {
     match store.get(key).await {
@@ -248,6 +299,7 @@ mod tests {
             objects: vec![ObjectKind::Log, ObjectKind::RemoteIndex],
             uploaded_at_ms: 0,
             txn_index_entries: Some(0),
+            producer_snapshot_offset: None,
         }
     }
 
@@ -323,5 +375,54 @@ mod tests {
         known.segments[0].txn_index_entries = Some(0);
         let text = String::from_utf8(known.encode()).unwrap();
         assert!(text.contains("\"txn_index_entries\": 0"), "{text}");
+    }
+
+    #[test]
+    fn a_snapshot_offset_marks_end_state_snapshots_and_old_entries_are_not_trusted() {
+        // As written before the field: a snapshot object (the state at the segment's start).
+        let json = br#"{"format_version":1,"topic":"t","topic_id":"id","partition":0,
+            "generation":3,"leader_epoch":2,"log_start_offset":0,"segments":[
+            {"segment_id":"a","base_offset":0,"last_offset":9,"size_bytes":100,
+             "max_timestamp_ms":9,"max_timestamp_offset":9,"batch_count":1,
+             "objects":["log","remote_index","producer_snapshot"],"uploaded_at_ms":0,
+             "txn_index_entries":0}]}"#;
+        let m = PartitionManifest::decode("k", json).unwrap();
+        assert_eq!(m.segments[0].producer_snapshot_offset, None);
+        assert!(m.segment_with_snapshot_at(10).is_none(), "not an end state");
+        assert!(m.segment_with_snapshot_at(0).is_none());
+        let back = String::from_utf8(m.encode()).unwrap();
+        assert!(!back.contains("producer_snapshot_offset"), "{back}");
+
+        let mut new = m.clone();
+        new.segments[0].producer_snapshot_offset = Some(10);
+        new.segments.push(seg("b", 12, 20)); // a gap: b's snapshot would be at 21 or later
+        new.segments[1].objects.push(ObjectKind::ProducerSnapshot);
+        new.segments[1].producer_snapshot_offset = Some(21);
+        let back = PartitionManifest::decode("k", &new.encode()).unwrap();
+        assert_eq!(back, new);
+        assert_eq!(back.segment_with_snapshot_at(10).unwrap().segment_id, "a");
+        assert_eq!(back.segment_with_snapshot_at(21).unwrap().segment_id, "b");
+        assert!(back.segment_with_snapshot_at(12).is_none());
+
+        assert_eq!(back.snapshot_for_local_start(10).unwrap().0, 10);
+        // A local start inside a segment: restart at that segment's end.
+        assert_eq!(
+            back.snapshot_for_local_start(15)
+                .map(|(o, s)| (o, s.segment_id.as_str())),
+            Some((21, "b"))
+        );
+        assert!(back.snapshot_for_local_start(11).is_none(), "in the gap");
+        assert!(
+            back.snapshot_for_local_start(25).is_none(),
+            "past the remote end"
+        );
+        assert!(m.snapshot_for_local_start(5).is_none(), "an old entry");
+
+        let mut bad = new.clone();
+        bad.segments[0].producer_snapshot_offset = Some(9); // inside the segment
+        assert!(PartitionManifest::decode("k", &bad.encode()).is_err());
+        let mut bad = new;
+        bad.segments[0].objects.pop(); // recorded without the object
+        assert!(PartitionManifest::decode("k", &bad.encode()).is_err());
     }
 }

@@ -20,6 +20,7 @@ fn segment(max_timestamp_ms: i64, uploaded_at_ms: i64) -> RemoteSegment {
         objects: Vec::new(),
         uploaded_at_ms,
         txn_index_entries: Some(0),
+        producer_snapshot_offset: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn remote(base: i64, last: i64) -> RemoteSegment {
         objects: vec![ObjectKind::Log, ObjectKind::RemoteIndex],
         uploaded_at_ms: 1,
         txn_index_entries: Some(0),
+        producer_snapshot_offset: None,
     }
 }
 

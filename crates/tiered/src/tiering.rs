@@ -35,6 +35,11 @@ pub trait LocalLog: Send + Sync + 'static {
     /// The partition's high watermark as this replica knows it: nothing at or above it is
     /// uploaded (it may still be truncated) and a follower deletes nothing above it.
     fn high_watermark(&self) -> i64;
+    /// Make sure the producer snapshot as of `offset` (a local segment boundary) exists, so
+    /// the segment ending there is uploaded with its end state (the log writes one at each
+    /// roll; this rebuilds a lost one). Best effort: without it the segment goes up without a
+    /// snapshot.
+    fn ensure_producer_snapshot(&self, _offset: i64) {}
 }
 
 /// Per-topic tiering configuration (Kafka's topic config names).
@@ -312,6 +317,7 @@ impl TieringManager {
             segments_to_upload(&sealed, part.next_offset(), local_start, high_watermark)
         };
         for seg in pending(part).into_iter().filter(|_| claimed) {
+            log.ensure_producer_snapshot(seg.next_base_offset);
             if let Err(e) = self.storage.upload_segment(part, &seg, now_ms).await {
                 tracing::warn!(partition = %part.id, base_offset = seg.base_offset, error = %e, "segment upload failed; will retry");
                 break; // keep offset order: later segments wait for this one

@@ -255,6 +255,7 @@ mod tests {
             ],
             uploaded_at_ms: 0,
             txn_index_entries: Some(entries),
+            producer_snapshot_offset: None,
         }
     }
 

@@ -135,6 +135,7 @@ async fn upload_objects(
         })
         .await?;
     let mut objects = vec![ObjectKind::Log, ObjectKind::RemoteIndex];
+    let mut producer_snapshot_offset = None;
     // A partial segment's local index files point at the whole file's positions: not uploaded
     // (reads use the remote index, built over what was uploaded).
     let companions: &[ObjectKind] = if from_offset.is_some() {
@@ -171,6 +172,9 @@ async fn upload_objects(
             })
             .await?;
         objects.push(kind);
+        if kind == ObjectKind::ProducerSnapshot {
+            producer_snapshot_offset = Some(seg.next_base_offset);
+        }
     }
     let aborted = txn_index::upload(
         sh,
@@ -198,6 +202,7 @@ async fn upload_objects(
         objects,
         uploaded_at_ms: now_ms,
         txn_index_entries: Some(aborted),
+        producer_snapshot_offset,
     })
 }
 
@@ -586,4 +591,31 @@ pub(crate) async fn reconcile(sh: &Shared, part: &RemotePartition) -> Result<usi
         tracing::warn!(partition = %part.id, objects = deleted, "deleted orphaned remote objects left by an interrupted upload or delete");
     }
     Ok(deleted)
+}
+
+/// GET the producer snapshot uploaded with `seg` (bounded in size).
+pub(crate) async fn get_producer_snapshot(
+    sh: &Shared,
+    part: &RemotePartition,
+    seg: &RemoteSegment,
+) -> Result<Bytes> {
+    let key = sh.layout.segment_object(
+        &part.id,
+        seg.base_offset,
+        &seg.segment_id,
+        ObjectKind::ProducerSnapshot,
+    );
+    sh.config
+        .retry
+        .run("get producer snapshot", || async {
+            let r = sh.store.get(&key).await?;
+            if r.meta.size > COMPANION_BYTES_MAX {
+                return Err(TieredError::BadMetadata {
+                    key: key.to_string(),
+                    reason: format!("{} bytes exceeds {COMPANION_BYTES_MAX}", r.meta.size),
+                });
+            }
+            Ok(r.bytes().await?)
+        })
+        .await
 }

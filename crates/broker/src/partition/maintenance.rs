@@ -85,25 +85,62 @@ impl Partition {
     /// remote. Learn the remote part from the manifest first (so the log start clients see
     /// here is the remote start at once), then start the local log at the leader's local
     /// start and fetch from there. Remote data is never copied to a follower.
+    ///
+    /// The producer state there comes from the remote producer snapshot uploaded with the
+    /// segment ending at that offset (KIP-405's follower does the same): the producers' last
+    /// sequences (idempotence) and the transactions open across it, so an ABORT copied later
+    /// ends its transaction and is indexed here too. When the leader's local start lies inside
+    /// a remote segment, the local log starts at that segment's end instead (the leader holds
+    /// those offsets). Without such a snapshot (manifest entries from before end-state
+    /// snapshots) the local log starts empty at the leader's local start, as before, with a
+    /// warning; when the store cannot hand out a snapshot the manifest names, nothing changes
+    /// and the error goes back to the fetcher, which tries again.
     pub async fn restart_follower_above_remote(
         &self,
         leader_epoch: i32,
         leader_local_start: i64,
     ) -> Result<(), PartitionError> {
+        let mut snapshot = None;
         if let (Some(remote), Some(tiering)) = (self.remote(), self.tiering()) {
             // Best effort: the tiering pass reads the manifest again each interval.
             if let Err(e) = tiering.storage().follow(&remote).await {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot read the remote manifest; the tiering pass retries");
             }
+            // A snapshot the manifest names but the store does not hand out now: restart later
+            // (the fetcher asks again next round, as Kafka's follower retries) rather than
+            // start without the producer state.
+            snapshot = tiering
+                .storage()
+                .producer_snapshot_for_local_start(&remote, leader_local_start)
+                .await
+                .inspect_err(|e| {
+                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot read the remote producer snapshot; restart above the remote log retried");
+                })?;
         }
-        let below_local = self.with_follower_log(leader_epoch, |log| {
-            Ok(log.log_end_offset() < leader_local_start)
-        })?;
+        let start = snapshot.as_ref().map_or(leader_local_start, |s| s.0);
+        let below_local =
+            self.with_follower_log(leader_epoch, |log| Ok(log.log_end_offset() < start))?;
         if !below_local {
             return Ok(()); // already there (an older answer raced a newer one)
         }
-        tracing::info!(topic = %self.topic, partition = self.index, leader_local_start, "follower below the leader's local log start: remote part taken from the manifest, local log restarts at the leader's local start");
-        self.restart_follower_at(leader_epoch, leader_local_start)
+        tracing::info!(topic = %self.topic, partition = self.index, leader_local_start, start, "follower below the leader's local log start: remote part taken from the manifest, local log restarts above it");
+        self.with_follower_log(leader_epoch, |log| {
+            log.truncate_fully_and_start_at(start)?;
+            match &snapshot {
+                Some((_, bytes)) => match log.load_producer_snapshot_at_start(start, bytes) {
+                    Ok(producers) => {
+                        tracing::info!(topic = %self.topic, partition = self.index, start, producers, "producer state taken from the remote producer snapshot");
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %self.topic, partition = self.index, start, error = %e, "remote producer snapshot unusable; producer state starts empty");
+                    }
+                },
+                None => {
+                    tracing::warn!(topic = %self.topic, partition = self.index, start, "no remote producer snapshot at the restart offset; producer state starts empty (transactions open across it are not known here)");
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Zero-copy views of the sealed segments (the scrubber checks them outside the lock).
@@ -146,6 +183,12 @@ impl LocalLog for Partition {
     fn high_watermark(&self) -> i64 {
         self.with_log(|log| log.high_watermark())
             .unwrap_or(i64::MIN)
+    }
+
+    fn ensure_producer_snapshot(&self, offset: i64) {
+        if let Ok(Err(e)) = self.with_log(|log| log.ensure_producer_snapshot(offset)) {
+            tracing::warn!(topic = %self.topic, partition = self.index, offset, error = %e, "cannot write the producer snapshot for an upload");
+        }
     }
 }
 

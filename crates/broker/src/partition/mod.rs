@@ -21,6 +21,8 @@ pub mod replica_selector;
 mod replication;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tiered_restart_tests;
 mod txn;
 #[cfg(test)]
 mod txn_tiered_tests;

@@ -119,6 +119,12 @@ pub struct TxnMetadata {
     /// The producer id the transaction moves to once its markers are written, when the
     /// epoch bump of a transaction-version-2 EndTxn exhausted the epoch (-1 when none).
     pub next_producer_id: i64,
+    /// Kafka's `lastProducerEpoch` (-1 when none): the epoch before the last bump the producer
+    /// asked for itself (a KIP-360 InitProducerId carrying its epoch, a transaction-version-2
+    /// EndTxn), so a retry under it is answered, not fenced. A fence (a timeout, an operator's
+    /// abort, another producer's InitProducerId) sets it to -1: the fenced epoch never comes
+    /// back. Not in the records: -1 after a replay, as Kafka after a load.
+    pub last_producer_epoch: i16,
 }
 
 impl TxnMetadata {
@@ -135,6 +141,16 @@ impl TxnMetadata {
             client_transaction_version: 0,
             previous_producer_id: -1,
             next_producer_id: -1,
+            last_producer_epoch: -1,
+        }
+    }
+
+    /// This state as a replay of its records rebuilds it (the last epoch is not in them).
+    #[cfg(test)]
+    pub(crate) fn as_replayed(&self) -> TxnMetadata {
+        TxnMetadata {
+            last_producer_epoch: -1,
+            ..self.clone()
         }
     }
 }
@@ -337,12 +353,22 @@ impl TxnCoordinator {
             self.persist(tid, out);
             return Ok((pid, 0));
         };
-        if let Some((pid, epoch)) = expected
-            && (pid != m.producer_id
-                || (epoch != m.producer_epoch && epoch + 1 != m.producer_epoch))
-        {
-            return Err(ResponseError::ProducerFenced);
-        }
+        // KIP-360, as Kafka's `prepareIncrementProducerEpoch`: the producer's own epoch is
+        // bumped; the epoch before its last bump (`last_producer_epoch`) is a retry of that
+        // bump, answered with the current epoch; any other epoch, a fenced one among them (a
+        // timeout or another producer's InitProducerId set the last epoch to -1), is fenced.
+        let retry = match expected {
+            None => false,
+            Some((pid, epoch)) if pid == m.producer_id && epoch == m.producer_epoch => false,
+            Some((pid, epoch))
+                if pid == m.producer_id
+                    && m.last_producer_epoch >= 0
+                    && epoch == m.last_producer_epoch =>
+            {
+                true
+            }
+            Some(_) => return Err(ResponseError::ProducerFenced),
+        };
         match m.state {
             TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
                 Err(ResponseError::ConcurrentTransactions)
@@ -351,11 +377,22 @@ impl TxnCoordinator {
                 // Fence the old producer: abort its transaction under a bumped epoch; the
                 // client retries once the abort completed.
                 self.bump_epoch(tid, new_producer_id)?;
+                self.txns
+                    .get_mut(tid)
+                    .expect("known id")
+                    .last_producer_epoch = -1;
                 self.prepare(tid, false, now_ms, out);
                 Err(ResponseError::ConcurrentTransactions)
             }
             _ => {
-                self.bump_epoch(tid, new_producer_id)?;
+                if !retry {
+                    let before = m.producer_epoch;
+                    self.bump_epoch(tid, new_producer_id)?;
+                    self.txns
+                        .get_mut(tid)
+                        .expect("known id")
+                        .last_producer_epoch = if expected.is_some() { before } else { -1 };
+                }
                 let m = self.txns.get_mut(tid).expect("known id");
                 m.timeout_ms = timeout_ms;
                 m.state = TxnState::Empty;
@@ -574,6 +611,7 @@ impl TxnCoordinator {
         if m.producer_epoch < i16::MAX - 1 {
             m.producer_epoch += 1;
         }
+        m.last_producer_epoch = -1;
         self.prepare(tid, false, now_ms, out);
     }
 

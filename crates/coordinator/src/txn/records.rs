@@ -183,5 +183,6 @@ pub fn decode_value(value: &Bytes) -> Result<TxnMetadata, RecordsError> {
         client_transaction_version: 0,
         previous_producer_id: -1,
         next_producer_id: -1,
+        last_producer_epoch: -1,
     })
 }

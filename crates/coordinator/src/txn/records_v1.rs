@@ -151,6 +151,7 @@ pub(super) fn decode_v1(mut r: Reader) -> Result<TxnMetadata, RecordsError> {
         client_transaction_version: 0,
         previous_producer_id: -1,
         next_producer_id: -1,
+        last_producer_epoch: -1,
     };
     for (tag, mut data) in r.tagged()? {
         match (tag, data.len()) {

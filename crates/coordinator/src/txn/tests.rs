@@ -146,11 +146,107 @@ fn timeouts_abort_with_a_bumped_epoch_and_prepared_ones_finish_after_replay() {
     let mut none = TxnEffects::default();
     replayed.retry_prepared(&mut none);
     assert!(none.markers.is_empty());
-    // KIP-360: the fenced producer re-initialises with its old epoch.
+    // KIP-360: the producer the timeout fenced cannot come back with its old epoch (Kafka's
+    // epoch fence clears the last epoch); a new producer (no epoch) is welcome.
     c.markers_written("tx", 1_013, &mut out);
     assert_eq!(
         c.init_producer_id(1_014, "tx", 1_000, Some((pid, e0)), &mut alloc, &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.init_producer_id(1_015, "tx", 1_000, None, &mut alloc, &mut out),
         Ok((pid, e0 + 2))
+    );
+}
+
+#[test]
+fn kip_360_bumps_the_producers_own_epoch_answers_its_retry_and_fences_a_fenced_epoch() {
+    let mut c = coordinator();
+    let mut alloc = ids();
+    let mut out = TxnEffects::default();
+    let (pid, e0) = c
+        .init_producer_id(0, "tx", 60_000, None, &mut alloc, &mut out)
+        .unwrap();
+    // An epoch it never handed out is fenced.
+    assert_eq!(
+        c.init_producer_id(1, "tx", 60_000, Some((pid, e0 + 5)), &mut alloc, &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+    // The producer's own epoch (after an abortable error needing a bump): bumped.
+    assert_eq!(
+        c.init_producer_id(2, "tx", 60_000, Some((pid, e0)), &mut alloc, &mut out),
+        Ok((pid, e0 + 1))
+    );
+    // Its retry (the answer was lost) under the epoch before: the same epoch, no second bump.
+    assert_eq!(
+        c.init_producer_id(3, "tx", 60_000, Some((pid, e0)), &mut alloc, &mut out),
+        Ok((pid, e0 + 1))
+    );
+    assert_eq!(
+        c.init_producer_id(
+            4,
+            "tx",
+            60_000,
+            Some((pid + 1, e0 + 1)),
+            &mut alloc,
+            &mut out
+        ),
+        Err(ResponseError::ProducerFenced),
+        "another producer id"
+    );
+    // A new instance (no epoch) between transactions fences it with one bump; the zombie's
+    // own bump under its old epoch, one below the new one, is fenced, and the new instance
+    // keeps its epoch.
+    assert_eq!(
+        c.init_producer_id(5, "tx", 60_000, None, &mut alloc, &mut out),
+        Ok((pid, e0 + 2))
+    );
+    assert_eq!(
+        c.init_producer_id(6, "tx", 60_000, Some((pid, e0 + 1)), &mut alloc, &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+    c.add_partitions(7, "tx", pid, e0 + 2, &[tp("a", 0)], &mut out)
+        .unwrap();
+    // An operator's abort fences like a timeout: the aborted epoch cannot bump itself back.
+    c.abort_open("tx", 8, &mut out).unwrap();
+    let markers = std::mem::take(&mut out.markers);
+    assert_eq!(markers[0].producer_epoch, e0 + 3);
+    c.markers_written("tx", 9, &mut out);
+    assert_eq!(
+        c.init_producer_id(10, "tx", 60_000, Some((pid, e0 + 2)), &mut alloc, &mut out),
+        Err(ResponseError::ProducerFenced)
+    );
+    // A producer fenced in the middle of its transaction by another one's InitProducerId:
+    // the same (the fencing bump is never handed out, the new instance's retry bumps again).
+    let (_, e4) = c
+        .init_producer_id(11, "tx", 60_000, None, &mut alloc, &mut out)
+        .unwrap();
+    c.add_partitions(12, "tx", pid, e4, &[tp("a", 0)], &mut out)
+        .unwrap();
+    assert_eq!(
+        c.init_producer_id(13, "tx", 60_000, None, &mut alloc, &mut out),
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    c.markers_written("tx", 14, &mut out);
+    assert_eq!(
+        c.init_producer_id(15, "tx", 60_000, None, &mut alloc, &mut out),
+        Ok((pid, e4 + 2))
+    );
+    for zombie in [e4, e4 + 1] {
+        assert_eq!(
+            c.init_producer_id(16, "tx", 60_000, Some((pid, zombie)), &mut alloc, &mut out),
+            Err(ResponseError::ProducerFenced)
+        );
+    }
+    // A replay knows no last epoch (as Kafka after a load): the current epoch still bumps.
+    let mut replayed = coordinator();
+    for a in &out.appends {
+        replayed.replay(&a.record).unwrap();
+    }
+    assert_eq!(replayed.get("tx").unwrap().last_producer_epoch, -1);
+    assert_eq!(
+        replayed.init_producer_id(17, "tx", 60_000, Some((pid, e4 + 2)), &mut alloc, &mut out),
+        Ok((pid, e4 + 3))
     );
 }
 

@@ -112,6 +112,7 @@ impl TxnCoordinator {
             -1
         };
         let m = self.txns.get_mut(tid).expect("known id");
+        m.last_producer_epoch = m.producer_epoch;
         m.producer_epoch = m.producer_epoch.saturating_add(1);
         m.next_producer_id = next;
         Ok(())

@@ -1,6 +1,8 @@
 //! The log's side of idempotent producers: checking batches against producer state before an
 //! append, recording them after it, snapshots, and rebuilding the state on open/truncation.
 
+use std::path::PathBuf;
+
 use streamforge_protocol::batch::{NO_PRODUCER_ID, RecordBatch};
 
 use super::{Log, batch_error};
@@ -132,6 +134,84 @@ impl Log {
         self.producers = state;
         self.rebuild_aborted_index(from, &completed)?;
         Ok(())
+    }
+
+    /// Make sure `<offset>.snapshot` (the producer state with every batch below `offset`
+    /// applied) exists, `offset` being a segment boundary of this log or its end: what tiered
+    /// storage uploads with the segment ending there (KIP-405's producer snapshot at the
+    /// segment's next offset). A roll writes it; when it is gone (snapshots are not fsynced) it
+    /// is rebuilt from the newest intact snapshot below `offset` and the batches between.
+    /// Returns its path, or `None` when `offset` is outside the local log.
+    pub fn ensure_producer_snapshot(&self, offset: i64) -> Result<Option<PathBuf>, LogError> {
+        let path = producer_snapshot::snapshot_path(&self.dir, offset);
+        if path.exists() {
+            return Ok(Some(path));
+        }
+        let first_base = *self.segments.keys().next().expect("active segment");
+        if offset < first_base || offset > self.next_offset {
+            return Ok(None);
+        }
+        if offset == self.next_offset {
+            self.take_producer_snapshot(offset)?;
+            return Ok(Some(path));
+        }
+        let mut state = ProducerStateManager::new();
+        let mut from = first_base;
+        for o in producer_snapshot::list(&self.dir)?.into_iter().rev() {
+            if o > offset {
+                continue;
+            }
+            if let Ok(entries) = producer_snapshot::read(&self.dir, o) {
+                for e in entries {
+                    state.insert(e);
+                }
+                from = o.max(first_base);
+                break;
+            }
+        }
+        for seg in self.segments.values() {
+            if seg.next_offset() <= from || seg.base_offset() >= offset {
+                continue;
+            }
+            seg.for_each_batch_from(from, |view| {
+                if view.base_offset() < offset {
+                    state.apply(view);
+                }
+            });
+        }
+        producer_snapshot::write(&self.dir, offset, &state)?;
+        tracing::debug!(dir = %self.dir.display(), offset, from, "rebuilt a missing producer snapshot");
+        Ok(Some(path))
+    }
+
+    /// A follower restarted empty at `offset` above the remote log (OFFSET_MOVED_TO_TIERED_STORAGE)
+    /// takes the producer state as of `offset` from the remote producer snapshot of the segment
+    /// ending there (`bytes`, our snapshot format), as Kafka's follower builds it from the remote
+    /// snapshot: producers' last sequences (idempotence) and the first offsets of their open
+    /// transactions, so a later ABORT marker ends its transaction here, indexes it, and the
+    /// last stable offset stays below it meanwhile. The state is also written to
+    /// `<offset>.snapshot`, so a restart finds it. Only on a log that is empty at `offset`.
+    /// Returns how many producers were loaded.
+    pub fn load_producer_snapshot_at_start(
+        &mut self,
+        offset: i64,
+        bytes: &[u8],
+    ) -> Result<usize, LogError> {
+        if self.next_offset != offset || self.log_start_offset != offset {
+            return Err(LogError::InvalidRecord(format!(
+                "producer snapshot at {offset} for a log holding {}..{}",
+                self.log_start_offset, self.next_offset
+            )));
+        }
+        let entries = producer_snapshot::decode(bytes, offset)?;
+        let mut state = ProducerStateManager::new();
+        let loaded = entries.len();
+        for e in entries {
+            state.insert(e);
+        }
+        self.producers = state;
+        self.take_producer_snapshot(offset)?;
+        Ok(loaded)
     }
 
     /// Producer state of this partition (DescribeProducers), in producer-id order.
