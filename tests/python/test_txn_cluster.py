@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
@@ -194,14 +193,14 @@ def test_send_offsets_right_after_a_commit_waits_for_the_markers_not_for_a_clien
     c.close()
 
 
-@pytest.mark.xfail(reason="docs/TRANSACTIONS.md 'Not done yet': offsets held for a transaction "
-                          "coordinated by another broker are in memory only on the group coordinator")
 def test_offsets_sent_to_a_transaction_survive_a_kill_of_the_group_coordinator(broker_factory):
     """The group's coordinator is not the transaction's, so it holds the TxnOffsetCommit's
     offsets until the COMMIT marker; it is killed (kill -9) and restarted between
     `send_offsets_to_transaction` and `commit_transaction`. The commit goes through; the
     offsets must be committed with it (else the app processes those inputs again: the
-    duplicates of the cluster kill loop at 1,500 inputs a kill)."""
+    duplicates of the cluster kill loop at 1,500 inputs a kill). The offsets are the producer's
+    transactional batch in the ISR of the group's `__consumer_offsets` partition before the
+    TxnOffsetCommit is answered, so whichever broker leads it next loads them pending."""
     brokers, bootstrap = setup(broker_factory, "gc-kill")
     tid = "gc-kill-txn"
     p = producer(bootstrap, tid)

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use streamforge_coordinator::OFFSETS_TOPIC;
-use streamforge_coordinator::records::{OffsetsRecord, decode_batches_with_offsets};
+use streamforge_coordinator::records::{OffsetsRecord, ReplayItem, decode_batches_for_replay};
 use streamforge_coordinator::txn::TRANSACTION_STATE_TOPIC;
 use tokio::sync::watch;
 
@@ -180,15 +180,35 @@ pub(crate) enum OnDamaged {
 /// Replays `partition` of `topic` from its local log start to its log end: `apply` gets each
 /// record at or past the log start, in offset order. A record `apply` refuses is skipped
 /// loudly rather than blocking start-up. Returns how many records were applied, or why the
-/// log could not be read.
+/// log could not be read. Markers and the transactional flag are not looked at (see
+/// [`replay_items`]).
 pub(crate) fn replay_partition<E: std::fmt::Display>(
     partition: &Partition,
     topic: &str,
     on_damaged: OnDamaged,
     mut apply: impl FnMut(OffsetsRecord) -> Result<(), E>,
 ) -> Result<usize, String> {
+    let apply_item = |item: ReplayItem| match item {
+        ReplayItem::Record(record) | ReplayItem::Transactional { record, .. } => apply(record),
+        ReplayItem::Marker { .. } => Ok(()),
+    };
+    replay_items(partition, topic, on_damaged, None, apply_item).map(|(count, _)| count)
+}
+
+/// Replays `partition` of `topic` from `from` (its local log start when `None`, or when
+/// `from` is below it) to its log end, with the batches' transactional records and markers
+/// told apart (a `__consumer_offsets` load holds a producer's transactional offsets until
+/// its marker). Returns how many entries were applied and the offset the replay reached.
+pub(crate) fn replay_items<E: std::fmt::Display>(
+    partition: &Partition,
+    topic: &str,
+    on_damaged: OnDamaged,
+    from: Option<i64>,
+    mut apply: impl FnMut(ReplayItem) -> Result<(), E>,
+) -> Result<(usize, i64), String> {
     let offsets = partition.offsets().map_err(|e| e.to_string())?;
-    let (mut offset, end) = (offsets.local_log_start_offset, offsets.log_end_offset);
+    let start = offsets.local_log_start_offset;
+    let (mut offset, end) = (from.unwrap_or(start).max(start), offsets.log_end_offset);
     let mut count = 0usize;
     // Each step advances by at least one batch, so the loop is bounded by the record count.
     while offset < end {
@@ -218,13 +238,13 @@ pub(crate) fn replay_partition<E: std::fmt::Display>(
         }
         let mut next = offset;
         for slice in read.slices {
-            let records = decode_batches_with_offsets(slice).map_err(|e| e.to_string())?;
-            for (record_offset, record) in records {
+            let items = decode_batches_for_replay(slice).map_err(|e| e.to_string())?;
+            for (record_offset, item) in items {
                 next = next.max(record_offset + 1);
                 if record_offset < offset {
                     continue; // before the log start, inside the first batch
                 }
-                match apply(record) {
+                match apply(item) {
                     Ok(()) => count += 1,
                     Err(e) => {
                         tracing::warn!(partition = partition.index, offset = record_offset, error = %e, "skipping unreadable {topic} record")
@@ -237,7 +257,7 @@ pub(crate) fn replay_partition<E: std::fmt::Display>(
         }
         offset = next;
     }
-    Ok(count)
+    Ok((count, offset))
 }
 
 /// Follows the roles until shutdown: woken by every applied delta, and every

@@ -30,9 +30,9 @@ impl GroupService {
     pub(crate) fn load(&self, job: crate::coordinator_load::LoadJob) {
         let now = now_ms();
         let mut loaded = self.read(|c| c.empty_like(now));
-        let replayed = replay_partition(&mut loaded, &job.partition, now);
-        let records = match replayed {
-            Ok(records) => records,
+        let replayed = replay_from(&mut loaded, &job.partition, None, now);
+        let (records, reached) = match replayed {
+            Ok(replayed) => replayed,
             Err(e) => {
                 // Its groups keep answering COORDINATOR_LOAD_IN_PROGRESS; the next
                 // leadership change tries again.
@@ -47,6 +47,13 @@ impl GroupService {
                 partition = job.index,
                 "{OFFSETS_TOPIC} partition moved while loading: discarded"
             );
+            return;
+        }
+        // What was appended while the replay ran (a transaction marker written meanwhile:
+        // every append to a `__consumer_offsets` partition is made under this lock), so no
+        // marker falls between the replay and the groups being served.
+        if let Err(e) = replay_from(&mut loaded, &job.partition, Some(reached), now_ms()) {
+            tracing::error!(partition = job.index, error = %e, "loading the tail of {OFFSETS_TOPIC} partition failed");
             return;
         }
         let groups = loaded.group_count();
@@ -92,14 +99,27 @@ fn unload_partition(inner: &mut Inner, index: i32) {
 }
 
 /// Replays `partition` of `__consumer_offsets` into `coordinator`; stops at damaged data,
-/// keeping what was replayed.
+/// keeping what was replayed. Transactional offset records stay pending until their
+/// producer's marker (Kafka's loading of `__consumer_offsets`).
 pub(crate) fn replay_partition(
     coordinator: &mut GroupCoordinator,
     partition: &Partition,
     now: i64,
 ) -> Result<usize, GroupServiceError> {
-    coordinator_load::replay_partition(partition, OFFSETS_TOPIC, OnDamaged::Stop, |record| {
-        coordinator.replay(&record, now)
+    replay_from(coordinator, partition, None, now).map(|(records, _)| records)
+}
+
+/// [`replay_partition`] from offset `from` (the log start when `None`); also returns the
+/// offset the replay reached.
+pub(crate) fn replay_from(
+    coordinator: &mut GroupCoordinator,
+    partition: &Partition,
+    from: Option<i64>,
+    now: i64,
+) -> Result<(usize, i64), GroupServiceError> {
+    let index = partition.index;
+    coordinator_load::replay_items(partition, OFFSETS_TOPIC, OnDamaged::Stop, from, |item| {
+        coordinator.replay_item(index, &item, now)
     })
     .map_err(|message| GroupServiceError::Replay {
         partition: partition.index,

@@ -466,8 +466,12 @@ impl GroupService {
         };
         let partition = partition.clone();
         let records = inner.coordinator.snapshot_records(index as i32, now);
+        // Nothing at or past the first open transaction's records goes: a transaction's
+        // offsets are pending until its marker, and a load must replay them (the snapshot
+        // holds committed offsets only). The last stable offset is also below the high
+        // watermark, so only what every in-sync replica has is dropped.
         let start = match partition.offsets() {
-            Ok(offsets) => offsets.log_end_offset,
+            Ok(offsets) => offsets.log_end_offset.min(offsets.last_stable_offset),
             Err(e) => {
                 tracing::error!(partition = index, error = %e, "snapshot: partition gone");
                 return;
@@ -476,6 +480,19 @@ impl GroupService {
         if let Err(e) = append_records(&partition, &records) {
             tracing::error!(partition = index, error = %e, "snapshot append failed");
             return;
+        }
+        // Open transactions' offsets again after the plain records, as each producer's batch:
+        // their records stay later in the log than the snapshot's (the marker makes them win).
+        for (producer, txn_records) in inner.coordinator.snapshot_txn_records(index as i32, now) {
+            let appended =
+                streamforge_coordinator::records::encode_txn_batch(&txn_records, now, producer)
+                    .map_err(|e| AppendError::Encode(e.to_string()))
+                    .and_then(|mut batch| Ok(partition.append(&mut batch, APPEND_PARAMS)?));
+            if let Err(e) = appended {
+                // Nothing is truncated: the transaction's first records stay in the log.
+                tracing::error!(partition = index, producer_id = producer.0, error = %e, "snapshot of transactional offsets failed");
+                return;
+            }
         }
         match partition.delete_local_records_before(start) {
             Ok(log_start) => {

@@ -12,6 +12,7 @@ pub mod fetcher;
 pub mod frame_pool;
 mod group_load;
 pub mod group_service;
+mod group_txn;
 pub mod handlers;
 pub mod http_auth;
 pub mod http_view;

@@ -66,10 +66,14 @@ fn offsets() -> Vec<TxnOffset> {
     }]
 }
 
-/// A group check that passes (the consumer is not checked).
-fn unchecked(hold: &mut dyn FnMut()) -> Result<(), i16> {
-    hold();
-    Ok(())
+/// Pending offsets of `tid`'s transaction as an older data dir holds them in
+/// `__transaction_state` (key version 1000; no longer written).
+fn write_legacy_pending(rm: &ReplicaManager, tid: &str, pid: i64) {
+    let record = crate::txn_pending::record(tid, "g", pid, offsets().iter());
+    let mut batch = encode_batch(&[record], 0).unwrap();
+    let p = rm.partition(TRANSACTION_STATE_TOPIC, 0).unwrap();
+    p.append(&mut batch, AppendParams { acks: Acks::All })
+        .unwrap();
 }
 
 #[test]
@@ -78,22 +82,11 @@ fn transactional_ids_follow_their_partitions_leadership() {
     let (rm, service) = open(dir.path());
     let tid = tid_on(0);
     for p in [1, 2] {
-        let other = tid_on(p);
-        assert_eq!(known(&service, &other), Err(ResponseError::NotCoordinator));
-        // The group's coordinator is here, the transaction's another broker: the offsets wait
-        // in memory for the marker of the group's offsets partition.
-        let added = service.add_pending_offsets(&rm, &other, "g", 7, offsets(), unchecked);
-        assert_eq!(added, Ok(()), "{p}");
+        assert_eq!(
+            known(&service, &tid_on(p)),
+            Err(ResponseError::NotCoordinator)
+        );
     }
-    assert!(
-        service
-            .inner
-            .lock()
-            .pending_remote
-            .contains(&("g".to_string(), 7))
-    );
-    service.inner.lock().pending_offsets.lock().clear();
-    service.inner.lock().pending_remote.clear();
     write_ongoing(&rm, &tid);
     // Away and back: the transaction is loaded from the log.
     move_leader(&rm, TRANSACTION_STATE_TOPIC, 0, 1);
@@ -101,9 +94,8 @@ fn transactional_ids_follow_their_partitions_leadership() {
     move_leader(&rm, TRANSACTION_STATE_TOPIC, 0, NODE);
     service.load(follow(&rm, &service).remove(0));
     assert_eq!(known(&service, &tid), Ok(true));
-    service
-        .add_pending_offsets(&rm, &tid, "g", 42, offsets(), unchecked)
-        .unwrap();
+    // An older data dir's pending offsets of the transaction: replayed with it.
+    write_legacy_pending(&rm, &tid, 42);
 
     move_leader(&rm, TRANSACTION_STATE_TOPIC, 0, 1);
     assert!(follow(&rm, &service).is_empty());
@@ -165,7 +157,7 @@ fn the_first_use_creates_the_topic_and_serves_the_partitions_it_leads() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn({
         let (rm, service) = (rm.clone(), service.clone());
-        move || tx.send(service.add_pending_offsets(&rm, "tid", "g", 1, offsets(), unchecked))
+        move || tx.send(service.serve(&rm, "tid"))
     });
     let added = rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
     assert_eq!(added, Ok(()));

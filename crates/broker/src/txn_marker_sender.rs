@@ -151,33 +151,62 @@ pub(crate) async fn write_markers_here(
             offsets
                 .into_iter()
                 .map(|(i, partition, marker, tid)| {
-                    let ok = st
-                        .txns
-                        .complete_offsets_here(&st, tid.as_deref(), marker, partition);
-                    (i, ok)
+                    (i, write_offsets_marker(&st, partition, marker, tid))
                 })
                 .collect::<Vec<_>>()
         })
         .await;
-        let failed: Vec<usize> = match done {
-            Ok(results) => results
-                .into_iter()
-                .filter(|(_, ok)| !ok)
-                .map(|(i, _)| i)
-                .collect(),
+        match done {
+            Ok(results) => {
+                for (i, written) in results {
+                    match written {
+                        Ok(wait) => {
+                            appended.waits.push(wait);
+                            appended.waiting.push(i);
+                        }
+                        Err(code) => appended.codes[i] = code,
+                    }
+                }
+            }
             // Which ones ran is unknown: each is answered retriable (a second marker of the
             // same outcome finds its offsets gone and does nothing).
             Err(e) => {
-                tracing::error!(error = %e, "committing transaction offsets failed");
-                indexes
+                tracing::error!(error = %e, "writing `__consumer_offsets` markers failed");
+                for i in indexes {
+                    appended.codes[i] = ResponseError::CoordinatorLoadInProgress.code();
+                }
             }
-        };
-        for i in failed {
-            appended.codes[i] = ResponseError::CoordinatorLoadInProgress.code();
         }
     }
     let timeout = Duration::from_millis(MARKER_REPLICATION_TIMEOUT_MS);
     appended.wait(&state.produce_purgatory, timeout).await
+}
+
+/// A marker on `__consumer_offsets` partition `index` led here: offsets an older data dir
+/// held in `__transaction_state` are completed first, then the marker is written through the
+/// group coordinator, which commits or drops the transaction's offsets. Returns what the ISR
+/// must reach, or the code to answer.
+fn write_offsets_marker(
+    state: &Arc<BrokerState>,
+    index: i32,
+    marker: TxnMarker,
+    tid: Option<String>,
+) -> Result<(Arc<Partition>, i64), i16> {
+    if !state
+        .txns
+        .complete_offsets_here(state, tid.as_deref(), marker, index)
+    {
+        return Err(ResponseError::CoordinatorLoadInProgress.code());
+    }
+    let partition = state
+        .replicas
+        .lookup_partition(streamforge_coordinator::OFFSETS_TOPIC, index)
+        .map_err(|e| e.kafka_code())?;
+    let info = state
+        .groups
+        .write_txn_marker(&partition, marker)
+        .map_err(|e| e.kafka_code())?;
+    Ok((partition, info.last_offset + 1))
 }
 
 /// Markers appended, before any wait: each marker's code so far, the (partition, offset) its

@@ -1,9 +1,11 @@
-//! Durable pending transactional offsets (TxnOffsetCommit): one `__transaction_state` record
-//! per (transactional id, group) holding the offsets not yet committed, removed (tombstone) when
-//! the transaction ends. Without it a broker crash after EndTxn(commit) is logged but before the
-//! offsets reach `__consumer_offsets` would commit the data and lose the offsets (the input would
-//! be processed twice). Kafka keeps these as transactional records in `__consumer_offsets`; here
-//! they live next to the transaction's own record, under a key version Kafka does not use.
+//! Pending transactional offsets (TxnOffsetCommit) as older data dirs hold them: one
+//! `__transaction_state` record per (transactional id, group) with the offsets not yet
+//! committed, removed (tombstone) when the transaction ends. No longer written: the group
+//! coordinator stores them as Kafka does, as the producer's transactional records in
+//! `__consumer_offsets` (`group_txn.rs`). Still replayed, so an upgrade in the middle of a
+//! transaction loses nothing: its marker commits them (as plain commits) and tombstones the
+//! record. They live next to the transaction's own record, under a key version Kafka does not
+//! use.
 //!
 //! Key: version i16 (= 1000), transactional id string, group string. Value: producer id i64,
 //! count i32, then per offset: topic string, partition i32, offset i64, leader epoch i32,
@@ -44,7 +46,10 @@ fn key(tid: &str, group: &str) -> Bytes {
     k.freeze()
 }
 
-/// The record holding `offsets` of `producer_id` for (tid, group).
+/// The record holding `offsets` of `producer_id` for (tid, group) (no longer written: the
+/// group coordinator stores transactional offsets in `__consumer_offsets`; tests write it as
+/// an older data dir holds it).
+#[cfg(test)]
 pub fn record<'a>(
     tid: &str,
     group: &str,

@@ -1,8 +1,9 @@
 //! Wiring of the sans-io transaction coordinator into the broker: the coordinator behind a
 //! mutex, `__transaction_state` as its durable state (appends before replies, start-up
 //! replay), markers written to each partition of a transaction (`Partition::write_txn_marker`;
-//! a `__consumer_offsets` partition makes the transaction's pending offsets visible instead),
-//! a timer task for `transaction.timeout.ms`, and the pending TxnOffsetCommit offsets. Only
+//! a `__consumer_offsets` partition's marker goes through the group coordinator, which holds
+//! the transaction's offsets), a timer task for `transaction.timeout.ms`, and the pending
+//! TxnOffsetCommit offsets older data dirs kept in `__transaction_state`. Only
 //! the partitions this broker leads are loaded (`txn_load.rs` follows leadership); a
 //! transactional id of another partition answers NOT_COORDINATOR.
 
@@ -27,8 +28,6 @@ use crate::util::now_ms;
 /// Longest the timer sleeps when no transaction is due (also the retry period of markers
 /// that could not be written).
 const TIMER_IDLE_MS: i64 = 1_000;
-/// Pending transactional offsets held at once (group, producer) pairs (a named bound).
-const PENDING_OFFSET_SETS_MAX: usize = 100_000;
 /// `__transaction_state` segment size (Kafka: `transaction.state.log.segment.bytes`, 100 MiB).
 const STATE_SEGMENT_BYTES: u64 = 16 << 20;
 /// How long a request waits for its `__transaction_state` append to reach the ISR before it
@@ -42,15 +41,14 @@ pub(crate) const PREPARED_WAIT_MS: u64 = 1_000;
 
 pub(crate) struct Inner {
     pub coordinator: TxnCoordinator,
-    /// TxnOffsetCommit offsets by (group, producer id), visible on the COMMIT marker (their own
-    /// lock, taken last; the group coordinator reads it too).
+    /// TxnOffsetCommit offsets by (group, producer id) from data dirs written before the group
+    /// coordinator stored them in `__consumer_offsets` (`txn_pending.rs`, replayed, never
+    /// added to), committed or dropped by their marker (their own lock, taken last; the group
+    /// coordinator reads it too).
     pub pending_offsets: Arc<crate::txn_pending::SharedPending>,
     /// What is loaded of each `__transaction_state` partition (empty until the topic exists:
     /// this broker creates it on first use, so every id is served here until then).
     pub loads: Vec<Load>,
-    /// Pending offset sets taken while the transaction's coordinator is another broker: held
-    /// in memory only (no `__transaction_state` partition of theirs is led here).
-    pub pending_remote: std::collections::HashSet<(String, i64)>,
 }
 
 impl Inner {
@@ -120,7 +118,6 @@ impl TxnService {
                     coordinator: TxnCoordinator::new(config.clone()),
                     pending_offsets: Default::default(),
                     loads: Vec::new(),
-                    pending_remote: Default::default(),
                 }),
                 wanted_partitions: config.state_partitions.max(1),
                 markers: Default::default(),
@@ -168,7 +165,6 @@ impl TxnService {
                 coordinator,
                 pending_offsets: Arc::new(crate::txn_pending::SharedPending::from(pending_offsets)),
                 loads,
-                pending_remote: Default::default(),
             }),
             wanted_partitions: topic.partition_count(),
             markers: Default::default(),
@@ -329,6 +325,13 @@ impl TxnService {
         inner.serving(tid)
     }
 
+    /// Whether `tid` is served here, the topic created first if needed (tests).
+    #[cfg(test)]
+    pub(crate) fn serve(&self, replicas: &ReplicaManager, tid: &str) -> Result<(), ResponseError> {
+        let mut inner = self.inner.lock();
+        self.serving(replicas, &mut inner, tid)
+    }
+
     /// Waits until `tid`'s `__transaction_state` partition has everything appended so far in
     /// its ISR (Kafka appends transaction state with acks=all), at most `timeout`; a timeout
     /// or a lost leadership is a retriable error for the client.
@@ -394,8 +397,9 @@ impl TxnService {
         Ok(f(&inner.coordinator))
     }
 
-    /// The partitions of `group` with pending transactional offsets (OffsetFetch's
-    /// `require_stable`).
+    /// The partitions of `group` with pending transactional offsets replayed from an older
+    /// data dir's `__transaction_state` (OffsetFetch's `require_stable` asks the group
+    /// coordinator too).
     pub fn pending_partitions(&self, group: &str) -> std::collections::BTreeSet<(String, i32)> {
         crate::txn_pending::pending_partitions(&self.pending_offsets().lock(), group)
     }
@@ -403,70 +407,6 @@ impl TxnService {
     /// The pending offsets as the group coordinator sees them (offsets retention skips them).
     pub fn pending_offsets(&self) -> Arc<crate::txn_pending::SharedPending> {
         Arc::clone(&self.inner.lock().pending_offsets)
-    }
-
-    /// TxnOffsetCommit: hold `offsets` until the transaction ends. `check_group` is the
-    /// group's check (KIP-447): it runs under the group coordinator's lock and, when the
-    /// consumer passes, calls the hold it is given before it lets that lock go. So a rebalance
-    /// comes either before the check (which then refuses the zombie) or after the offsets are
-    /// held (the new member's OffsetFetch with `require_stable` finds them pending), never in
-    /// between. Locks: this coordinator's, the group coordinator's, the pending offsets'.
-    pub fn add_pending_offsets(
-        &self,
-        replicas: &ReplicaManager,
-        transactional_id: &str,
-        group: &str,
-        producer_id: i64,
-        offsets: Vec<TxnOffset>,
-        check_group: impl FnOnce(&mut dyn FnMut()) -> Result<(), i16>,
-    ) -> Result<(), i16> {
-        let mut inner = self.inner.lock();
-        let remote = match self.serving(replicas, &mut inner, transactional_id) {
-            Ok(()) => false,
-            // The transaction's coordinator is another broker (the group's is this one): the
-            // offsets wait here for the marker of the group's offsets partition.
-            Err(ResponseError::NotCoordinator) => true,
-            Err(e) => return Err(e.code()),
-        };
-        let partition = inner.coordinator.partition_for(transactional_id);
-        let key = (group.to_string(), producer_id);
-        let pending = Arc::clone(&inner.pending_offsets);
-        {
-            // Sets are only added under this coordinator's lock, held here.
-            let held = pending.lock();
-            if !held.contains_key(&key) && held.len() >= PENDING_OFFSET_SETS_MAX {
-                return Err(ResponseError::CoordinatorLoadInProgress.code());
-            }
-        }
-        let mut offsets = Some(offsets);
-        let mut hold = || {
-            let mut held = pending.lock();
-            let set = held.entry(key.clone()).or_default();
-            for o in offsets.take().into_iter().flatten() {
-                set.insert((o.topic.clone(), o.partition), o);
-            }
-        };
-        check_group(&mut hold)?;
-        if offsets.is_some() {
-            // The check passed without holding anything: nothing to store.
-            return Ok(());
-        }
-        if remote {
-            inner.pending_remote.insert(key);
-            return Ok(());
-        }
-        // Durable before the answer: the record holds every pending offset of the group
-        // (removed only under this coordinator's lock, held here).
-        let Some(record) = pending.lock().get(&key).map(|set| {
-            crate::txn_pending::record(transactional_id, group, producer_id, set.values())
-        }) else {
-            return Ok(());
-        };
-        self.append_record(replicas, &mut inner, partition, &record)
-            .map_err(|e| {
-                tracing::error!(error = %e, "appending pending offsets to {TRANSACTION_STATE_TOPIC} failed");
-                e.code()
-            })
     }
 
     /// Appends first; each marker request's completion may append again (a bounded loop: a
@@ -689,10 +629,6 @@ pub async fn run_timer(state: Arc<BrokerState>, mut shutdown: watch::Receiver<bo
 }
 
 pub(crate) type PendingOffsets = HashMap<(String, i64), BTreeMap<(String, i32), TxnOffset>>;
-
-#[cfg(test)]
-#[path = "txn_hold_tests.rs"]
-mod hold_tests;
 
 #[cfg(test)]
 mod retry_concurrent_tests {

@@ -1,8 +1,10 @@
 //! The coordinator's side of markers (`txn_service.rs`): markers of partitions led here with no
 //! followers are written in-process under the coordinator's lock (a single broker's path, as
 //! before); the rest go to the marker sender (`txn_marker_sender.rs`), which reports finished
-//! transactions back for their Complete record. A `__consumer_offsets` partition's marker
-//! commits (or drops) the transaction's pending offsets held by this broker.
+//! transactions back for their Complete record. A `__consumer_offsets` partition's marker is
+//! written through the group coordinator (`group_txn.rs`), which commits or drops the
+//! transaction's offsets; offsets an older data dir held in `__transaction_state` are
+//! completed here first (`complete_offsets`).
 
 use streamforge_coordinator::txn::{MarkerRequest, TxnEffects, TxnState};
 use streamforge_coordinator::{OFFSETS_TOPIC, TxnOffset};
@@ -62,19 +64,24 @@ impl TxnService {
                 }
                 continue;
             };
-            if topic != OFFSETS_TOPIC && partition.replica_status().is_some() {
+            if partition.replica_status().is_some() {
                 // Followers to wait for: the sender writes it and waits (off this lock).
                 elsewhere.push((topic.clone(), *index));
                 continue;
             }
-            if topic == OFFSETS_TOPIC {
+            let written = if topic == OFFSETS_TOPIC {
+                // Offsets an older data dir held in `__transaction_state` first, then the
+                // marker through the group coordinator (it commits or drops the offsets).
                 let tid = Some(m.transactional_id.as_str());
                 if !self.complete_offsets(state, inner, tid, marker, *index) {
                     elsewhere.push((topic.clone(), *index));
+                    continue;
                 }
-                continue;
-            }
-            match partition.write_txn_marker(marker) {
+                state.groups.write_txn_marker(&partition, marker)
+            } else {
+                partition.write_txn_marker(marker)
+            };
+            match written {
                 // Counted once in the ISR: alone that is at once, else the sender waits.
                 Ok(info)
                     if partition
@@ -146,8 +153,10 @@ impl TxnService {
         self.complete_offsets(state, &mut inner, tid, marker, index)
     }
 
-    /// The marker of a `__consumer_offsets` partition: the pending offsets of the transaction's
-    /// groups on that partition become committed offsets (COMMIT) or are dropped (ABORT).
+    /// The marker of a `__consumer_offsets` partition, for the offsets an older data dir held
+    /// in `__transaction_state` (replayed, never added to): those of the transaction's groups
+    /// on that partition become committed offsets (COMMIT, appended as plain commits) or are
+    /// dropped (ABORT), and their record's tombstone is appended.
     pub(crate) fn complete_offsets(
         &self,
         state: &BrokerState,
@@ -185,11 +194,8 @@ impl TxnService {
                     return false;
                 }
             }
-            // Once the offsets are committed (or dropped), the pending record goes (held
-            // only in memory when the transaction's coordinator is another broker).
-            let durable_here =
-                tid.filter(|t| inner.serving(t).is_ok() && !inner.pending_remote.contains(&key));
-            if let Some(tid) = durable_here {
+            // Once the offsets are committed (or dropped), the pending record goes.
+            if let Some(tid) = tid.filter(|t| inner.serving(t).is_ok()) {
                 let state_partition = inner.coordinator.partition_for(tid);
                 let tombstone = crate::txn_pending::tombstone(tid, &key.0);
                 if let Err(e) =
@@ -199,7 +205,6 @@ impl TxnService {
                     return false;
                 }
             }
-            inner.pending_remote.remove(&key);
             inner.pending_offsets.lock().remove(&key);
         }
         true

@@ -91,6 +91,9 @@ pub struct GroupCoordinator {
     /// Which partitions have transactional offsets waiting for their transaction's marker
     /// (held by the transaction service); their committed offsets do not expire meanwhile.
     pub(crate) pending_txn_offsets: Option<std::sync::Arc<dyn crate::PendingTxnOffsets>>,
+    /// TxnOffsetCommit offsets whose transactional batch is in a partition loaded here and
+    /// whose producer's marker is not (`txn_offsets.rs`).
+    pub(crate) txn_pending: crate::txn_offsets::PendingTxn,
     /// No timer of any group fires before this (a lower bound; `i64::MAX` when none).
     earliest_deadline_ms: i64,
     next_retention_check_ms: i64,
@@ -106,6 +109,7 @@ impl GroupCoordinator {
             config,
             groups: HashMap::new(),
             pending_txn_offsets: None,
+            txn_pending: Default::default(),
             earliest_deadline_ms: i64::MAX,
             next_retention_check_ms,
             member_id_state,
@@ -168,6 +172,7 @@ impl GroupCoordinator {
             let replaced = self.groups.insert(id, group);
             debug_assert!(replaced.is_none(), "a group was loaded twice");
         }
+        self.txn_pending.extend(loaded.txn_pending);
         self.reschedule_all();
     }
 
@@ -183,6 +188,9 @@ impl GroupCoordinator {
         for id in &ids {
             self.groups.remove(id);
         }
+        let partitions = self.config.offsets_topic_partitions;
+        self.txn_pending
+            .retain(|(g, _), _| crate::partition_for_group(g, partitions) != partition);
         self.reschedule_all();
         ids
     }

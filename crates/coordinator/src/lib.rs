@@ -27,7 +27,7 @@ mod tests;
 pub use coordinator::{CoordinatorConfig, Effects, GroupCoordinator, OffsetsAppend};
 pub use group::{GroupState, parse_subscription_topics};
 pub use records::{OffsetsRecord, RecordsError};
-pub use txn_offsets::{PendingTxnOffsets, TxnOffset};
+pub use txn_offsets::{PendingSet, PendingTxnOffsets, TxnOffset};
 pub use types::*;
 
 /// The name of the internal topic holding committed offsets and group metadata.

@@ -257,10 +257,15 @@ impl GroupCoordinator {
                 _ => continue,
             };
             let stable = group.is(GroupState::Stable);
-            let held = pending
+            let mut held = pending
                 .as_ref()
                 .map(|v| v.pending_partitions(&group.group_id))
                 .unwrap_or_default();
+            held.extend(
+                self.txn_pending
+                    .range((group.group_id.clone(), i64::MIN)..=(group.group_id.clone(), i64::MAX))
+                    .flat_map(|(_, set)| set.offsets.keys().cloned()),
+            );
             let expired: Vec<(String, i32)> = group
                 .offsets
                 .iter()

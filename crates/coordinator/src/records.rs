@@ -302,7 +302,7 @@ pub(crate) fn decode_group_value(value: &[u8]) -> Result<StoredGroup, RecordsErr
 /// Encodes records as uncompressed RecordBatch v2, each record in a batch of its own
 /// (offsets are assigned by the log).
 pub fn encode_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, RecordsError> {
-    encode(records, now_ms, |_| -1)
+    encode(records, now_ms, None, |_| -1)
 }
 
 /// Encodes records as one uncompressed RecordBatch v2 (offsets are assigned by the log), so
@@ -310,24 +310,41 @@ pub fn encode_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, 
 pub fn encode_one_batch(records: &[OffsetsRecord], now_ms: i64) -> Result<BytesMut, RecordsError> {
     // The encoder keeps records together while offset - sequence is constant; the batch's
     // base sequence is the first record's, -1 (no producer), as Kafka's coordinators write.
-    encode(records, now_ms, |i| (-1i32).wrapping_add(i as i32))
+    encode(records, now_ms, None, |i| (-1i32).wrapping_add(i as i32))
+}
+
+/// Encodes records as one transactional batch of `producer` (id, epoch), as Kafka's group
+/// coordinator writes a TxnOffsetCommit's offsets: they count once the producer's COMMIT
+/// marker follows them in the partition. No sequence (the batch's base sequence is -1): the
+/// log checks only the epoch (a stale producer's batch is refused), as for Kafka's
+/// coordinator appends.
+pub fn encode_txn_batch(
+    records: &[OffsetsRecord],
+    now_ms: i64,
+    producer: (i64, i16),
+) -> Result<BytesMut, RecordsError> {
+    encode(records, now_ms, Some(producer), |i| {
+        (-1i32).wrapping_add(i as i32)
+    })
 }
 
 fn encode(
     records: &[OffsetsRecord],
     now_ms: i64,
+    producer: Option<(i64, i16)>,
     sequence: impl Fn(usize) -> i32,
 ) -> Result<BytesMut, RecordsError> {
+    let (producer_id, producer_epoch) = producer.unwrap_or((-1, -1));
     let records: Vec<Record> = records
         .iter()
         .enumerate()
         .map(|(i, r)| Record {
-            transactional: false,
+            transactional: producer.is_some(),
             control: false,
             delete_horizon: false,
             partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id,
+            producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: sequence(i),
@@ -348,6 +365,65 @@ fn encode(
     )
     .map_err(|e| RecordsError::Batch(format!("{e:#}")))?;
     Ok(buf)
+}
+
+/// One entry of a `__consumer_offsets` partition as its load replays it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayItem {
+    /// A plain record: applied as it comes.
+    Record(OffsetsRecord),
+    /// A record of producer `producer_id`'s transaction (TxnOffsetCommit): pending until
+    /// the producer's marker.
+    Transactional {
+        producer_id: i64,
+        producer_epoch: i16,
+        record: OffsetsRecord,
+    },
+    /// A transaction marker (control batch) of `producer_id`.
+    Marker { producer_id: i64, commit: bool },
+}
+
+/// Decodes whole record batches (as read from the log) with each entry's offset, keeping
+/// what a load needs of the batch: transactional records and markers. Keyless data records
+/// are skipped (they cannot be ours); a control record that is not a COMMIT counts as an
+/// ABORT (its records must not become visible), as the log's own reading of markers.
+pub fn decode_batches_for_replay(mut bytes: Bytes) -> Result<Vec<(i64, ReplayItem)>, RecordsError> {
+    let sets = RecordBatchDecoder::decode_all(&mut bytes)
+        .map_err(|e| RecordsError::Batch(format!("{e:#}")))?;
+    Ok(sets
+        .into_iter()
+        .flat_map(|set| set.records)
+        .filter_map(|r| {
+            if r.control {
+                // Control record key: version i16, type i16 (0 ABORT, 1 COMMIT).
+                let commit = r
+                    .key
+                    .as_ref()
+                    .is_some_and(|k| k.len() >= 4 && k[2..4] == [0, 1]);
+                return Some((
+                    r.offset,
+                    ReplayItem::Marker {
+                        producer_id: r.producer_id,
+                        commit,
+                    },
+                ));
+            }
+            let record = OffsetsRecord {
+                key: r.key?,
+                value: r.value,
+            };
+            let item = if r.transactional && r.producer_id >= 0 {
+                ReplayItem::Transactional {
+                    producer_id: r.producer_id,
+                    producer_epoch: r.producer_epoch,
+                    record,
+                }
+            } else {
+                ReplayItem::Record(record)
+            };
+            Some((r.offset, item))
+        })
+        .collect())
 }
 
 /// Decodes whole record batches (as read from the log) into records; keyless and control

@@ -527,7 +527,11 @@ fn stable_pending(
     group: &str,
 ) -> std::collections::BTreeSet<(String, i32)> {
     if require_stable {
-        state.txns.pending_partitions(group)
+        // Held by the group coordinator (transactional records in `__consumer_offsets`), and
+        // from data dirs written before that, by the transaction service.
+        let mut pending = state.groups.pending_txn_partitions(group);
+        pending.extend(state.txns.pending_partitions(group));
+        pending
     } else {
         Default::default()
     }

@@ -280,19 +280,26 @@ pub async fn handle_end_txn(state: Arc<BrokerState>, req: RequestFrame) -> Handl
 }
 
 /// TxnOffsetCommit's check that the group's offsets partition is in the producer's open
-/// transaction: v5+ (transaction version 2, no AddOffsetsToTxn) adds it, as Kafka's group
+/// transaction, then `hold` (the group's check, the append and the hold of the offsets) once
+/// it passed: v5+ (transaction version 2, no AddOffsetsToTxn) adds it, as Kafka's group
 /// coordinator does through AddPartitionsToTxn; older versions must have added it
 /// (AddOffsetsToTxn) or get the producer's error (fenced, unknown, not open). When the
-/// transaction's coordinator is another broker (this one coordinates the group), the check or
-/// the add goes there (`txn_verify_sender::check`). 0 when the offsets may be taken.
+/// transaction's coordinator is this broker, that check and `hold` run under its lock: no
+/// EndTxn, and so no marker, comes between them (Kafka's verification guard). When it is
+/// another broker (this one coordinates the group), the check or the add goes there
+/// (`txn_verify_sender::check`); a marker landing before the append is then refused by the
+/// epoch it carries when bumped (a timeout's abort, fencing, transaction version 2). Returns
+/// the error code, 0 when the offsets were held.
 async fn offsets_in_txn(
     state: &BrokerState,
     api_version: i16,
     producer: (&str, i64, i16),
     partition: &(String, i32),
+    hold: impl FnOnce() -> i16,
 ) -> i16 {
     let (tid, pid, epoch) = producer;
     let add = api_version >= 5;
+    let mut hold = Some(hold);
     let local = if add {
         let added = state.txns.run(state, tid, |c, now, out| {
             c.add_partitions(now, tid, pid, epoch, std::slice::from_ref(partition), out)
@@ -300,10 +307,13 @@ async fn offsets_in_txn(
         state.txns.replicated(state, tid, added).await.map(|()| 0)
     } else {
         state.txns.read_for(tid, |c| {
-            c.verify_partitions(tid, pid, epoch, std::slice::from_ref(partition))[0]
+            match c.verify_partitions(tid, pid, epoch, std::slice::from_ref(partition))[0] {
+                0 => hold.take().map_or(0, |hold| hold()),
+                code => code,
+            }
         })
     };
-    match local {
+    let checked = match local {
         Ok(code) => code,
         Err(ResponseError::NotCoordinator) => {
             let answer =
@@ -313,19 +323,22 @@ async fn offsets_in_txn(
             crate::txn_verify::offset_commit_error(code)
         }
         Err(e) => e.code(),
+    };
+    match (checked, hold) {
+        (0, Some(hold)) => hold(),
+        (code, _) => code,
     }
 }
 
 /// KIP-447: TxnOffsetCommit v3+ carries the consumer's generation, member id and instance id,
 /// checked against the group as Kafka does (a zombie whose consumer was rebalanced out is
 /// fenced); v0-2 carry none and are not checked. Kafka checks the producer's transaction
-/// first, then the group. When the consumer passes, `hold` runs under the same group lock
-/// (`TxnService::add_pending_offsets`), so no rebalance comes between the check and the hold.
+/// first, then the group. Runs under the group coordinator's lock, which the offsets' append
+/// and hold keep (`GroupService::txn_offset_commit`), so no rebalance comes between.
 fn consumer_check(
-    state: &BrokerState,
+    c: &streamforge_coordinator::GroupCoordinator,
     request: &TxnOffsetCommitRequest,
     api_version: i16,
-    hold: &mut dyn FnMut(),
 ) -> Result<(), i16> {
     let group = request.group_id.0.as_str();
     let (generation, member, instance) = if api_version >= 3 {
@@ -337,13 +350,44 @@ fn consumer_check(
     } else {
         (-1, "", None)
     };
-    state
+    c.validate_txn_offset_commit(group, generation, member, instance)
+}
+
+/// Holds a TxnOffsetCommit's offsets as Kafka's group coordinator stores them: the producer's
+/// transactional batch in the group's `__consumer_offsets` partition, pending until the
+/// transaction's marker there (`GroupService::txn_offset_commit`). 0 when held.
+fn hold_txn_offsets(
+    state: &BrokerState,
+    request: &TxnOffsetCommitRequest,
+    api_version: i16,
+    guard: Option<streamforge_log::VerificationGuard>,
+    offsets: Vec<TxnOffset>,
+) -> i16 {
+    let group = request.group_id.0.as_str();
+    let producer = (request.producer_id.0, request.producer_epoch);
+    let held = state
         .groups
-        .read_group(group, |c| {
-            c.validate_txn_offset_commit(group, generation, member, instance)
-                .map(|()| hold())
-        })
-        .and_then(|r| r)
+        .txn_offset_commit(group, producer, guard, offsets, |c| {
+            consumer_check(c, request, api_version)
+        });
+    held.err().unwrap_or(0)
+}
+
+/// The held offsets' batch in the ISR of the group's partition, as Kafka answers only then. A
+/// timeout is COORDINATOR_NOT_AVAILABLE (retriable; a retry appends the same offsets again).
+async fn replicated_txn_offsets(state: &BrokerState, group: &str) -> i16 {
+    let timeout = std::time::Duration::from_millis(crate::group_service::OFFSET_COMMIT_TIMEOUT_MS);
+    match state
+        .groups
+        .wait_replicated(&state.produce_purgatory, group, timeout)
+        .await
+    {
+        Ok(()) => 0,
+        Err(code) if code == ResponseError::RequestTimedOut.code() => {
+            ResponseError::CoordinatorNotAvailable.code()
+        }
+        Err(code) => code,
+    }
 }
 
 pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame) -> HandlerResult {
@@ -395,19 +439,23 @@ pub async fn handle_txn_offset_commit(state: Arc<BrokerState>, req: RequestFrame
         code
     } else {
         let (tid, pid, epoch) = (tid.as_str(), pid, epoch);
-        match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition).await {
-            0 => {
-                let held = state.txns.add_pending_offsets(
-                    &state.replicas,
-                    tid,
-                    &group,
-                    pid,
-                    offsets,
-                    |hold| consumer_check(&state, &request, req.api_version, hold),
-                );
-                held.err().unwrap_or(0)
+        // The guard goes before the check: a marker of the producer landing on the group's
+        // partition after it refuses the offsets' append (Kafka's verification guard).
+        let epoch_bump = req.api_version >= 5;
+        match state
+            .groups
+            .start_txn_offsets_verification(&group, (pid, epoch), epoch_bump)
+        {
+            Err(code) => code,
+            Ok(guard) => {
+                let hold = || hold_txn_offsets(&state, &request, req.api_version, guard, offsets);
+                match offsets_in_txn(&state, req.api_version, (tid, pid, epoch), &partition, hold)
+                    .await
+                {
+                    0 => replicated_txn_offsets(&state, &group).await,
+                    code => code,
+                }
             }
-            check => check,
         }
     };
     let mut resp = TxnOffsetCommitResponse::default();

@@ -6,3 +6,4 @@ mod offsets_tests;
 mod records_tests;
 mod static_tests;
 mod txn_offsets_tests;
+mod txn_replay_tests;
