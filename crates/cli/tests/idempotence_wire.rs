@@ -5,7 +5,6 @@
 mod support;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -14,23 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use support::{BrokerProc, Conn, now_ms};
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn create_topic(c: &mut Conn, topic: &str) {
-    let mut t = CreatableTopic::default();
-    t.name = name(topic);
-    t.num_partitions = 1;
-    t.replication_factor = 1;
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 5000;
-    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req);
-    assert_eq!(r.topics[0].error_code, 0);
-}
+use support::{BrokerProc, Conn, create_topic, name, now_ms};
 
 fn init_producer_id(
     c: &mut Conn,
@@ -184,7 +167,7 @@ fn duplicates_gaps_stale_epochs_and_wrap_over_the_wire() {
     let dir = tempfile::tempdir().unwrap();
     let b = BrokerProc::start(dir.path(), &[]);
     let mut c = b.connect();
-    create_topic(&mut c, "idem");
+    create_topic(&mut c, "idem", 1);
     let (_, pid, epoch) = init_producer_id(&mut c, None, 60_000);
 
     // The same Produce request twice: one copy in the log, the same offset answered.
@@ -254,7 +237,7 @@ fn duplicates_are_recognised_after_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let mut b = BrokerProc::start(dir.path(), &[]);
     let mut c = b.connect();
-    create_topic(&mut c, "idem-restart");
+    create_topic(&mut c, "idem-restart", 1);
     let (_, pid, epoch) = init_producer_id(&mut c, None, 60_000);
     const BATCHES: i32 = 40;
     let mut sent = Vec::new();

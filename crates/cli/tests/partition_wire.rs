@@ -5,7 +5,6 @@
 mod support;
 
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
@@ -17,25 +16,9 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
-use support::{BrokerProc, Conn, batch};
+use support::{BrokerProc, Conn, batch, create_topic, name};
 
 const TOPIC: &str = "epochs";
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn create_topic(c: &mut Conn) {
-    let mut t = CreatableTopic::default();
-    t.name = name(TOPIC);
-    t.num_partitions = 1;
-    t.replication_factor = 1;
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 5000;
-    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req);
-    assert_eq!(r.topics[0].error_code, 0);
-}
 
 fn produce(c: &mut Conn, n: usize) {
     let records: Vec<(String, String)> =
@@ -105,7 +88,7 @@ fn offset_queries_check_the_clients_leader_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let b = BrokerProc::start(&dir.path().join("d"), &[]);
     let mut c = b.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 1);
     produce(&mut c, 10);
     // The leader epoch is 0: -1 (unchecked) and 0 are served, with the epoch.
     assert_eq!(list_offset(&mut c, -1, -1), (0, 10, 0));
@@ -123,7 +106,7 @@ fn delete_records_follows_kafkas_rules() {
     let dir = tempfile::tempdir().unwrap();
     let b = BrokerProc::start(&dir.path().join("d"), &[]);
     let mut c = b.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 1);
     produce(&mut c, 10);
     let out_of_range = ResponseError::OffsetOutOfRange.code();
     assert_eq!(delete_records(&mut c, 11).0, out_of_range, "past the HW");
@@ -160,7 +143,7 @@ fn fetch_checks_the_consumers_leader_epoch_and_shows_the_broker_rack() {
     let flags = ["--broker-rack", "r1", "--replica-selector", "rack-aware"];
     let b = BrokerProc::start(&dir.path().join("d"), &flags);
     let mut c = b.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 1);
     produce(&mut c, 10);
     let (code, preferred, bytes) = consumer_fetch(&mut c, 0, "r2");
     assert_eq!(

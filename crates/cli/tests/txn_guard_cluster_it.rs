@@ -28,7 +28,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use support::{Conn, now_ms};
+use support::{Conn, name, now_ms, tid};
 
 /// Bound on each wait (the cluster forming, a coordinator loading, a marker landing).
 const WAIT_MAX: Duration = Duration::from_secs(60);
@@ -243,14 +243,6 @@ impl Drop for Cluster {
             let _ = n.child.wait();
         }
     }
-}
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn tid(s: &str) -> TransactionalId {
-    TransactionalId(StrBytes::from_string(s.to_string()))
 }
 
 /// Codes a client retries while the cluster forms or a coordinator loads.

@@ -8,40 +8,18 @@ mod support;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use support::{BrokerProc, Conn, now_ms};
+use support::{BrokerProc, Conn, create_topic, name, now_ms, tid};
 
 const TOPIC: &str = "txn-marker-wire";
 const TID: &str = "marker-fencing";
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn tid(s: &str) -> TransactionalId {
-    TransactionalId(StrBytes::from_string(s.to_string()))
-}
-
-fn create_topic(c: &mut Conn) {
-    let mut t = CreatableTopic::default();
-    t.name = name(TOPIC);
-    t.num_partitions = 1;
-    t.replication_factor = 1;
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 5000;
-    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req);
-    assert_eq!(r.topics[0].error_code, 0);
-}
 
 /// Retries `f` while it answers a retriable coordinator error (loading, first use).
 fn retried(mut f: impl FnMut() -> i16) -> i16 {
@@ -168,7 +146,7 @@ fn a_marker_from_an_older_coordinator_is_fenced_after_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let mut broker = BrokerProc::start(dir.path(), &[]);
     let mut c = broker.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 1);
     let (pid, epoch) = init(&mut c);
     assert_eq!(add_partition(&mut c, pid, epoch), 0);
     assert_eq!(produce(&mut c, pid, epoch, 0), 0);

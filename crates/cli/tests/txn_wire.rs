@@ -9,36 +9,15 @@ mod support;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use support::{BrokerProc, Conn, now_ms};
+use support::{BrokerProc, Conn, create_topic, name, now_ms, tid};
 
 const TOPIC: &str = "txn-wire";
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn tid(s: &str) -> TransactionalId {
-    TransactionalId(StrBytes::from_string(s.to_string()))
-}
-
-fn create_topic(c: &mut Conn) {
-    let mut t = CreatableTopic::default();
-    t.name = name(TOPIC);
-    t.num_partitions = 2;
-    t.replication_factor = 1;
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 5000;
-    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req);
-    assert_eq!(r.topics[0].error_code, 0);
-}
 
 fn init(c: &mut Conn, id: &str) -> (i64, i16) {
     let mut req = InitProducerIdRequest::default();
@@ -178,7 +157,7 @@ fn a_transactional_produce_to_a_partition_not_in_the_transaction_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProc::start(dir.path(), &[]);
     let mut c = broker.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 2);
     let (pid, epoch) = init(&mut c, "verify");
     let code = produce(&mut c, 11, "verify", 0, txn_batch(pid, epoch, 0, 3));
     assert_eq!(code, ResponseError::InvalidTxnState.code());
@@ -206,7 +185,7 @@ fn transaction_version_2_bumps_the_epoch_at_every_end_txn() {
     assert!(versions.finalized_features_epoch >= 0);
     assert_eq!(max_version(&versions, ApiKey::EndTxn), 5);
     assert_eq!(max_version(&versions, ApiKey::Produce), 12);
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 2);
     let (pid, e0) = init(&mut c, "tv2");
     // Produce v12 adds the partition itself.
     assert_eq!(produce(&mut c, 12, "tv2", 1, txn_batch(pid, e0, 0, 2)), 0);
@@ -262,7 +241,7 @@ fn versions_before_kip_588_get_invalid_producer_epoch_for_a_fenced_producer() {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProc::start(dir.path(), &[]);
     let mut c = broker.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 2);
     let (pid, e0) = init(&mut c, "kip588");
     let (pid1, e1) = init(&mut c, "kip588");
     assert_eq!(
@@ -386,7 +365,7 @@ fn kip_447_txn_offset_commit_fencing_and_require_stable() {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProc::start(dir.path(), &[]);
     let mut c = broker.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 2);
     let group = "stable-app";
     group_coordinator_ready(&mut c, group);
     group_coordinator_ready(&mut c, "no-such-group");
@@ -486,7 +465,7 @@ fn an_idle_transactional_id_expires_and_stays_gone_after_a_restart() {
     ];
     let mut broker = BrokerProc::start(dir.path(), &expiring);
     let mut c = broker.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 2);
     // "idle": one committed transaction, then nothing. "open": a transaction left open (its
     // 60 s timeout is far away), which never expires.
     let (idle_pid, idle_epoch) = init(&mut c, "idle");
@@ -549,7 +528,7 @@ fn end_txn_v4_with_nothing_open_is_invalid_txn_state_and_retries_are_answered() 
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProc::start(dir.path(), &[]);
     let mut c = broker.connect();
-    create_topic(&mut c);
+    create_topic(&mut c, TOPIC, 2);
     let (pid, epoch) = init(&mut c, "empty-end");
     // Nothing added: Kafka's EndTxn below v5 answers INVALID_TXN_STATE for either outcome
     // (the clients complete such a transaction without sending EndTxn).

@@ -205,6 +205,32 @@ impl Conn {
     }
 }
 
+/// A topic name as requests carry it.
+pub fn name(s: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// A transactional id as requests carry it.
+pub fn tid(s: &str) -> kafka_protocol::messages::TransactionalId {
+    kafka_protocol::messages::TransactionalId(StrBytes::from_string(s.to_string()))
+}
+
+/// Creates `topic` (CreateTopics v7) with `partitions` partitions, replication factor 1, and
+/// asserts it was created.
+pub fn create_topic(c: &mut Conn, topic: &str, partitions: i32) {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+    let mut t = CreatableTopic::default();
+    t.name = name(topic);
+    t.num_partitions = partitions;
+    t.replication_factor = 1;
+    let mut req = CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 5000;
+    let r: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req);
+    assert_eq!(r.topics[0].error_code, 0, "creating {topic}");
+}
+
 /// Wall clock in ms (record timestamps must be recent, or retention deletes them).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
