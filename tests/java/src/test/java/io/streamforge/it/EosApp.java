@@ -39,8 +39,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * own last commit: then it is a zombie and exits with code 4); any other KafkaException is
  * abortable: abortTransaction and rewind.
  *
- * <p>Arguments: bootstrap input output group partitions recordsPerTransaction. Prints
- * `committed N` after each commit and `branch NAME` at each failure branch.
+ * <p>Arguments: bootstrap input output group partitions recordsPerTransaction
+ * [transactionTimeoutMs]. Prints `committed N` after each commit and `branch NAME` at each
+ * failure branch. A `stall` line on stdin makes the next transaction wait, its records sent and
+ * its offsets not yet, until a `resume` line (prints `stalled`).
  */
 public final class EosApp {
     private final String bootstrap;
@@ -52,6 +54,10 @@ public final class EosApp {
     private KafkaProducer<String, String> producer;
     private Map<TopicPartition, OffsetAndMetadata> lastSeenCommitted = Map.of();
     private long commits;
+    private final int txnTimeoutMs;
+    /** Set by a `stall` line on stdin: the next transaction waits, once its records are sent, for `resume`. */
+    private final java.util.concurrent.Semaphore resume = new java.util.concurrent.Semaphore(0);
+    private volatile boolean stallNext;
 
     private EosApp(String[] a) {
         bootstrap = a[0];
@@ -61,6 +67,28 @@ public final class EosApp {
             parts.add(new TopicPartition(a[1], i));
         }
         perTxn = Integer.parseInt(a[5]);
+        txnTimeoutMs = a.length > 6 ? Integer.parseInt(a[6]) : 20000;
+    }
+
+    /** Reads `stall` / `resume` lines from stdin (the stop tests' stand-in for a long pause). */
+    private void readCommands() {
+        Thread t = new Thread(() -> {
+            try (java.io.BufferedReader r = new java.io.BufferedReader(
+                    new java.io.InputStreamReader(System.in, java.nio.charset.StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = r.readLine()) != null) {
+                    if (line.equals("stall")) {
+                        stallNext = true;
+                    } else if (line.equals("resume")) {
+                        resume.release();
+                    }
+                }
+            } catch (java.io.IOException ignored) {
+                // stdin closed
+            }
+        }, "commands");
+        t.setDaemon(true);
+        t.start();
     }
 
     public static void main(String[] args) {
@@ -78,7 +106,7 @@ public final class EosApp {
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, group + "-app");
-        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "20000");
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, String.valueOf(txnTimeoutMs));
         p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "15000");
         p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
         p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "15000");
@@ -139,6 +167,7 @@ public final class EosApp {
     }
 
     private void run() {
+        readCommands();
         consumer = newConsumer();
         consumer.assign(parts);
         producer = newProducer();
@@ -155,6 +184,13 @@ public final class EosApp {
                 for (ConsumerRecord<String, String> r : recs) {
                     producer.send(new ProducerRecord<>(output, r.partition(), r.key(), r.value().toUpperCase()));
                     offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                }
+                if (stallNext) {
+                    // A pause with the transaction open at the coordinator (a GC pause, a stop).
+                    stallNext = false;
+                    producer.flush();
+                    say("stalled");
+                    resume.acquireUninterruptibly();
                 }
                 producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
                 commit();
@@ -190,13 +226,13 @@ public final class EosApp {
     }
 
     private void fatal(KafkaException e) {
-        say("branch reinit " + e);
         if (e instanceof ProducerFencedException && !committed().equals(lastSeenCommitted)) {
             // Someone else committed since our last commit or rewind: a newer instance owns the
             // transactional id and this one is a zombie.
-            say("branch fenced");
+            say("branch fenced " + e);
             System.exit(4);
         }
+        say("branch reinit " + e);
         producer.close(Duration.ZERO);
         producer = newProducer();
         rewind();

@@ -57,14 +57,20 @@ class EosKillLoopTest {
         final AtomicLong aborts = new AtomicLong();
         final AtomicLong reinits = new AtomicLong();
         final AtomicLong retries = new AtomicLong();
+        final AtomicLong stalls = new AtomicLong();
+        final AtomicLong fenced = new AtomicLong();
 
         App(Broker b, String src, String dst, String group, Path log) throws IOException {
+            this(b, src, dst, group, log, 20000);
+        }
+
+        App(Broker b, String src, String dst, String group, Path log, int txnTimeoutMs) throws IOException {
             String cp = Path.of("target", "test-classes").toAbsolutePath() + java.io.File.pathSeparator
                     + Tool.classPath();
             List<String> cmd = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                     "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k", "-Xmx128m",
                     "-cp", cp, EosApp.class.getName(), b.bootstrap(), src, dst, group,
-                    String.valueOf(PARTITIONS), String.valueOf(PER_TXN));
+                    String.valueOf(PARTITIONS), String.valueOf(PER_TXN), String.valueOf(txnTimeoutMs));
             process = new ProcessBuilder(cmd).redirectErrorStream(true).start();
             Thread t = new Thread(() -> {
                 try (BufferedReader r = new BufferedReader(new InputStreamReader(process.getInputStream(),
@@ -81,6 +87,10 @@ class EosKillLoopTest {
                             reinits.incrementAndGet();
                         } else if (line.startsWith("retry ")) {
                             retries.incrementAndGet();
+                        } else if (line.equals("stalled")) {
+                            stalls.incrementAndGet();
+                        } else if (line.startsWith("branch fenced")) {
+                            fenced.incrementAndGet();
                         }
                         Files.writeString(log, line + "\n", StandardOpenOption.CREATE, StandardOpenOption.APPEND);
                     }
@@ -90,6 +100,12 @@ class EosKillLoopTest {
             }, "eos-app-out");
             t.setDaemon(true);
             t.start();
+        }
+
+        /** A `stall` or `resume` line to the app's stdin. */
+        void command(String line) throws IOException {
+            process.getOutputStream().write((line + "\n").getBytes(StandardCharsets.UTF_8));
+            process.getOutputStream().flush();
         }
 
         void kill() throws InterruptedException {
@@ -195,6 +211,87 @@ class EosKillLoopTest {
                         + " inputs, first difference at " + i + ": want "
                         + w.subList(i, Math.min(w.size(), i + 5)) + " got " + g.subList(i, Math.min(g.size(), i + 5)));
             }
+        }
+    }
+
+    private static void await(String what, java.util.function.BooleanSupplier cond, Path log, Broker b)
+            throws IOException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (!cond.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("timed out waiting for " + what + "\n" + Files.readString(log)
+                        + "\n" + b.logTail());
+            }
+            Broker.sleep(20);
+        }
+    }
+
+    /**
+     * The app's failure branches with real failures (the Python stop tests' counterpart): the app
+     * (transaction.timeout.ms 3,000) holds a transaction open, its records sent, past the
+     * timeout: the coordinator aborts it, `sendOffsetsToTransaction` then throws
+     * ProducerFencedException, nobody else committed, so the app starts a new producer, rewinds
+     * and goes on (`reinit`). Then it holds one open while a second instance starts under the
+     * same transactional.id and group, fences it and commits: at its resume the first one is
+     * fenced, finds the other's commits and exits with code 4 (`fenced`). The output holds
+     * every input exactly once.
+     */
+    @Test
+    void exactlyOnceWhenTheAppStallsPastItsTimeoutAndIsFencedByANewInstance() throws Exception {
+        long t0 = System.nanoTime();
+        Path log = Files.createTempFile("eos-app-", ".log");
+        try (Broker b = Broker.start()) {
+            String src = Util.unique("eos-in");
+            String dst = Util.unique("eos-out");
+            String group = Util.unique("eos");
+            Util.createTopic(b, src, PARTITIONS);
+            Util.createTopic(b, dst, PARTITIONS);
+            Feeder feeder = new Feeder(b, src);
+            feeder.feed(200);
+            App a = new App(b, src, dst, group, log, 3000);
+            App next = null;
+            try {
+                assertTrue(a.awaitCommits(0, 1), "no commit\n" + Files.readString(log));
+                // reinit: past the transaction timeout.
+                a.command("stall");
+                feeder.feed(100);
+                await("the first stall", () -> a.stalls.get() == 1, log, b);
+                Broker.sleep(5000);
+                a.command("resume");
+                await("the re-initialisation", () -> a.reinits.get() >= 1, log, b);
+                long after = a.commits.get();
+                feeder.feed(100);
+                assertTrue(a.awaitCommits(after, 1), "no commit after the re-initialisation\n" + Files.readString(log));
+                // fenced: a new instance takes over while this one holds its transaction open.
+                a.command("stall");
+                feeder.feed(100);
+                await("the second stall", () -> a.stalls.get() == 2, log, b);
+                App b2 = new App(b, src, dst, group, log, 3000);
+                next = b2;
+                assertTrue(b2.awaitCommits(0, 1), "the new instance made no commit\n" + Files.readString(log));
+                a.command("resume");
+                assertTrue(a.process.waitFor(30, TimeUnit.SECONDS), "the zombie did not exit\n" + Files.readString(log));
+                assertEquals(4, a.process.exitValue(), Files.readString(log));
+                assertEquals(1, a.fenced.get());
+                assertEquals(1, a.reinits.get());
+                assertEquals(0, b2.reinits.get() + b2.fenced.get(), Files.readString(log));
+                feeder.feed(100);
+                long since = b2.commits.get();
+                assertTrue(b2.awaitCommits(since, 1), "the new instance stopped\n" + Files.readString(log));
+            } finally {
+                a.kill();
+                if (next != null) {
+                    next.kill();
+                }
+            }
+            String brokerLog = Files.readString(b.logFile());
+            assertTrue(brokerLog.contains("aborting a transaction past its timeout"), "no timeout abort in the broker's log");
+            drainAndCheck(b, src, dst, group, feeder.next, log);
+            System.out.printf("stalls: %d inputs, reinit %d, fenced %d, %.1f s%n", feeder.next, a.reinits.get(),
+                    a.fenced.get(), (System.nanoTime() - t0) / 1e9);
+            Files.readAllLines(log).stream().filter(l -> l.startsWith("branch")).forEach(System.out::println);
+        } finally {
+            Files.deleteIfExists(log);
         }
     }
 
