@@ -4,16 +4,14 @@
 
 mod support;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use support::{BrokerProc, Conn, create_topic, name, now_ms};
+use kafka_protocol::records::RecordBatchDecoder;
+use support::{BrokerProc, Conn, create_topic, name, producer_batch};
 
 fn init_producer_id(
     c: &mut Conn,
@@ -32,35 +30,9 @@ fn init_producer_id(
 
 /// A batch of `n` records from producer `pid`/`epoch` starting at sequence `seq` (wrapping).
 fn idem_batch(pid: i64, epoch: i16, seq: i32, n: usize, tag: &str) -> Bytes {
-    let ts = now_ms();
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: seq.wrapping_add(i as i32) & i32::MAX,
-            timestamp: ts,
-            key: None,
-            value: Some(Bytes::from(format!("{tag}-{i}"))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    producer_batch(pid, epoch, seq, n, false, |i| {
+        Bytes::from(format!("{tag}-{i}"))
+    })
 }
 
 fn produce(c: &mut Conn, topic: &str, records: Bytes) -> (i16, i64) {

@@ -18,17 +18,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use support::{Conn, name, now_ms, tid};
+use support::{Conn, name, producer_batch, tid};
 
 /// Bound on each wait (the cluster forming, a coordinator loading, a marker landing).
 const WAIT_MAX: Duration = Duration::from_secs(60);
@@ -319,28 +316,7 @@ fn end_txn(c: &mut Conn, id: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
 }
 
 fn txn_batch(pid: i64, epoch: i16) -> Bytes {
-    let record = Record {
-        transactional: true,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: pid,
-        producer_epoch: epoch,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: 0,
-        timestamp: now_ms(),
-        key: None,
-        value: Some(Bytes::from_static(b"late")),
-        headers: Default::default(),
-    };
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, [&record], &options).unwrap();
-    buf.freeze()
+    producer_batch(pid, epoch, 0, 1, true, |_| Bytes::from_static(b"late"))
 }
 
 fn produce(c: &mut Conn, id: &str, records: Bytes) -> i16 {

@@ -5,7 +5,7 @@
 
 mod support;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -13,10 +13,7 @@ use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use support::{BrokerProc, Conn, create_topic, name, now_ms, tid};
+use support::{BrokerProc, Conn, create_topic, name, producer_batch, tid};
 
 const TOPIC: &str = "txn-marker-wire";
 const TID: &str = "marker-fencing";
@@ -72,30 +69,10 @@ fn add_partition(c: &mut Conn, pid: i64, epoch: i16) -> i16 {
 
 /// Produce v11 of one transactional record (sequence `seq`).
 fn produce(c: &mut Conn, pid: i64, epoch: i16, seq: i32) -> i16 {
-    let record = Record {
-        transactional: true,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: pid,
-        producer_epoch: epoch,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: seq,
-        timestamp: now_ms(),
-        key: None,
-        value: Some(Bytes::from_static(b"v")),
-        headers: Default::default(),
-    };
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, [&record], &options).unwrap();
+    let batch = producer_batch(pid, epoch, seq, 1, true, |_| Bytes::from_static(b"v"));
     let mut p = PartitionProduceData::default();
     p.index = 0;
-    p.records = Some(buf.freeze());
+    p.records = Some(batch);
     let mut t = TopicProduceData::default();
     t.name = name(TOPIC);
     t.partition_data = vec![p];

@@ -6,16 +6,13 @@
 
 mod support;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use support::{BrokerProc, Conn, create_topic, name, now_ms, tid};
+use support::{BrokerProc, Conn, create_topic, name, producer_batch, tid};
 
 const TOPIC: &str = "txn-wire";
 
@@ -37,31 +34,7 @@ fn init(c: &mut Conn, id: &str) -> (i64, i16) {
 }
 
 fn txn_batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Bytes {
-    let ts = now_ms();
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: true,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: seq + i as i32,
-            timestamp: ts,
-            key: None,
-            value: Some(Bytes::from(format!("v{i}"))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
-    buf.freeze()
+    producer_batch(pid, epoch, seq, n, true, |i| Bytes::from(format!("v{i}")))
 }
 
 fn produce(c: &mut Conn, version: i16, id: &str, partition: i32, records: Bytes) -> i16 {

@@ -231,6 +231,44 @@ pub fn create_topic(c: &mut Conn, topic: &str, partitions: i32) {
     assert_eq!(r.topics[0].error_code, 0, "creating {topic}");
 }
 
+/// A RecordBatch v2 of `n` records from producer `pid`/`epoch` (transactional or idempotent),
+/// the first at sequence `seq` (wrapping past `i32::MAX` as producers do), record `i`'s value
+/// `value(i)`, stamped now.
+pub fn producer_batch(
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    n: usize,
+    transactional: bool,
+    value: impl Fn(usize) -> Bytes,
+) -> Bytes {
+    let ts = now_ms();
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: seq.wrapping_add(i as i32) & i32::MAX,
+            timestamp: ts,
+            key: None,
+            value: Some(value(i)),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+    buf.freeze()
+}
+
 /// Wall clock in ms (record timestamps must be recent, or retention deletes them).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
