@@ -147,6 +147,16 @@ class EosKillLoopTest {
         }
     }
 
+    /** A loop's input and output topics (created, {@link #PARTITIONS} each) and its group. */
+    private record Names(String src, String dst, String group) {
+        static Names create(Broker b) throws Exception {
+            Names n = new Names(Util.unique("eos-in"), Util.unique("eos-out"), Util.unique("eos"));
+            Util.createTopic(b, n.src, PARTITIONS);
+            Util.createTopic(b, n.dst, PARTITIONS);
+            return n;
+        }
+    }
+
     private static Map<TopicPartition, Long> ends(Admin a, String topic) throws Exception {
         Map<TopicPartition, OffsetSpec> q = new HashMap<>();
         for (int i = 0; i < PARTITIONS; i++) {
@@ -241,11 +251,8 @@ class EosKillLoopTest {
         long t0 = System.nanoTime();
         Path log = Files.createTempFile("eos-app-", ".log");
         try (Broker b = Broker.start()) {
-            String src = Util.unique("eos-in");
-            String dst = Util.unique("eos-out");
-            String group = Util.unique("eos");
-            Util.createTopic(b, src, PARTITIONS);
-            Util.createTopic(b, dst, PARTITIONS);
+            Names names = Names.create(b);
+            String src = names.src(), dst = names.dst(), group = names.group();
             Feeder feeder = new Feeder(b, src);
             feeder.feed(200);
             App a = new App(b, src, dst, group, log, 3000);
@@ -301,11 +308,8 @@ class EosKillLoopTest {
         long t0 = System.nanoTime();
         Path log = Files.createTempFile("eos-app-", ".log");
         try (Broker b = Broker.start()) {
-            String src = Util.unique("eos-in");
-            String dst = Util.unique("eos-out");
-            String group = Util.unique("eos");
-            Util.createTopic(b, src, PARTITIONS);
-            Util.createTopic(b, dst, PARTITIONS);
+            Names names = Names.create(b);
+            String src = names.src(), dst = names.dst(), group = names.group();
             Feeder feeder = new Feeder(b, src);
             feeder.feed(1000);
             long totalCommits = 0;
@@ -333,11 +337,8 @@ class EosKillLoopTest {
         long t0 = System.nanoTime();
         Path log = Files.createTempFile("eos-app-", ".log");
         try (Broker b = Broker.start()) {
-            String src = Util.unique("eos-in");
-            String dst = Util.unique("eos-out");
-            String group = Util.unique("eos");
-            Util.createTopic(b, src, PARTITIONS);
-            Util.createTopic(b, dst, PARTITIONS);
+            Names names = Names.create(b);
+            String src = names.src(), dst = names.dst(), group = names.group();
             Feeder feeder = new Feeder(b, src);
             feeder.feed(600);
             // Every kill comes 0-0.5 s after a commit of the app's, with 300 more inputs fed
